@@ -1,0 +1,57 @@
+#include "common/bench_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+namespace edl::bench {
+
+JsonRows::JsonRows(const std::string& path) {
+  if (path.empty()) return;
+  out_.open(path, std::ios::out | std::ios::app);
+  if (!out_) throw std::runtime_error("cannot open --json file '" + path + "' for writing");
+}
+
+void JsonRows::write(const Json& row) {
+  if (!out_.is_open()) return;
+  out_ << row.dump() << '\n';
+  out_.flush();
+}
+
+Table::Table(std::vector<std::string> columns, int width) : columns_(std::move(columns)), width_(width) {}
+
+void Table::header() const {
+  row(columns_);
+}
+
+void Table::row(const std::vector<std::string>& cells) const {
+  std::ostringstream os;
+  for (const auto& c : cells) {
+    os.width(width_);
+    os << c;
+  }
+  std::cout << os.str() << std::endl;
+}
+
+std::string fmt(double v, int precision) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(precision);
+  os << v;
+  return os.str();
+}
+
+double median(std::vector<double> v) {
+  return quantile(std::move(v), 0.5);
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) throw std::invalid_argument("quantile of an empty sample");
+  std::sort(v.begin(), v.end());
+  size_t idx = static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)));
+  return v[std::min(idx, v.size() - 1)];
+}
+
+}  // namespace edl::bench

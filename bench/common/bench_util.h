@@ -1,0 +1,55 @@
+// Shared benchmark driver pieces: a human-readable table printer and the --json PATH writer
+// (one JSON object per line, nccl-tests style: every bench row is also a correctness check).
+//
+// Thread-safety: a JsonRows / Table instance is used from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace edl::bench {
+
+using Json = nlohmann::json;
+
+// Appends one JSON object per line to PATH; a no-op writer when PATH is empty.
+class JsonRows {
+ public:
+  explicit JsonRows(const std::string& path);
+  // Writes row as one line and flushes, so a bench killed part-way leaves complete rows.
+  void write(const Json& row);
+  bool enabled() const { return out_.is_open(); }
+
+ private:
+  std::ofstream out_;
+};
+
+// Column-aligned table on stdout.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> columns, int width = 14);
+  void header() const;
+  void row(const std::vector<std::string>& cells) const;
+
+ private:
+  std::vector<std::string> columns_;
+  int width_;
+};
+
+std::string fmt(double v, int precision = 2);
+
+// Monotonic seconds since an arbitrary epoch.
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median of a non-empty sample (copies; the input order is kept).
+double median(std::vector<double> v);
+// q-quantile (0..1) by nearest rank of a non-empty sample.
+double quantile(std::vector<double> v, double q);
+
+}  // namespace edl::bench

@@ -1,0 +1,67 @@
+// Communicator: an immutable group of `size` processes, each with a fixed rank, connected by a full
+// mesh of TCP connections, running collectives with a deadline.
+//
+// One Communicator exists per membership generation. It never changes rank or size. After ANY
+// error (peer lost, deadline passed, abort) it is poisoned: every pending and later call throws a
+// CommError subclass, and the elastic runtime builds a new Communicator for the next generation
+// under a new store prefix. Ranks that disagree on a collective's count / dtype / op / root all get
+// MismatchError naming the mismatch (no memory is written past the caller's buffers).
+//
+// Thread-safety: collectives on one Communicator must be issued from one thread at a time (the
+// background engine's thread, or the user's thread for blocking calls — not both at once). abort()
+// may be called from any thread at any time and makes blocked calls return promptly.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edl/export.h"
+#include "edl/store.h"
+#include "edl/types.h"
+
+namespace edl {
+
+struct CommunicatorOptions {
+  // Deadline of every collective, from the call until completion on this rank. Default 30 s (as
+  // Gloo and Horovod); EDL_TIMEOUT_MS overrides it through Config.
+  std::chrono::milliseconds timeout{30000};
+  // Deadline for connecting the full mesh through the store. Default 30 s.
+  std::chrono::milliseconds connect_timeout{30000};
+  // Address this rank listens on for its peers. Default loopback; edl-run sets EDL_BIND_ADDR for
+  // multi-host jobs.
+  std::string bind_address = "127.0.0.1";
+  // Tag mixed into the handshake so connections of different generations never cross. Default 0.
+  uint64_t generation = 0;
+};
+
+class EDL_API Communicator {
+ public:
+  // Connects rank `rank` of `size` through `store` (keys are placed under `prefix`).
+  // Blocks until all peers are connected or options.connect_timeout passes (TimeoutError).
+  static std::shared_ptr<Communicator> create(std::shared_ptr<Store> store, const std::string& prefix, int rank,
+                                              int size, const CommunicatorOptions& options = {});
+  virtual ~Communicator();
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual uint64_t generation() const = 0;
+
+  // In-place allreduce of count elements. kAverage divides by size() after the sum.
+  virtual void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) = 0;
+  // In-place broadcast of count elements from root.
+  virtual void broadcast(void* data, size_t count, DataType dtype, int root) = 0;
+  // Gathers `count` elements from every rank (counts may differ per rank) into `out`, concatenated
+  // in rank order; `counts_out` (optional) receives every rank's count.
+  virtual void allgatherv(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
+                          std::vector<size_t>* counts_out = nullptr) = 0;
+  virtual void barrier() = 0;
+
+  // Poisons the communicator: blocked and future calls throw AbortedError(reason). Any thread.
+  virtual void abort(const std::string& reason) = 0;
+  virtual bool aborted() const = 0;
+};
+
+}  // namespace edl

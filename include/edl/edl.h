@@ -1,0 +1,36 @@
+// EDL — elastic, fault-tolerant distributed deep-learning training. The umbrella header.
+//
+//   edl::init();                    // joins the job started by edl-run (a world of 1 without it)
+//   edl::allreduce(grad, n, edl::DataType::kFloat32);
+//   edl::shutdown();
+//
+// init()/shutdown() are called once per process from the main thread; rank()/size()/... may be
+// called from any thread after init(). In an elastic job rank() and size() change between
+// membership generations (read them again after each edl::elastic::run retry / resize).
+#pragma once
+
+#include "edl/collectives.h"
+#include "edl/config.h"
+#include "edl/error.h"
+#include "edl/export.h"
+#include "edl/types.h"
+#if __has_include("edl/elastic.h")
+#include "edl/elastic.h"
+#endif
+
+namespace edl {
+
+// Joins the world described by the environment edl-run sets (EDL_* variables, docs/api.md).
+// Without a launcher: a world of size 1. Throws InvalidArgument for malformed EDL_* values,
+// StoreError / AuthError / TimeoutError when the job cannot be joined.
+EDL_API void init();
+// Leaves the world: drains the background engine and closes connections. Idempotent.
+EDL_API void shutdown();
+EDL_API bool initialized();
+
+EDL_API int rank();
+EDL_API int size();
+EDL_API int local_rank();
+EDL_API int local_size();
+
+}  // namespace edl

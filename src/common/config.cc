@@ -1,0 +1,105 @@
+#include "common/config.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "edl/error.h"
+
+namespace edl {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+long long env_int(const char* name, long long def, long long lo, long long hi) {
+  const char* v = env(name);
+  if (!v) return def;
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
+    throw InvalidArgument(std::string("environment variable ") + name + "='" + v + "' is not an integer in [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+double env_double(const char* name, double def, double lo, double hi) {
+  const char* v = env(name);
+  if (!v) return def;
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (errno != 0 || end == v || *end != '\0' || !(x >= lo && x <= hi)) {
+    throw InvalidArgument(std::string("environment variable ") + name + "='" + v + "' is not a number in [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+bool env_bool(const char* name, bool def) {
+  const char* v = env(name);
+  if (!v) return def;
+  std::string s(v);
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw InvalidArgument(std::string("environment variable ") + name + "='" + v + "' is not a boolean (0/1)");
+}
+
+std::string env_str(const char* name, const std::string& def) {
+  const char* v = env(name);
+  return v ? std::string(v) : def;
+}
+
+std::string local_hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+Config Config::from_env() {
+  Config c;
+  c.store_url = env_str("EDL_STORE", "");
+  c.launched = !c.store_url.empty();
+  c.job_id = env_str("EDL_JOB_ID", c.job_id);
+  c.secret = env_str("EDL_JOB_SECRET", "");
+  c.hostname = env_str("EDL_HOSTNAME", local_hostname());
+  c.worker_id = env_str("EDL_WORKER_ID", c.hostname + ":" + std::to_string(getpid()));
+  c.size = static_cast<int>(env_int("EDL_SIZE", 1, 1, 1 << 20));
+  c.rank = static_cast<int>(env_int("EDL_RANK", 0, 0, c.size - 1));
+  c.local_size = static_cast<int>(env_int("EDL_LOCAL_SIZE", 1, 1, 1 << 20));
+  c.local_rank = static_cast<int>(env_int("EDL_LOCAL_RANK", 0, 0, c.local_size - 1));
+  c.bind_address = env_str("EDL_BIND_ADDR", c.bind_address);
+
+  c.elastic = env_bool("EDL_ELASTIC", false);
+  c.min_np = static_cast<int>(env_int("EDL_MIN_NP", 1, 1, 1 << 20));
+  c.max_np = static_cast<int>(env_int("EDL_MAX_NP", 0, 0, 1 << 20));
+  if (c.max_np != 0 && c.max_np < c.min_np)
+    throw InvalidArgument("EDL_MAX_NP=" + std::to_string(c.max_np) + " is below EDL_MIN_NP=" + std::to_string(c.min_np));
+  c.heartbeat_ms = static_cast<int>(env_int("EDL_HEARTBEAT_MS", c.heartbeat_ms, 10, 600000));
+  c.lease_ms = static_cast<int>(env_int("EDL_LEASE_MS", c.lease_ms, 50, 3600000));
+  if (c.lease_ms <= c.heartbeat_ms)
+    throw InvalidArgument("EDL_LEASE_MS=" + std::to_string(c.lease_ms) + " must exceed EDL_HEARTBEAT_MS=" +
+                          std::to_string(c.heartbeat_ms));
+  c.rendezvous_timeout_ms =
+      static_cast<int>(env_int("EDL_RENDEZVOUS_TIMEOUT_MS", c.rendezvous_timeout_ms, 100, 86400000));
+  c.reset_limit = static_cast<int>(env_int("EDL_RESET_LIMIT", 0, 0, 1 << 30));
+  c.checkpoint_dir = env_str("EDL_CHECKPOINT_DIR", "");
+
+  c.timeout_ms = static_cast<int>(env_int("EDL_TIMEOUT_MS", c.timeout_ms, 1, 86400000));
+  c.connect_timeout_ms = static_cast<int>(env_int("EDL_CONNECT_TIMEOUT_MS", c.connect_timeout_ms, 1, 86400000));
+  c.fusion_threshold = static_cast<size_t>(env_int("EDL_FUSION_THRESHOLD", static_cast<long long>(c.fusion_threshold),
+                                                   0, 1LL << 40));
+  c.cycle_time_ms = env_double("EDL_CYCLE_TIME_MS", c.cycle_time_ms, 0.0, 10000.0);
+  c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
+  return c;
+}
+
+}  // namespace edl

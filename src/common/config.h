@@ -1,0 +1,51 @@
+// Config: every EDL_* environment variable, read in exactly one place (Config::from_env).
+//
+// edl-run sets the identity variables for its workers; users may set the tuning variables.
+// The table of variables with their defaults is in docs/api.md. Malformed values throw
+// InvalidArgument naming the variable and the value.
+// Thread-safety: a Config is a plain value; from_env() reads the process environment.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace edl {
+
+struct Config {
+  // --- identity, set by edl-run ---------------------------------------------------------------
+  bool launched = false;            // true when EDL_STORE is set (the process belongs to a job)
+  std::string store_url;            // EDL_STORE: tcp://HOST:PORT | redis://HOST:PORT | memory://NAME
+  std::string job_id = "edl";       // EDL_JOB_ID
+  std::string secret;               // EDL_JOB_SECRET (proved to the store on connect)
+  std::string worker_id;            // EDL_WORKER_ID: unique per process; default "<hostname>:<pid>"
+  int rank = 0;                     // EDL_RANK (static mode)
+  int size = 1;                     // EDL_SIZE (static mode)
+  int local_rank = 0;               // EDL_LOCAL_RANK
+  int local_size = 1;               // EDL_LOCAL_SIZE
+  std::string hostname;             // EDL_HOSTNAME: default gethostname()
+  std::string bind_address = "127.0.0.1";  // EDL_BIND_ADDR: address peers connect to
+
+  // --- elastic mode ----------------------------------------------------------------------------
+  bool elastic = false;             // EDL_ELASTIC=1
+  int min_np = 1;                   // EDL_MIN_NP
+  int max_np = 0;                   // EDL_MAX_NP (0 = unbounded)
+  int heartbeat_ms = 500;           // EDL_HEARTBEAT_MS: lease refresh period
+  int lease_ms = 3000;              // EDL_LEASE_MS: a worker silent this long is declared dead
+  int rendezvous_timeout_ms = 60000;  // EDL_RENDEZVOUS_TIMEOUT_MS: below min_np this long = JobError
+  int reset_limit = 0;              // EDL_RESET_LIMIT: max generation resets (0 = unlimited)
+  std::string checkpoint_dir;       // EDL_CHECKPOINT_DIR: persist commits here ("" = memory only)
+
+  // --- collectives -----------------------------------------------------------------------------
+  int timeout_ms = 30000;           // EDL_TIMEOUT_MS: deadline of every collective
+  int connect_timeout_ms = 30000;   // EDL_CONNECT_TIMEOUT_MS: connecting the mesh / the store
+  size_t fusion_threshold = 64u << 20;  // EDL_FUSION_THRESHOLD: fusion buffer bytes
+  double cycle_time_ms = 1.0;       // EDL_CYCLE_TIME_MS: engine cycle
+
+  // --- diagnostics -----------------------------------------------------------------------------
+  int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug
+
+  static Config from_env();
+};
+
+}  // namespace edl

@@ -1,0 +1,64 @@
+// Runtime: the process-wide state behind edl::init() — config, store connection and the current
+// membership generation (its Communicator and background Engine).
+//
+// The Runtime owns one Generation at a time. The static (non-elastic) mode builds one generation
+// from EDL_RANK/EDL_SIZE; the elastic runtime (src/elastic) replaces the generation after each
+// rendezvous. Code that runs collectives takes a shared_ptr to the current Generation and keeps it
+// for the duration of the call, so a concurrent replacement never frees what is in use.
+//
+// Thread-safety: all methods are safe from any thread; init()/shutdown() are serialised.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "common/config.h"
+#include "edl/communicator.h"
+#include "edl/store.h"
+
+namespace edl::collective {
+class Engine;
+}
+
+namespace edl::detail {
+
+struct Generation {
+  uint64_t id = 0;
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::shared_ptr<Communicator> comm;
+  std::shared_ptr<collective::Engine> engine;
+};
+
+class Runtime {
+ public:
+  static Runtime& instance();
+
+  void init();
+  void shutdown();
+  bool initialized() const;
+
+  const Config& config() const { return config_; }
+  // The job's control-plane store (nullptr in a world of size 1 without a launcher).
+  std::shared_ptr<Store> store() const;
+  // The current generation; throws InvalidArgument("edl::init() has not been called") before init.
+  std::shared_ptr<Generation> generation() const;
+  // Installs a new generation (elastic runtime); the previous one's engine is stopped.
+  void set_generation(std::shared_ptr<Generation> next);
+
+  // Builds a generation: communicator under `prefix` + engine, from the runtime's config.
+  std::shared_ptr<Generation> make_generation(uint64_t id, const std::string& prefix, int rank, int size,
+                                              int local_rank, int local_size) const;
+
+ private:
+  Runtime() = default;
+  mutable std::mutex mu_;
+  bool initialized_ = false;
+  Config config_;
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<Generation> gen_;
+};
+
+}  // namespace edl::detail
