@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs EDL's build and test dependencies from Debian's archive. Idempotent and quick when
+# everything is already there (dpkg-query first; apt-get only for what is missing).
+# Usage: scripts/install-deps.sh            (run as root, or with sudo available)
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgloo-dev libeigen3-dev libcxxopts-dev catch2 zlib1g-dev libhiredis-dev nlohmann-json3-dev
+  redis-server          # real external store for the Redis backend tests
+  dataset-fashion-mnist # /usr/share/datasets/fashion-mnist (main job, convergence bench)
+  gnuplot-nox           # plots in docs/benchmarks.md
+  iproute2              # network namespaces for emulated-link benches
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
