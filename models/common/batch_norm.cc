@@ -1,0 +1,238 @@
+#include "models/common/batch_norm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "edl/error.h"
+#include "models/common/parallel.h"
+
+namespace edl::models {
+namespace {
+
+// Masked output gradient of the fused activation for one pixel row of c channels.
+inline float masked(ActivationKind kind, float y, float dy) {
+  switch (kind) {
+    case ActivationKind::kReLU:
+      return y > 0.0f ? dy : 0.0f;
+    case ActivationKind::kReLU6:
+      return (y > 0.0f && y < 6.0f) ? dy : 0.0f;
+    case ActivationKind::kNone:
+      break;
+  }
+  return dy;
+}
+
+inline float activate(ActivationKind kind, float v) {
+  switch (kind) {
+    case ActivationKind::kReLU:
+      return std::max(v, 0.0f);
+    case ActivationKind::kReLU6:
+      return std::min(std::max(v, 0.0f), 6.0f);
+    case ActivationKind::kNone:
+      break;
+  }
+  return v;
+}
+
+template <ActivationKind kAct>
+void affine(const float* x, float* y, size_t pixels, int c, const float* scale, const float* shift) {
+  for (size_t p = 0; p < pixels; ++p) {
+    const float* xi = x + p * c;
+    float* yi = y + p * c;
+#pragma omp simd
+    for (int ch = 0; ch < c; ++ch) yi[ch] = activate(kAct, xi[ch] * scale[ch] + shift[ch]);
+  }
+}
+
+}  // namespace
+
+BatchNorm2d::BatchNorm2d(std::string name, BatchNormOptions options) : name_(std::move(name)), opt_(options) {
+  if (opt_.channels <= 0) throw InvalidArgument("BatchNorm2d " + name_ + ": channels must be positive");
+  const size_t c = opt_.channels;
+  gamma_.name = name_ + ".weight";
+  beta_.name = name_ + ".bias";
+  gamma_.allocate(c);
+  beta_.allocate(c);
+  std::fill(gamma_.value.data(), gamma_.value.data() + c, 1.0f);
+  running_mean_.name = name_ + ".running_mean";
+  running_var_.name = name_ + ".running_var";
+  running_mean_.value.resize(c);
+  running_var_.value.resize(c);
+  running_mean_.value.zero();
+  std::fill(running_var_.value.data(), running_var_.value.data() + c, 1.0f);
+  mean_.resize(c);
+  invstd_.resize(c);
+  scale_.resize(c);
+  shift_.resize(c);
+}
+
+const Tensor& BatchNorm2d::forward(const Tensor& in, bool train, int threads) {
+  const Shape s = in.shape();
+  if (s.c != opt_.channels) {
+    throw InvalidArgument("BatchNorm2d " + name_ + ": input has " + std::to_string(s.c) + " channels, expected " +
+                          std::to_string(opt_.channels));
+  }
+  in_ = &in;
+  train_ = train;
+  out_.reshape(s);
+  const int c = s.c;
+  const size_t pixels = static_cast<size_t>(s.h) * s.w;
+  const int nt = clamp_threads(threads, s.n);
+  const float* gamma = gamma_.value.data();
+  const float* beta = beta_.value.data();
+  float* rm = running_mean_.value.data();
+  float* rv = running_var_.value.data();
+
+  if (train) {
+    if (static_cast<int>(partial_.size()) < nt) partial_.resize(nt);
+    run_chunks(nt, s.n, [&](int tid, int b, int e) {
+      std::vector<double>& acc = partial_[tid];
+      acc.assign(2 * c, 0.0);
+      std::vector<float> sum(c), sq(c);
+      for (int n = b; n < e; ++n) {
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        std::fill(sq.begin(), sq.end(), 0.0f);
+        const float* x = in.image(n);
+        for (size_t p = 0; p < pixels; ++p) {
+          const float* xi = x + p * c;
+#pragma omp simd
+          for (int ch = 0; ch < c; ++ch) {
+            sum[ch] += xi[ch];
+            sq[ch] += xi[ch] * xi[ch];
+          }
+        }
+        for (int ch = 0; ch < c; ++ch) {
+          acc[ch] += sum[ch];
+          acc[c + ch] += sq[ch];
+        }
+      }
+    });
+    const double m = static_cast<double>(s.n) * pixels;
+    for (int ch = 0; ch < c; ++ch) {
+      double s1 = 0, s2 = 0;
+      for (int t = 0; t < nt; ++t) {
+        s1 += partial_[t][ch];
+        s2 += partial_[t][c + ch];
+      }
+      double mean = s1 / m;
+      double var = std::max(0.0, s2 / m - mean * mean);
+      mean_[ch] = static_cast<float>(mean);
+      invstd_[ch] = static_cast<float>(1.0 / std::sqrt(var + opt_.eps));
+      double unbiased = m > 1 ? var * m / (m - 1) : var;
+      rm[ch] = static_cast<float>((1.0 - opt_.momentum) * rm[ch] + opt_.momentum * mean);
+      rv[ch] = static_cast<float>((1.0 - opt_.momentum) * rv[ch] + opt_.momentum * unbiased);
+    }
+  } else {
+    for (int ch = 0; ch < c; ++ch) {
+      mean_[ch] = rm[ch];
+      invstd_[ch] = 1.0f / std::sqrt(rv[ch] + opt_.eps);
+    }
+  }
+  for (int ch = 0; ch < c; ++ch) {
+    scale_[ch] = gamma[ch] * invstd_[ch];
+    shift_[ch] = beta[ch] - mean_[ch] * scale_[ch];
+  }
+  run_chunks(nt, s.n, [&](int, int b, int e) {
+    const size_t px = pixels * (e - b);
+    switch (opt_.activation) {
+      case ActivationKind::kNone:
+        affine<ActivationKind::kNone>(in.image(b), out_.image(b), px, c, scale_.data(), shift_.data());
+        break;
+      case ActivationKind::kReLU:
+        affine<ActivationKind::kReLU>(in.image(b), out_.image(b), px, c, scale_.data(), shift_.data());
+        break;
+      case ActivationKind::kReLU6:
+        affine<ActivationKind::kReLU6>(in.image(b), out_.image(b), px, c, scale_.data(), shift_.data());
+        break;
+    }
+  });
+  return out_;
+}
+
+void BatchNorm2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready) {
+  if (in_ == nullptr) throw InvalidArgument("BatchNorm2d " + name_ + ": backward() before forward()");
+  const Tensor& in = *in_;
+  const Shape s = in.shape();
+  if (dout.shape() != s) throw InvalidArgument("BatchNorm2d " + name_ + ": output gradient has the wrong shape");
+  const int c = s.c;
+  const size_t pixels = static_cast<size_t>(s.h) * s.w;
+  const int nt = clamp_threads(threads, s.n);
+  const ActivationKind act = opt_.activation;
+  if (static_cast<int>(partial_.size()) < nt) partial_.resize(nt);
+
+  // Pass 1: sum(g) and sum(g * x_hat) per channel, g = activation-masked output gradient.
+  run_chunks(nt, s.n, [&](int tid, int b, int e) {
+    std::vector<double>& acc = partial_[tid];
+    acc.assign(2 * c, 0.0);
+    std::vector<float> sg(c), sgx(c);
+    for (int n = b; n < e; ++n) {
+      std::fill(sg.begin(), sg.end(), 0.0f);
+      std::fill(sgx.begin(), sgx.end(), 0.0f);
+      const float* x = in.image(n);
+      const float* y = out_.image(n);
+      const float* dy = dout.image(n);
+      for (size_t p = 0; p < pixels; ++p) {
+        const size_t o = p * c;
+#pragma omp simd
+        for (int ch = 0; ch < c; ++ch) {
+          float g = masked(act, y[o + ch], dy[o + ch]);
+          sg[ch] += g;
+          sgx[ch] += g * (x[o + ch] - mean_[ch]);
+        }
+      }
+      for (int ch = 0; ch < c; ++ch) {
+        acc[ch] += sg[ch];
+        acc[c + ch] += sgx[ch];
+      }
+    }
+  });
+  float* dgamma = gamma_.grad.data();
+  float* dbeta = beta_.grad.data();
+  std::vector<float> k1(c), k2(c);
+  const float m = static_cast<float>(static_cast<double>(s.n) * pixels);
+  for (int ch = 0; ch < c; ++ch) {
+    double s1 = 0, s2 = 0;
+    for (int t = 0; t < nt; ++t) {
+      s1 += partial_[t][ch];
+      s2 += partial_[t][c + ch];
+    }
+    dbeta[ch] = static_cast<float>(s1);
+    dgamma[ch] = static_cast<float>(s2 * invstd_[ch]);
+    // dx = scale * (g - dbeta / m - x_hat * dgamma / m), x_hat = (x - mean) * invstd.
+    k1[ch] = dbeta[ch] / m;
+    k2[ch] = dgamma[ch] * invstd_[ch] / m;
+  }
+  if (ready) {
+    ready(beta_.index);
+    ready(gamma_.index);
+  }
+  if (dx == nullptr) return;
+  dx->reshape(s);
+  const bool train = train_;
+  run_chunks(nt, s.n, [&](int, int b, int e) {
+    const size_t px = pixels * (e - b);
+    const float* x = in.image(b);
+    const float* y = out_.image(b);
+    const float* dy = dout.image(b);
+    float* d = dx->image(b);
+    const float* scale = scale_.data();
+    const float* mean = mean_.data();
+    const float* a = k1.data();
+    const float* bb = k2.data();
+    for (size_t p = 0; p < px; ++p) {
+      const size_t o = p * c;
+      if (train) {
+#pragma omp simd
+        for (int ch = 0; ch < c; ++ch) {
+          float g = masked(act, y[o + ch], dy[o + ch]);
+          d[o + ch] = scale[ch] * (g - a[ch] - (x[o + ch] - mean[ch]) * bb[ch]);
+        }
+      } else {
+#pragma omp simd
+        for (int ch = 0; ch < c; ++ch) d[o + ch] = scale[ch] * masked(act, y[o + ch], dy[o + ch]);
+      }
+    }
+  });
+}
+
+}  // namespace edl::models

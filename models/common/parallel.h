@@ -1,0 +1,20 @@
+// Intra-op parallelism for the reference models: a batch is split into contiguous chunks of images,
+// one chunk per thread (OpenMP underneath). With threads == 1 nothing is spawned: the work runs on
+// the calling thread, so "1 thread" is truly one thread.
+//
+// Thread-safety: run_chunks() may be called from one thread at a time per model; the callback runs
+// concurrently on `threads` threads with disjoint [begin, end) ranges and distinct tids.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+
+namespace edl::models {
+
+// Calls fn(tid, begin, end) for each of min(threads, n) contiguous, near-equal chunks of [0, n).
+void run_chunks(int threads, int n, const std::function<void(int tid, int begin, int end)>& fn);
+
+// Maximum thread count run_chunks() will use for `threads` (>= 1).
+inline int clamp_threads(int threads, int n) { return std::max(1, std::min(threads, n)); }
+
+}  // namespace edl::models
