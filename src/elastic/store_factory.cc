@@ -1,0 +1,61 @@
+// connect_store(): URL -> Store backend (memory://NAME, tcp://HOST:PORT, redis://HOST:PORT).
+#include <map>
+#include <mutex>
+
+#include "edl/error.h"
+#include "edl/store.h"
+#include "elastic/redis_store.h"
+#include "elastic/tcp_store_client.h"
+
+namespace edl {
+namespace {
+
+// Splits "HOST:PORT" (HOST may be "[v6addr]"); throws InvalidArgument naming the URL.
+void split_host_port(const std::string& url, const std::string& rest, std::string* host, int* port) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("store URL '" + url + "' is malformed: " + why + " (expected SCHEME://HOST:PORT)");
+  };
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw bad("missing host or port");
+  *host = rest.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  if (host->find('/') != std::string::npos) throw bad("host contains '/'");
+  std::string p = rest.substr(colon + 1);
+  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) throw bad("port is not a number");
+  *port = std::stoi(p);
+  if (*port < 1 || *port > 65535) throw bad("port out of range 1..65535");
+}
+
+std::shared_ptr<Store> named_memory_store(const std::string& name) {
+  static std::mutex mu;
+  static auto* registry = new std::map<std::string, std::shared_ptr<Store>>();  // process lifetime
+  std::lock_guard<std::mutex> lock(mu);
+  auto& s = (*registry)[name];
+  if (!s) s = make_memory_store();
+  return s;
+}
+
+}  // namespace
+
+std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions& options) {
+  size_t sep = url.find("://");
+  if (sep == std::string::npos)
+    throw InvalidArgument("store URL '" + url + "' is malformed: missing scheme (memory://, tcp:// or redis://)");
+  std::string scheme = url.substr(0, sep);
+  std::string rest = url.substr(sep + 3);
+  if (scheme == "memory") {
+    if (rest.empty()) throw InvalidArgument("store URL '" + url + "' is malformed: memory:// needs a NAME");
+    return named_memory_store(rest);
+  }
+  if (scheme == "tcp" || scheme == "redis") {
+    std::string host;
+    int port = 0;
+    split_host_port(url, rest, &host, &port);
+    if (scheme == "tcp") return store::connect_tcp_store(host, port, options);
+    return store::connect_redis_store(host, port, options);
+  }
+  throw InvalidArgument("store URL '" + url + "' has unknown scheme '" + scheme +
+                        "' (expected memory://, tcp:// or redis://)");
+}
+
+}  // namespace edl

@@ -1,0 +1,127 @@
+#include "store/redis_server.h"
+
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace edl::test {
+namespace {
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  socklen_t len = sizeof(sa);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  int port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
+}
+
+bool installed() { return access("/usr/bin/redis-server", X_OK) == 0 || system("command -v redis-server >/dev/null 2>&1") == 0; }
+
+redisContext* connect_auth(int port, const std::string& password) {
+  timeval tv{1, 0};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  if (!c || c->err) {
+    if (c) redisFree(c);
+    return nullptr;
+  }
+  if (!password.empty()) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "AUTH %s", password.c_str()));
+    if (r) freeReplyObject(r);
+  }
+  return c;
+}
+
+}  // namespace
+
+RedisServer::RedisServer(const std::string& password) : password_(password) {
+  if (!installed()) return;
+  char tmpl[] = "/tmp/edl-redis-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  port_ = free_port();
+  std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                   "--dir", dir_, "--save", "", "--appendonly", "no", "--daemonize", "no",
+                                   "--loglevel", "warning", "--hz", "50"};
+  if (!password_.empty()) {
+    args.push_back("--requirepass");
+    args.push_back(password_);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t parent = getpid();
+  pid_ = fork();
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    freopen("/dev/null", "w", stdout);
+    execvp("redis-server", argv.data());
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (redisContext* c = connect_auth(port_, password_)) {
+      auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
+      bool ok = r && r->type == REDIS_REPLY_STATUS;
+      if (r) freeReplyObject(r);
+      redisFree(c);
+      if (ok) return;
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("redis-server exited during start-up");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill();
+  throw std::runtime_error("redis-server did not answer PING within 10 s");
+}
+
+RedisServer::~RedisServer() {
+  kill();
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+void RedisServer::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -2;  // was available, now gone
+}
+
+void RedisServer::flush() {
+  if (redisContext* c = connect_auth(port_, password_)) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "FLUSHALL"));
+    if (r) freeReplyObject(r);
+    redisFree(c);
+  }
+}
+
+RedisServer& RedisServer::shared() {
+  static RedisServer server("redis-secret");
+  return server;
+}
+
+}  // namespace edl::test

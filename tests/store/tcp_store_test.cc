@@ -1,0 +1,326 @@
+// The embedded TCP store: authentication, hostile input, shutdown, URL parsing.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "edl/error.h"
+#include "edl/store.h"
+#include "edl/store_server.h"
+#include "elastic/tcp_store_auth.h"
+#include "elastic/tcp_store_frame.h"
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace st = edl::store;
+
+namespace {
+
+std::shared_ptr<edl::Store> client(const edl::StoreServer& server, const std::string& secret) {
+  edl::StoreOptions o;
+  o.secret = secret;
+  o.connect_timeout = 3000ms;
+  o.request_timeout = 3000ms;
+  return edl::connect_store(server.url(), o);
+}
+
+// A raw socket to the server for sending hostile bytes.
+class RawConn {
+ public:
+  explicit RawConn(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  }
+  ~RawConn() { close(fd_); }
+  void send_bytes(const std::string& b) { ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL); }
+  // Reads one frame (e.g. HELLO) with a deadline.
+  std::optional<st::Message> read_message(int timeout_ms = 3000) {
+    std::string body;
+    char buf[4096];
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (!reader_.next(&body)) {
+      pollfd p{fd_, POLLIN, 0};
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (left <= 0 || poll(&p, 1, left) != 1) return std::nullopt;
+      ssize_t r = recv(fd_, buf, sizeof(buf), 0);
+      if (r <= 0) return std::nullopt;
+      reader_.feed(buf, static_cast<size_t>(r));
+    }
+    return st::decode_message(body, nullptr);
+  }
+  // True when the server closes the connection within the timeout (all pending bytes are drained).
+  bool closed_by_server(int timeout_ms = 3000) {
+    char buf[4096];
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (left <= 0 || poll(&p, 1, left) != 1) return false;
+      ssize_t r = recv(fd_, buf, sizeof(buf), 0);
+      if (r <= 0) return true;
+    }
+  }
+  // Reads HELLO and authenticates with `secret`.
+  void authenticate(const std::string& secret) {
+    auto hello = read_message();
+    REQUIRE(hello);
+    REQUIRE(hello->op == st::Op::kHello);
+    st::Message auth;
+    auth.op = st::Op::kAuth;
+    auth.value = st::auth_mac(secret, *hello->opt);
+    send_bytes(st::encode_frame(auth));
+    auto ok = read_message();
+    REQUIRE(ok);
+    REQUIRE(ok->op == st::Op::kAuthOk);
+  }
+
+ private:
+  int fd_ = -1;
+  st::FrameReader reader_;
+};
+
+std::string le32(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = char(v >> (8 * i));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("tcp store: sha256 and hmac match the standard test vectors", "[store][auth]") {
+  auto hex = [](const st::Digest& d) {
+    static const char* k = "0123456789abcdef";
+    std::string s;
+    for (auto b : d) {
+      s.push_back(k[b >> 4]);
+      s.push_back(k[b & 15]);
+    }
+    return s;
+  };
+  CHECK(hex(st::sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(hex(st::sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(hex(st::sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(hex(st::sha256(std::string(1000000, 'a'))) ==
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // RFC 4231 test cases 1 and 2.
+  CHECK(hex(st::hmac_sha256(std::string(20, '\x0b'), "Hi There")) ==
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  CHECK(hex(st::hmac_sha256("Jefe", "what do ya want for nothing?")) ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(st::constant_time_equal("abc", "abc"));
+  CHECK_FALSE(st::constant_time_equal("abc", "abd"));
+  CHECK_FALSE(st::constant_time_equal("abc", "ab"));
+}
+
+TEST_CASE("tcp store: frame codec round-trips and rejects malformed input", "[store][frame]") {
+  st::Message m;
+  m.op = st::Op::kCompareSet;
+  m.id = 0x0102030405060708ull;
+  m.key = "gen";
+  m.opt = std::string("a\0b", 3);
+  m.value = "desired";
+  m.number = -42;
+  m.list = {"x", "", "zz"};
+  std::string frame = st::encode_frame(m) + st::encode_frame(m);
+  st::FrameReader r;
+  for (char c : frame) REQUIRE(r.feed(&c, 1));  // byte by byte
+  for (int i = 0; i < 2; ++i) {
+    std::string body;
+    REQUIRE(r.next(&body));
+    auto d = st::decode_message(body, nullptr);
+    REQUIRE(d);
+    CHECK(d->op == m.op);
+    CHECK(d->id == m.id);
+    CHECK(d->key == m.key);
+    CHECK(d->opt == m.opt);
+    CHECK(d->value == m.value);
+    CHECK(d->number == m.number);
+    CHECK(d->list == m.list);
+  }
+  std::string body;
+  CHECK_FALSE(r.next(&body));
+  CHECK(r.pending_bytes() == 0);
+
+  // Every strict prefix of a body is rejected, as is trailing garbage and an unknown op.
+  std::string good = frame.substr(4, frame.size() / 2 - 4);
+  for (size_t n = 0; n < good.size(); ++n) CHECK_FALSE(st::decode_message(good.substr(0, n), nullptr));
+  std::string err;
+  CHECK_FALSE(st::decode_message(good + "x", &err));
+  CHECK(err.find("trailing") != std::string::npos);
+  std::string bad_op = good;
+  bad_op[0] = char(77);
+  CHECK_FALSE(st::decode_message(bad_op, &err));
+  // A list count larger than the frame could hold is rejected before allocating.
+  st::Message big;
+  big.op = st::Op::kWait;
+  std::string b = st::encode_frame(big).substr(4);
+  b.replace(b.size() - 4, 4, le32(0xFFFFFFFFu));
+  CHECK_FALSE(st::decode_message(b, &err));
+
+  st::FrameReader zero;
+  CHECK_FALSE(zero.feed(le32(0).data(), 4));
+  st::FrameReader huge(1024);
+  CHECK_FALSE(huge.feed(le32(1025).data(), 4));
+  CHECK(huge.error().find("exceeds") != std::string::npos);
+}
+
+TEST_CASE("tcp store: a wrong or missing secret is rejected with AuthError", "[store][auth]") {
+  edl::StoreServer server({"127.0.0.1", 0, "right"});
+  CHECK(client(server, "right")->add("n", 1) == 1);
+  try {
+    client(server, "wrong");
+    FAIL("a wrong secret was accepted");
+  } catch (const edl::AuthError& e) {
+    CHECK(std::string(e.what()).find("job secret") != std::string::npos);
+    CHECK(std::string(e.what()).find(server.url()) != std::string::npos);
+  }
+  CHECK_THROWS_AS(client(server, ""), edl::AuthError);
+  CHECK(server.rejected_auth_count() == 2);
+  // The server keeps serving authenticated clients.
+  CHECK(client(server, "right")->add("n", 1) == 2);
+}
+
+TEST_CASE("tcp store: a request before AUTH is rejected", "[store][auth]") {
+  edl::StoreServer server({"127.0.0.1", 0, "k"});
+  RawConn raw(server.port());
+  REQUIRE(raw.read_message());  // HELLO
+  st::Message set;
+  set.op = st::Op::kSet;
+  set.key = "injected";
+  set.value = "x";
+  raw.send_bytes(st::encode_frame(set));
+  auto reply = raw.read_message();
+  REQUIRE(reply);
+  CHECK(reply->op == st::Op::kAuthFail);
+  CHECK(raw.closed_by_server());
+  CHECK_FALSE(client(server, "k")->get("injected").has_value());
+}
+
+TEST_CASE("tcp store: garbage, oversized and truncated frames close only that connection", "[store][hostile]") {
+  edl::StoreServer server({"127.0.0.1", 0, "k"});
+  auto good = client(server, "k");
+  good->set("survives", "yes");
+
+  SECTION("HTTP request instead of frames (length prefix 'GET ' is ~542 MB)") {
+    RawConn raw(server.port());
+    raw.send_bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(raw.closed_by_server());
+  }
+  SECTION("huge length prefix after authenticating") {
+    RawConn raw(server.port());
+    raw.authenticate("k");
+    raw.send_bytes(le32(0xFFFFFFFFu) + "abc");
+    CHECK(raw.closed_by_server());
+  }
+  SECTION("zero length prefix") {
+    RawConn raw(server.port());
+    raw.send_bytes(le32(0));
+    CHECK(raw.closed_by_server());
+  }
+  SECTION("valid length, garbage body") {
+    RawConn raw(server.port());
+    raw.authenticate("k");
+    raw.send_bytes(le32(16) + std::string(16, '\xAB'));
+    CHECK(raw.closed_by_server());
+  }
+  SECTION("truncated frame then the peer goes away") {
+    {
+      RawConn raw(server.port());
+      raw.authenticate("k");
+      st::Message m;
+      m.op = st::Op::kSet;
+      m.key = "half";
+      m.value = std::string(1000, 'v');
+      std::string f = st::encode_frame(m);
+      raw.send_bytes(f.substr(0, f.size() / 2));
+    }
+    std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(good->get("half").has_value());
+  }
+  // The hostile connection is gone and the good one still works.
+  CHECK(good->get("survives") == std::optional<std::string>("yes"));
+  good->set("after", "1");
+  CHECK(client(server, "k")->get("after") == std::optional<std::string>("1"));
+  auto deadline = Clock::now() + 3s;
+  while (server.connection_count() > 2 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  CHECK(server.connection_count() <= 2);
+}
+
+TEST_CASE("tcp store: server stop fails pending and later calls with StoreError", "[store]") {
+  auto server = std::make_unique<edl::StoreServer>(edl::StoreServerOptions{"127.0.0.1", 0, "k"});
+  auto s = client(*server, "k");
+  std::string url = server->url();
+  std::atomic<bool> threw{false};
+  std::thread waiter([&] {
+    try {
+      s->wait({"never"}, 60s);
+    } catch (const edl::StoreError& e) {
+      threw = std::string(e.what()).find(url) != std::string::npos;
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  auto t0 = Clock::now();
+  server->stop();
+  waiter.join();
+  CHECK(threw.load());
+  CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count() < 2000);
+  CHECK_THROWS_AS(s->get("x"), edl::StoreError);
+  server.reset();
+  // Nobody listens any more: connecting fails with StoreError naming the address.
+  edl::StoreOptions o;
+  o.connect_timeout = 200ms;
+  try {
+    edl::connect_store(url, o);
+    FAIL("connected to a stopped server");
+  } catch (const edl::StoreError& e) {
+    CHECK(std::string(e.what()).find(url) != std::string::npos);
+  }
+}
+
+TEST_CASE("tcp store: many clients and waiters", "[store]") {
+  edl::StoreServer server({"127.0.0.1", 0, ""});
+  std::vector<std::shared_ptr<edl::Store>> clients;
+  for (int i = 0; i < 16; ++i) clients.push_back(client(server, ""));
+  std::vector<std::thread> ts;
+  std::atomic<int> woke{0};
+  for (int i = 0; i < 16; ++i)
+    ts.emplace_back([&, i] {
+      if (clients[i]->wait({"go"}, 10s)) ++woke;
+    });
+  std::this_thread::sleep_for(50ms);
+  clients[0]->set("go", "1");
+  for (auto& t : ts) t.join();
+  CHECK(woke.load() == 16);
+}
+
+TEST_CASE("connect_store: URLs", "[store]") {
+  CHECK_THROWS_AS(edl::connect_store("localhost:1234"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("tcp://localhost"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("tcp://:80"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("tcp://host:99999"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("tcp://host:http"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("etcd://host:2379"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("memory://"), edl::InvalidArgument);
+  try {
+    edl::connect_store("ftp://x:1");
+  } catch (const edl::InvalidArgument& e) {
+    CHECK(std::string(e.what()).find("ftp://x:1") != std::string::npos);
+  }
+  auto a = edl::connect_store("memory://shared-name");
+  auto b = edl::connect_store("memory://shared-name");
+  auto c = edl::connect_store("memory://other-name");
+  a->set("k", "v");
+  CHECK(b->get("k") == std::optional<std::string>("v"));
+  CHECK_FALSE(c->get("k").has_value());
+}
