@@ -1,0 +1,522 @@
+// DistributedOptimizer: bucket layout, the per-step protocol (passes, launch order, wait, update),
+// momentum compensation and the Stateful snapshot. See include/edl/optim/optimizer.h and docs/optim.md.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "common/logging.h"
+#include "common/runtime.h"
+#include "edl/error.h"
+#include "edl/optim.h"
+#include "optim/bucket_reducer.h"
+#include "optim/update.h"
+
+namespace edl {
+
+using optim::detail::BucketReducer;
+using optim::detail::ReduceJob;
+
+double OptimizerStepStats::overlap_fraction() const {
+  if (comm_s <= 0) return 0.0;
+  return std::clamp(1.0 - wait_s / comm_s, 0.0, 1.0);
+}
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Param {
+  std::string name;
+  float* data = nullptr;
+  float* user_grad = nullptr;  // null: the gradient lives in the bucket (grad_slot)
+  size_t count = 0;
+  size_t bucket = 0;
+  size_t offset = 0;  // element offset inside the bucket
+  bool reported = false;
+  std::vector<float> slot1;  // SGD velocity v / Adam first moment m
+  std::vector<float> slot2;  // Adam second moment
+  std::vector<float> comp;   // momentum compensation buffer s = mu^(t-t0) v_t0 (during a ramp)
+};
+
+struct Bucket {
+  std::vector<size_t> params;
+  size_t count = 0;
+  std::vector<float> buf;
+  std::vector<float> accum;   // zero-copy parameters with accumulation: sum of earlier passes
+  std::vector<uint16_t> half;  // fp16 wire buffer
+  size_t pending = 0;          // parameters not yet final in the last pass
+  bool ready = false;
+  bool launched = false;
+  ReduceJob job;
+};
+
+// Little binary writer / reader for save() / load().
+void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+void put_floats(std::string& out, const std::vector<float>& v) {
+  put_u64(out, v.size());
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+struct Reader {
+  const std::string& s;
+  size_t pos = 0;
+  uint64_t u64() {
+    need(8);
+    uint64_t v;
+    std::memcpy(&v, s.data() + pos, 8);
+    pos += 8;
+    return v;
+  }
+  void floats(std::vector<float>& v, size_t expected_or_zero) {
+    uint64_t n = u64();
+    EDL_CHECK(n == 0 || n == expected_or_zero, DataError,
+              "DistributedOptimizer::load: snapshot slot has " + std::to_string(n) + " elements, parameter has " +
+                  std::to_string(expected_or_zero));
+    need(n * sizeof(float));
+    v.resize(n);
+    if (n) std::memcpy(v.data(), s.data() + pos, n * sizeof(float));
+    pos += n * sizeof(float);
+  }
+  std::string str() {
+    uint64_t n = u64();
+    need(n);
+    std::string out = s.substr(pos, n);
+    pos += n;
+    return out;
+  }
+  void need(uint64_t n) const {
+    EDL_CHECK(n <= s.size() - pos, DataError,
+              "DistributedOptimizer::load: snapshot truncated (" + std::to_string(s.size()) + " bytes)");
+  }
+};
+
+constexpr const char* kMagic = "edl-dopt-v1";
+
+}  // namespace
+
+struct DistributedOptimizer::Impl {
+  DistributedOptimizerOptions opt;
+  optim::Rescaler rescaler;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  bool finalized = false;
+
+  std::shared_ptr<Communicator> explicit_comm;  // options.comm or set_communicator()
+  std::shared_ptr<Communicator> comm;           // the one in use (null: world of 1)
+  std::unique_ptr<BucketReducer> reducer;       // null when the world has one member
+  int world_size = 1;
+
+  bool in_step = false;
+  int passes = 1;
+  int pass = 0;
+  size_t reported = 0;
+  size_t next_launch = 0;
+  double step_start = 0;
+  int64_t comp_t0 = -1;  // resize step whose compensation buffer was taken
+  OptimizerStepStats stats;
+
+  explicit Impl(DistributedOptimizerOptions o) : opt(std::move(o)), rescaler(opt.scaling), explicit_comm(opt.comm) {
+    EDL_CHECK(opt.bucket_cap_bytes >= sizeof(float), InvalidArgument,
+              "DistributedOptimizerOptions.bucket_cap_bytes must be >= 4, got " + std::to_string(opt.bucket_cap_bytes));
+    EDL_CHECK(opt.accumulation_steps >= 0, InvalidArgument,
+              "DistributedOptimizerOptions.accumulation_steps must be >= 0, got " +
+                  std::to_string(opt.accumulation_steps));
+    EDL_CHECK(!(opt.local && opt.comm), InvalidArgument,
+              "DistributedOptimizerOptions: local = true and a communicator are exclusive");
+    const auto& o2 = opt.optimizer;
+    EDL_CHECK(o2.momentum >= 0 && o2.momentum < 1, InvalidArgument,
+              "OptimizerOptions.momentum must be in [0, 1), got " + std::to_string(o2.momentum));
+    EDL_CHECK(o2.weight_decay >= 0, InvalidArgument,
+              "OptimizerOptions.weight_decay must be >= 0, got " + std::to_string(o2.weight_decay));
+    EDL_CHECK(o2.beta1 >= 0 && o2.beta1 < 1 && o2.beta2 >= 0 && o2.beta2 < 1, InvalidArgument,
+              "OptimizerOptions.beta1 / beta2 must be in [0, 1)");
+    EDL_CHECK(o2.eps > 0, InvalidArgument, "OptimizerOptions.eps must be > 0");
+    EDL_CHECK(!o2.nesterov || o2.momentum > 0, InvalidArgument, "OptimizerOptions.nesterov needs momentum > 0");
+  }
+
+  ~Impl() { drain(); }
+
+  bool is_sgd() const { return opt.optimizer.kind == OptimizerKind::kSGD; }
+
+  void finalize() {
+    if (finalized) return;
+    EDL_CHECK(!params.empty(), InvalidArgument, "DistributedOptimizer: no parameter registered");
+    const size_t cap = std::max<size_t>(1, opt.bucket_cap_bytes / sizeof(float));
+    for (size_t k = params.size(); k-- > 0;) {  // reverse registration order
+      Param& p = params[k];
+      if (buckets.empty() || !opt.fuse || (buckets.back().count > 0 && buckets.back().count + p.count > cap))
+        buckets.emplace_back();
+      Bucket& b = buckets.back();
+      p.bucket = buckets.size() - 1;
+      p.offset = b.count;
+      b.params.push_back(k);
+      b.count += p.count;
+    }
+    for (auto& b : buckets) b.buf.assign(b.count, 0.0f);
+    for (auto& p : params) {
+      if (is_sgd()) {
+        if (opt.optimizer.momentum > 0) p.slot1.assign(p.count, 0.0f);
+      } else {
+        p.slot1.assign(p.count, 0.0f);
+        p.slot2.assign(p.count, 0.0f);
+      }
+    }
+    finalized = true;
+  }
+
+  // Picks the communicator of this step and applies its generation (idempotent per generation).
+  void resolve() {
+    EDL_CHECK(!in_step, InvalidArgument, "DistributedOptimizer: cannot change the communicator during a step");
+    std::shared_ptr<Communicator> next;
+    if (!opt.local) next = explicit_comm ? explicit_comm : detail::Runtime::instance().generation()->comm;
+    if (next != comm) {
+      reducer.reset();
+      comm = next;
+      world_size = comm ? comm->size() : 1;
+      if (comm && comm->size() > 1) reducer = std::make_unique<BucketReducer>(comm);
+    }
+    if (comm) {
+      elastic::GenerationInfo info;
+      info.generation = comm->generation();
+      info.rank = comm->rank();
+      info.size = comm->size();
+      info.previous_size = rescaler.has_generation() ? rescaler.size() : 0;
+      rescaler.apply_generation(info);
+    } else if (!rescaler.has_generation()) {
+      elastic::GenerationInfo info;  // world of one: generation 0, size 1
+      rescaler.apply_generation(info);
+    }
+  }
+
+  void begin_step() {
+    if (in_step) return;
+    finalize();
+    resolve();
+    passes = opt.accumulation_steps > 0 ? opt.accumulation_steps : rescaler.batch_plan().accumulation_steps;
+    for (auto& b : buckets) {
+      b.pending = b.params.size();
+      b.ready = false;
+      b.launched = false;
+    }
+    for (auto& p : params) p.reported = false;
+    pass = 0;
+    reported = 0;
+    next_launch = 0;
+    stats = OptimizerStepStats{};
+    step_start = now_s();
+    in_step = true;
+  }
+
+  void take_grad(Param& p) {
+    Bucket& b = buckets[p.bucket];
+    float* slot = b.buf.data() + p.offset;
+    const size_t n = p.count;
+    if (p.user_grad != nullptr) {
+      if (pass == 0) {
+        std::memcpy(slot, p.user_grad, n * sizeof(float));
+      } else {
+        for (size_t i = 0; i < n; ++i) slot[i] += p.user_grad[i];
+      }
+    } else if (passes > 1) {  // zero-copy: the model overwrote the slot; keep the sum of earlier passes aside
+      if (b.accum.size() != b.count) b.accum.assign(b.count, 0.0f);
+      float* acc = b.accum.data() + p.offset;
+      if (pass == 0) {
+        std::memcpy(acc, slot, n * sizeof(float));
+      } else if (pass < passes - 1) {
+        for (size_t i = 0; i < n; ++i) acc[i] += slot[i];
+      } else {
+        for (size_t i = 0; i < n; ++i) slot[i] += acc[i];
+      }
+    }
+    p.reported = true;
+    ++reported;
+    if (pass == passes - 1 && --b.pending == 0) b.ready = true;
+  }
+
+  void launch_ready(bool force) {
+    if (!opt.overlap && !force) return;
+    while (next_launch < buckets.size() && buckets[next_launch].ready) {
+      Bucket& b = buckets[next_launch++];
+      b.launched = true;
+      b.job = ReduceJob{};
+      if (!reducer) {
+        b.job.done = true;
+        continue;
+      }
+      b.job.data = b.buf.data();
+      b.job.count = b.count;
+      if (opt.fp16_compression) {
+        if (b.half.size() != b.count) b.half.assign(b.count, 0);
+        b.job.half = b.half.data();
+        b.job.prescale = 1.0f / static_cast<float>(world_size * passes);
+      }
+      stats.bytes += b.count * (opt.fp16_compression ? 2 : 4);
+      reducer->launch(&b.job);
+    }
+  }
+
+  void end_pass() {
+    for (auto& p : params)
+      if (!p.reported) take_grad(p);
+    ++pass;
+    reported = 0;
+    for (auto& p : params) p.reported = false;
+    if (pass == passes) launch_ready(false);
+  }
+
+  void grad_ready(size_t index) {
+    EDL_CHECK(index < params.size(), InvalidArgument,
+              "DistributedOptimizer::grad_ready: parameter index " + std::to_string(index) + " out of range (" +
+                  std::to_string(params.size()) + " registered)");
+    begin_step();
+    EDL_CHECK(pass < passes, InvalidArgument,
+              "DistributedOptimizer::grad_ready(" + std::to_string(index) + "): all " + std::to_string(passes) +
+                  " backward passes of this step are done; call step()");
+    Param& p = params[index];
+    EDL_CHECK(!p.reported, InvalidArgument,
+              "DistributedOptimizer::grad_ready: parameter " + std::to_string(index) + " ('" + p.name +
+                  "') reported twice in one backward pass");
+    take_grad(p);
+    if (pass == passes - 1) launch_ready(false);
+    if (reported == params.size()) end_pass();
+  }
+
+  // Waits for every launched job (their buffers must not be touched while the thread owns them).
+  void drain() {
+    if (!reducer) return;
+    for (size_t b = 0; b < next_launch && b < buckets.size(); ++b) reducer->wait(&buckets[b].job);
+  }
+
+  void discard() {
+    if (!in_step) return;
+    drain();
+    in_step = false;
+  }
+
+  void step() {
+    begin_step();
+    if (pass < passes) end_pass();
+    if (pass < passes) {
+      int done = pass;
+      discard();
+      throw InvalidArgument("DistributedOptimizer::step() after " + std::to_string(done) + " of " +
+                            std::to_string(passes) +
+                            " gradient-accumulation passes: call backward_done() after each backward pass");
+    }
+    launch_ready(true);
+    double t_wait = now_s();
+    std::exception_ptr error;
+    if (reducer) {
+      for (auto& b : buckets) {
+        reducer->wait(&b.job);
+        stats.comm_s += b.job.busy_s;
+        if (b.job.error && !error) error = b.job.error;
+      }
+    }
+    stats.wait_s = now_s() - t_wait;
+    stats.buckets = buckets.size();
+    in_step = false;
+    if (error) std::rethrow_exception(error);
+    double t_update = now_s();
+    apply_update();
+    stats.update_s = now_s() - t_update;
+    rescaler.advance();
+  }
+
+  void apply_update() {
+    const optim::StepParams sp = rescaler.step_params();
+    const bool prescaled = opt.fp16_compression && reducer != nullptr;
+    const float grad_scale = prescaled ? 1.0f : 1.0f / static_cast<float>(world_size * passes);
+    const auto& o = opt.optimizer;
+    if (is_sgd()) {
+      optim::detail::SgdStep s;
+      s.lr = static_cast<float>(sp.lr);
+      s.momentum = static_cast<float>(o.momentum);
+      s.weight_decay = static_cast<float>(o.weight_decay);
+      s.nesterov = o.nesterov;
+      s.grad_scale = grad_scale;
+      const bool compensate = sp.compensating && o.momentum > 0;
+      const int64_t t0 = rescaler.resize_step();
+      if (compensate && comp_t0 != t0) {  // first step of a ramp: keep v_t0 aside
+        for (auto& p : params) p.comp = p.slot1;
+        comp_t0 = t0;
+      }
+      s.comp_delta = compensate ? static_cast<float>(sp.gamma - sp.prev_gamma) : 0.0f;
+      for (auto& p : params) {
+        float* comp = compensate && !p.comp.empty() ? p.comp.data() : nullptr;
+        sgd_update(p.data, p.slot1.empty() ? nullptr : p.slot1.data(), comp,
+                   buckets[p.bucket].buf.data() + p.offset, p.count, s);
+      }
+      if (compensate && rescaler.step() - t0 >= rescaler.policy().compensation_steps) {
+        for (auto& p : params) std::vector<float>().swap(p.comp);  // ramp finished: gamma reached k
+      }
+    } else {
+      optim::detail::AdamStep s;
+      const double t = static_cast<double>(rescaler.step() + 1);
+      s.lr = static_cast<float>(sp.lr);
+      s.beta1 = static_cast<float>(o.beta1);
+      s.beta2 = static_cast<float>(o.beta2);
+      s.eps = static_cast<float>(o.eps);
+      s.weight_decay = static_cast<float>(o.weight_decay);
+      s.decoupled = o.kind == OptimizerKind::kAdamW;
+      s.grad_scale = grad_scale;
+      s.bias_correction1 = static_cast<float>(1.0 - std::pow(o.beta1, t));
+      s.bias_correction2 = static_cast<float>(1.0 - std::pow(o.beta2, t));
+      for (auto& p : params)
+        adam_update(p.data, p.slot1.data(), p.slot2.data(), buckets[p.bucket].buf.data() + p.offset, p.count, s);
+    }
+  }
+};
+
+DistributedOptimizer::DistributedOptimizer(DistributedOptimizerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+size_t DistributedOptimizer::add_parameter(const std::string& name, float* data, float* grad, size_t count) {
+  EDL_CHECK(!impl_->finalized, InvalidArgument,
+            "DistributedOptimizer::add_parameter('" + name + "') after the buckets were built (first step)");
+  EDL_CHECK(data != nullptr, InvalidArgument, "DistributedOptimizer::add_parameter('" + name + "'): data is null");
+  EDL_CHECK(count > 0, InvalidArgument, "DistributedOptimizer::add_parameter('" + name + "'): count is 0");
+  Param p;
+  p.name = name;
+  p.data = data;
+  p.user_grad = grad;
+  p.count = count;
+  impl_->params.push_back(std::move(p));
+  return impl_->params.size() - 1;
+}
+
+size_t DistributedOptimizer::num_parameters() const { return impl_->params.size(); }
+
+float* DistributedOptimizer::grad_slot(size_t index) {
+  impl_->finalize();
+  EDL_CHECK(index < impl_->params.size(), InvalidArgument,
+            "DistributedOptimizer::grad_slot: index " + std::to_string(index) + " out of range");
+  const Param& p = impl_->params[index];
+  return impl_->buckets[p.bucket].buf.data() + p.offset;
+}
+
+size_t DistributedOptimizer::num_buckets() {
+  impl_->finalize();
+  return impl_->buckets.size();
+}
+
+size_t DistributedOptimizer::bucket_of(size_t index) {
+  impl_->finalize();
+  EDL_CHECK(index < impl_->params.size(), InvalidArgument,
+            "DistributedOptimizer::bucket_of: index " + std::to_string(index) + " out of range");
+  return impl_->params[index].bucket;
+}
+
+void DistributedOptimizer::grad_ready(size_t index) { impl_->grad_ready(index); }
+
+void DistributedOptimizer::backward_done() {
+  impl_->begin_step();
+  EDL_CHECK(impl_->pass < impl_->passes, InvalidArgument,
+            "DistributedOptimizer::backward_done: all " + std::to_string(impl_->passes) +
+                " backward passes of this step are done; call step()");
+  impl_->end_pass();
+}
+
+void DistributedOptimizer::step() { impl_->step(); }
+
+void DistributedOptimizer::discard_step() { impl_->discard(); }
+
+void DistributedOptimizer::set_communicator(std::shared_ptr<Communicator> comm) {
+  EDL_CHECK(!impl_->opt.local, InvalidArgument, "DistributedOptimizer::set_communicator on a local optimizer");
+  EDL_CHECK(comm != nullptr, InvalidArgument, "DistributedOptimizer::set_communicator: null communicator");
+  impl_->discard();
+  impl_->explicit_comm = std::move(comm);
+  impl_->finalize();
+  impl_->resolve();
+}
+
+void DistributedOptimizer::on_generation(const elastic::GenerationInfo& info) {
+  impl_->discard();
+  impl_->rescaler.apply_generation(info);
+}
+
+std::string DistributedOptimizer::save() {
+  impl_->finalize();
+  std::string out(kMagic);
+  put_u64(out, 0);  // reserved
+  std::string r = impl_->rescaler.save();
+  put_u64(out, r.size());
+  out += r;
+  put_u64(out, static_cast<uint64_t>(impl_->comp_t0));
+  put_u64(out, impl_->params.size());
+  for (const auto& p : impl_->params) {
+    put_floats(out, p.slot1);
+    put_floats(out, p.slot2);
+    put_floats(out, p.comp);
+  }
+  return out;
+}
+
+void DistributedOptimizer::load(const std::string& snapshot) {
+  impl_->discard();
+  impl_->finalize();
+  EDL_CHECK(snapshot.compare(0, std::strlen(kMagic), kMagic) == 0, DataError,
+            "DistributedOptimizer::load: not an optimizer snapshot (" + std::to_string(snapshot.size()) + " bytes)");
+  Reader in{snapshot, std::strlen(kMagic)};
+  in.u64();
+  std::string r = in.str();
+  int64_t comp_t0 = static_cast<int64_t>(in.u64());
+  uint64_t n = in.u64();
+  EDL_CHECK(n == impl_->params.size(), DataError,
+            "DistributedOptimizer::load: snapshot has " + std::to_string(n) + " parameters, optimizer has " +
+                std::to_string(impl_->params.size()));
+  std::vector<Param> tmp(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Param& p = impl_->params[i];
+    in.floats(tmp[i].slot1, p.count);
+    in.floats(tmp[i].slot2, p.count);
+    in.floats(tmp[i].comp, p.count);
+    EDL_CHECK(tmp[i].slot1.size() == p.slot1.size() && tmp[i].slot2.size() == p.slot2.size(), DataError,
+              "DistributedOptimizer::load: snapshot slots of '" + p.name + "' do not match this optimizer's kind");
+  }
+  EDL_CHECK(in.pos == snapshot.size(), DataError, "DistributedOptimizer::load: trailing bytes in snapshot");
+  impl_->rescaler.load(r);  // validates before anything is replaced below
+  impl_->comp_t0 = comp_t0;
+  for (size_t i = 0; i < n; ++i) {
+    impl_->params[i].slot1 = std::move(tmp[i].slot1);
+    impl_->params[i].slot2 = std::move(tmp[i].slot2);
+    impl_->params[i].comp = std::move(tmp[i].comp);
+  }
+}
+
+void DistributedOptimizer::set_epoch(int64_t epoch) { impl_->rescaler.set_epoch(epoch); }
+
+int64_t DistributedOptimizer::step_count() const { return impl_->rescaler.step(); }
+
+double DistributedOptimizer::lr() {
+  if (!impl_->in_step) {
+    impl_->finalize();
+    impl_->resolve();
+  }
+  return impl_->rescaler.step_params().lr;
+}
+
+int DistributedOptimizer::accumulation_steps() {
+  if (impl_->in_step) return impl_->passes;
+  const auto& plan = batch_plan();
+  return impl_->opt.accumulation_steps > 0 ? impl_->opt.accumulation_steps : plan.accumulation_steps;
+}
+
+const optim::BatchPlan& DistributedOptimizer::batch_plan() {
+  if (!impl_->in_step) {
+    impl_->finalize();
+    impl_->resolve();
+  }
+  return impl_->rescaler.batch_plan();
+}
+
+const optim::Rescaler& DistributedOptimizer::rescaler() const { return impl_->rescaler; }
+
+const OptimizerStepStats& DistributedOptimizer::last_step_stats() const { return impl_->stats; }
+
+}  // namespace edl
