@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "edl/error.h"
 #include "models/common/parallel.h"
@@ -35,12 +36,88 @@ inline float activate(ActivationKind kind, float v) {
 }
 
 template <ActivationKind kAct>
-void affine(const float* x, float* y, size_t pixels, int c, const float* scale, const float* shift) {
+void affine(const float* __restrict x, float* __restrict y, size_t pixels, int c, const float* __restrict scale,
+            const float* __restrict shift) {
   for (size_t p = 0; p < pixels; ++p) {
-    const float* xi = x + p * c;
-    float* yi = y + p * c;
+    const float* __restrict xi = x + p * c;
+    float* __restrict yi = y + p * c;
 #pragma omp simd
     for (int ch = 0; ch < c; ++ch) yi[ch] = activate(kAct, xi[ch] * scale[ch] + shift[ch]);
+  }
+}
+
+template <ActivationKind kAct>
+using Kind = std::integral_constant<ActivationKind, kAct>;
+
+// Calls fn(Kind<k>{}) for the runtime activation k, so kernels are compiled once per activation.
+template <typename F>
+void dispatch(ActivationKind k, F&& fn) {
+  switch (k) {
+    case ActivationKind::kNone:
+      fn(Kind<ActivationKind::kNone>{});
+      break;
+    case ActivationKind::kReLU:
+      fn(Kind<ActivationKind::kReLU>{});
+      break;
+    case ActivationKind::kReLU6:
+      fn(Kind<ActivationKind::kReLU6>{});
+      break;
+  }
+}
+
+// sum[c] = sum over pixels of x, sq[c] = sum of x^2 (one image: float accumulation is enough).
+void channel_sums(const float* __restrict x, size_t pixels, int c, float* __restrict sum, float* __restrict sq) {
+  std::fill(sum, sum + c, 0.0f);
+  std::fill(sq, sq + c, 0.0f);
+  for (size_t p = 0; p < pixels; ++p) {
+    const float* __restrict xi = x + p * c;
+#pragma omp simd
+    for (int ch = 0; ch < c; ++ch) {
+      sum[ch] += xi[ch];
+      sq[ch] += xi[ch] * xi[ch];
+    }
+  }
+}
+
+// sg[c] = sum of g, sgx[c] = sum of g * (x - mean), g = masked output gradient.
+template <ActivationKind kAct>
+void grad_sums(const float* __restrict x, const float* __restrict y, const float* __restrict dy, size_t pixels,
+               int c, const float* __restrict mean, float* __restrict sg, float* __restrict sgx) {
+  std::fill(sg, sg + c, 0.0f);
+  std::fill(sgx, sgx + c, 0.0f);
+  for (size_t p = 0; p < pixels; ++p) {
+    const size_t o = p * c;
+#pragma omp simd
+    for (int ch = 0; ch < c; ++ch) {
+      float g = masked(kAct, y[o + ch], dy[o + ch]);
+      sg[ch] += g;
+      sgx[ch] += g * (x[o + ch] - mean[ch]);
+    }
+  }
+}
+
+// dx = scale * (g - k1 - (x - mean) * k2).
+template <ActivationKind kAct>
+void input_grad_train(const float* __restrict x, const float* __restrict y, const float* __restrict dy,
+                      float* __restrict dx, size_t pixels, int c, const float* __restrict scale,
+                      const float* __restrict mean, const float* __restrict k1, const float* __restrict k2) {
+  for (size_t p = 0; p < pixels; ++p) {
+    const size_t o = p * c;
+#pragma omp simd
+    for (int ch = 0; ch < c; ++ch) {
+      float g = masked(kAct, y[o + ch], dy[o + ch]);
+      dx[o + ch] = scale[ch] * (g - k1[ch] - (x[o + ch] - mean[ch]) * k2[ch]);
+    }
+  }
+}
+
+template <ActivationKind kAct>
+void input_grad_eval(const float* __restrict y, const float* __restrict dy, float* __restrict dx, size_t pixels,
+                     int c, const float* __restrict scale) {
+  for (size_t p = 0; p < pixels; ++p) {
+    const size_t o = p * c;
+#pragma omp simd
+    for (int ch = 0; ch < c; ++ch) dx[o + ch] = scale[ch] * masked(kAct, y[o + ch], dy[o + ch]);
   }
 }
 
@@ -88,22 +165,12 @@ const Tensor& BatchNorm2d::forward(const Tensor& in, bool train, int threads) {
     run_chunks(nt, s.n, [&](int tid, int b, int e) {
       std::vector<double>& acc = partial_[tid];
       acc.assign(2 * c, 0.0);
-      std::vector<float> sum(c), sq(c);
+      std::vector<float> sums(2 * c);
       for (int n = b; n < e; ++n) {
-        std::fill(sum.begin(), sum.end(), 0.0f);
-        std::fill(sq.begin(), sq.end(), 0.0f);
-        const float* x = in.image(n);
-        for (size_t p = 0; p < pixels; ++p) {
-          const float* xi = x + p * c;
-#pragma omp simd
-          for (int ch = 0; ch < c; ++ch) {
-            sum[ch] += xi[ch];
-            sq[ch] += xi[ch] * xi[ch];
-          }
-        }
+        channel_sums(in.image(n), pixels, c, sums.data(), sums.data() + c);
         for (int ch = 0; ch < c; ++ch) {
-          acc[ch] += sum[ch];
-          acc[c + ch] += sq[ch];
+          acc[ch] += sums[ch];
+          acc[c + ch] += sums[c + ch];
         }
       }
     });
@@ -164,25 +231,15 @@ void BatchNorm2d::backward(const Tensor& dout, Tensor* dx, int threads, const Gr
   run_chunks(nt, s.n, [&](int tid, int b, int e) {
     std::vector<double>& acc = partial_[tid];
     acc.assign(2 * c, 0.0);
-    std::vector<float> sg(c), sgx(c);
+    std::vector<float> sums(2 * c);
     for (int n = b; n < e; ++n) {
-      std::fill(sg.begin(), sg.end(), 0.0f);
-      std::fill(sgx.begin(), sgx.end(), 0.0f);
-      const float* x = in.image(n);
-      const float* y = out_.image(n);
-      const float* dy = dout.image(n);
-      for (size_t p = 0; p < pixels; ++p) {
-        const size_t o = p * c;
-#pragma omp simd
-        for (int ch = 0; ch < c; ++ch) {
-          float g = masked(act, y[o + ch], dy[o + ch]);
-          sg[ch] += g;
-          sgx[ch] += g * (x[o + ch] - mean_[ch]);
-        }
-      }
+      dispatch(act, [&](auto kind) {
+        grad_sums<decltype(kind)::value>(in.image(n), out_.image(n), dout.image(n), pixels, c, mean_.data(),
+                                         sums.data(), sums.data() + c);
+      });
       for (int ch = 0; ch < c; ++ch) {
-        acc[ch] += sg[ch];
-        acc[c + ch] += sgx[ch];
+        acc[ch] += sums[ch];
+        acc[c + ch] += sums[c + ch];
       }
     }
   });
@@ -211,27 +268,15 @@ void BatchNorm2d::backward(const Tensor& dout, Tensor* dx, int threads, const Gr
   const bool train = train_;
   run_chunks(nt, s.n, [&](int, int b, int e) {
     const size_t px = pixels * (e - b);
-    const float* x = in.image(b);
-    const float* y = out_.image(b);
-    const float* dy = dout.image(b);
-    float* d = dx->image(b);
-    const float* scale = scale_.data();
-    const float* mean = mean_.data();
-    const float* a = k1.data();
-    const float* bb = k2.data();
-    for (size_t p = 0; p < px; ++p) {
-      const size_t o = p * c;
+    dispatch(act, [&](auto kind) {
+      constexpr ActivationKind kAct = decltype(kind)::value;
       if (train) {
-#pragma omp simd
-        for (int ch = 0; ch < c; ++ch) {
-          float g = masked(act, y[o + ch], dy[o + ch]);
-          d[o + ch] = scale[ch] * (g - a[ch] - (x[o + ch] - mean[ch]) * bb[ch]);
-        }
+        input_grad_train<kAct>(in.image(b), out_.image(b), dout.image(b), dx->image(b), px, c, scale_.data(),
+                               mean_.data(), k1.data(), k2.data());
       } else {
-#pragma omp simd
-        for (int ch = 0; ch < c; ++ch) d[o + ch] = scale[ch] * masked(act, y[o + ch], dy[o + ch]);
+        input_grad_eval<kAct>(out_.image(b), dout.image(b), dx->image(b), px, c, scale_.data());
       }
-    }
+    });
   });
 }
 

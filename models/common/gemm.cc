@@ -2,6 +2,8 @@
 
 #include <Eigen/Core>
 
+#include "models/common/gemm_small.h"
+
 namespace edl::models {
 namespace {
 
@@ -31,6 +33,7 @@ void gemm(Trans ta, Trans tb, int m, int n, int k, const float* a, int lda, cons
     if (!accumulate) RowMap(c, m, n, Stride(ldc)).setZero();
     return;
   }
+  if (tb == Trans::kNo && ldb == n && gemm_small_n(ta == Trans::kYes, m, n, k, a, lda, b, c, ldc, accumulate)) return;
   // A transposed row-major matrix is the same memory read as column-major.
   if (ta == Trans::kNo && tb == Trans::kNo) {
     product(ConstRowMap(a, m, k, Stride(lda)), ConstRowMap(b, k, n, Stride(ldb)), c, m, n, ldc, accumulate);
