@@ -4,3 +4,4 @@
 
 #include "edl/data/batch.h"
 #include "edl/data/dataset.h"
+#include "edl/data/shards.h"

@@ -1,0 +1,94 @@
+// edl::data::ShardGenerator — the elastic shard dispatcher: every record of every epoch is trained
+// exactly once in the model that survives, whatever joins, leaves or dies (protocol: docs/data.md).
+//
+// The dataset's N records are cut into shards of records_per_shard (ElasticDL's "records per task").
+// Each epoch visits the shards in an order shuffled from (seed, epoch) — the same on every worker and
+// after restarts — and, optionally, the records inside a shard in a shuffled order too. A worker that
+// needs work claims the next free shard with a compare_set on the store; it then consumes the shard
+// batch_size records per training step until the shard is exhausted and claims the next one.
+//
+// Exactly-once through commits. A claim is written BEFORE the worker trains its first batch and says
+// "worker w consumes shard k from offset o, b records per step, starting at step t0". So the offset of
+// every shard at any step is a pure function of the claims — nothing is reported per batch, and
+// notify_batch_end costs no store round trip. The committed snapshot (save()) is the table of shard
+// offsets at the commit's step; a rollback (load()) reinstates it, and each membership generation
+// claims in a fresh store namespace seeded from that committed table, so records trained after the
+// last commit are trained again by someone and shards of a worker that left continue from their
+// committed offset on another worker. Register the generator with State::register_component: it
+// follows commit / restore / sync / checkpoint resume like the model does.
+//
+// Epochs: an epoch ends when all its shards are exhausted; a worker that finds no free shard gets an
+// empty step (it still joins the step's allreduce with zero gradient) until then. Every member sees
+// the same epoch at the same step, so no shard of epoch e+1 is handed out while one of e is pending.
+//
+// Contract: synchronous data-parallel training — every member calls next() exactly once per training
+// step (the step's records are then trained, or the whole step is rolled back by a failure).
+//
+// Thread-safety: one ShardGenerator per worker, used from the training thread. The store may be
+// shared by any number of workers (memory://, tcp://, redis://).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edl/export.h"
+#include "edl/state.h"
+#include "edl/store.h"
+
+namespace edl::data {
+
+struct ShardOptions {
+  uint64_t records = 0;              // N records in the dataset (> 0)
+  uint64_t records_per_shard = 0;    // records per shard (> 0)
+  uint64_t batch_size = 0;           // records this worker trains per step (> 0)
+  uint64_t seed = 0;                 // shuffle seed (shard order and record order)
+  bool shuffle_records = true;       // also shuffle the records inside each shard per epoch
+  int64_t epochs = 0;                // > 0: next() reports end_of_data once this many epochs are done; 0 = endless
+  std::string name = "shards";       // store namespace (several datasets may share a store)
+  std::string worker_id;             // who holds a claim (diagnostics); "" = "rank<r>" at on_generation
+};
+
+// What one worker trains at one step.
+struct StepRecords {
+  int64_t step = 0;               // the generator's step counter (steps drawn since the start)
+  int64_t epoch = 0;              // epoch these records belong to
+  int64_t shard = -1;             // shard they come from; -1 when the worker has nothing this step
+  uint64_t offset = 0;            // position of records[0] inside the shard
+  std::vector<uint64_t> records;  // dataset record indices; empty = wait for the epoch to end
+  bool end_of_data = false;       // options.epochs are done: stop training
+};
+
+class EDL_API ShardGenerator : public elastic::Stateful {
+ public:
+  // Uses `store` (all workers of the job must pass the same store; keys live under options.name).
+  ShardGenerator(std::shared_ptr<Store> store, ShardOptions options);
+  // Uses the job's store (edl::init()); in a world without a launcher, a private in-memory store.
+  explicit ShardGenerator(ShardOptions options);
+  ~ShardGenerator() override;
+
+  // The records this worker trains at the next step (see the contract above). StoreError when the
+  // store fails.
+  StepRecords next();
+
+  int64_t epoch() const;
+  int64_t step() const;
+  uint64_t num_shards() const;
+  // Shard order of an epoch (a permutation of [0, num_shards())).
+  std::vector<uint64_t> shard_order(int64_t epoch) const;
+  // Record indices of a shard in the order they are trained in that epoch.
+  std::vector<uint64_t> shard_records(int64_t epoch, uint64_t shard) const;
+
+  // Stateful: the committed table of shard offsets; restores it; starts a new claim namespace.
+  std::string save() override;
+  void load(const std::string& snapshot) override;
+  void on_generation(const elastic::GenerationInfo& info) override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace edl::data

@@ -1,0 +1,238 @@
+// ShardGenerator: shuffle determinism, epoch boundaries, exactly-once accounting under random kills,
+// joins and graceful leaves (tests/data/shard_sim.h), resume from a checkpoint, bad input.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "data/shard_sim.h"
+#include "edl/data.h"
+#include "edl/error.h"
+
+using namespace edl::data;
+using Catch::Matchers::Contains;
+
+namespace {
+
+ShardOptions opts(uint64_t records, uint64_t rps, uint64_t batch, const std::string& worker = "w0") {
+  ShardOptions o;
+  o.records = records;
+  o.records_per_shard = rps;
+  o.batch_size = batch;
+  o.seed = 11;
+  o.worker_id = worker;
+  return o;
+}
+
+void check_audit(const edl::test::SimResult& r, int epochs, uint64_t records) {
+  INFO("kills " << r.kills << " joins " << r.joins << " leaves " << r.leaves << " partial commits "
+                << r.partial_commits << " steps " << r.steps);
+  REQUIRE(r.error.empty());
+  REQUIRE(r.epochs.size() == static_cast<size_t>(epochs));
+  for (const auto& e : r.epochs) {
+    INFO("epoch " << e.epoch);
+    CHECK(e.records == records);
+    CHECK(e.trained_once == records);
+    CHECK(e.trained_twice == 0);
+    CHECK(e.never == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("shard order and record order are deterministic from the seed", "[data][shards]") {
+  auto store = edl::make_memory_store();
+  ShardGenerator a(store, opts(1000, 64, 8)), b(edl::make_memory_store(), opts(1000, 64, 8));
+  auto other = opts(1000, 64, 8);
+  other.seed = 12;
+  ShardGenerator c(store, other);
+  REQUIRE(a.num_shards() == 16);
+  CHECK(a.shard_order(0) == b.shard_order(0));
+  CHECK(a.shard_order(1) == b.shard_order(1));
+  CHECK(a.shard_order(0) != a.shard_order(1));
+  CHECK(a.shard_order(0) != c.shard_order(0));
+  auto order = a.shard_order(2);
+  CHECK(std::set<uint64_t>(order.begin(), order.end()).size() == 16);
+  CHECK(a.shard_records(0, 3) == b.shard_records(0, 3));
+  CHECK(a.shard_records(0, 3) != a.shard_records(1, 3));
+  auto last = a.shard_records(0, 15);  // 1000 = 15 * 64 + 40
+  CHECK(last.size() == 40);
+  CHECK(std::set<uint64_t>(last.begin(), last.end()) == std::set<uint64_t>{[] {
+          std::set<uint64_t> s;
+          for (uint64_t i = 960; i < 1000; ++i) s.insert(i);
+          return s;
+        }()});
+  CHECK_THROWS_AS(a.shard_records(0, 16), edl::InvalidArgument);
+}
+
+TEST_CASE("one worker trains every record once per epoch, shards in the shuffled order", "[data][shards]") {
+  auto o = opts(300, 50, 16);
+  o.epochs = 2;
+  ShardGenerator g(edl::make_memory_store(), o);
+  std::vector<std::vector<int>> seen(2, std::vector<int>(300, 0));
+  std::vector<int64_t> shard_seq;
+  for (int i = 0; i < 1000; ++i) {
+    StepRecords s = g.next();
+    if (s.end_of_data) break;
+    REQUIRE_FALSE(s.records.empty());
+    CHECK(s.records.size() <= 16);
+    for (uint64_t r : s.records) ++seen[s.epoch][r];
+    if (shard_seq.empty() || shard_seq.back() != s.shard) shard_seq.push_back(s.shard);
+  }
+  CHECK(g.next().end_of_data);
+  for (auto& e : seen)
+    for (int c : e) REQUIRE(c == 1);
+  auto order0 = g.shard_order(0), order1 = g.shard_order(1);
+  std::vector<int64_t> want(order0.begin(), order0.end());
+  want.insert(want.end(), order1.begin(), order1.end());
+  CHECK(shard_seq == want);
+}
+
+TEST_CASE("a worker without a shard waits for the epoch to end", "[data][shards]") {
+  auto store = edl::make_memory_store();
+  ShardGenerator a(store, opts(10, 10, 4, "a")), b(store, opts(10, 10, 4, "b"));
+  StepRecords sa = a.next(), sb = b.next();  // step 0: a claims the only shard
+  CHECK(sa.records.size() == 4);
+  CHECK(sb.records.empty());
+  CHECK(sb.shard == -1);
+  CHECK(sb.epoch == 0);
+  sa = a.next();
+  sb = b.next();  // step 1: a at offset 4
+  CHECK(sa.offset == 4);
+  CHECK(sb.records.empty());
+  sa = a.next();
+  sb = b.next();  // step 2: a takes the last 2 records
+  CHECK(sa.records.size() == 2);
+  CHECK(sb.records.empty());
+  sb = b.next();  // step 3: epoch 0 is exhausted: b is first to claim in epoch 1
+  sa = a.next();
+  CHECK(sb.epoch == 1);
+  CHECK(sb.records.size() == 4);
+  CHECK(sa.epoch == 1);
+  CHECK(sa.records.empty());
+}
+
+TEST_CASE("exactly once per epoch under random kills, joins and leaves", "[data][shards][elastic]") {
+  for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
+    edl::test::SimOptions o;
+    o.seed = seed;
+    o.records = 600 + 37 * seed;
+    o.records_per_shard = 20 + seed * 3;
+    o.events = 12;
+    o.commit_every = 1 + static_cast<int>(seed % 4);
+    edl::test::Simulation sim(o);
+    auto r = sim.run();
+    INFO("seed " << seed);
+    check_audit(r, o.epochs, o.records);
+    CHECK(r.kills + r.joins + r.leaves == 12);
+  }
+}
+
+TEST_CASE("exactly once under a storm of events with sparse commits", "[data][shards][elastic]") {
+  int partial_commits = 0;
+  for (uint64_t seed : {31, 32, 33}) {
+    edl::test::SimOptions o;
+    o.seed = seed;
+    o.records = 900;
+    o.records_per_shard = 25;
+    o.events = 60;
+    o.commit_every = 3;
+    o.max_workers = 6;
+    edl::test::Simulation sim(o);
+    auto r = sim.run();
+    INFO("seed " << seed);
+    check_audit(r, o.epochs, o.records);
+    CHECK(r.kills > 5);
+    partial_commits += r.partial_commits;
+  }
+  CHECK(partial_commits > 0);  // survivors that disagreed on the last commit were synced
+}
+
+TEST_CASE("exactly once with members drawing concurrently from threads", "[data][shards][elastic]") {
+  for (uint64_t seed : {21, 22}) {
+    edl::test::SimOptions o;
+    o.seed = seed;
+    o.records = 500;
+    o.records_per_shard = 16;
+    o.initial_workers = 5;
+    o.threads = true;
+    o.events = 10;
+    edl::test::Simulation sim(o);
+    auto r = sim.run();
+    INFO("seed " << seed);
+    check_audit(r, o.epochs, o.records);
+  }
+}
+
+TEST_CASE("a whole-job restart from a checkpoint continues the epoch where it was", "[data][shards][checkpoint]") {
+  const uint64_t N = 200;
+  auto o = opts(N, 30, 7);
+  o.epochs = 1;
+  std::vector<int> count(N, 0);
+  std::string snapshot;
+  {
+    auto store = edl::make_memory_store();
+    auto o1 = o, o2 = o;
+    o1.worker_id = "a";
+    o2.worker_id = "b";
+    o2.batch_size = 5;
+    ShardGenerator a(store, o1), b(store, o2);
+    for (int step = 0; step < 9; ++step) {
+      for (uint64_t r : a.next().records) ++count[r];
+      for (uint64_t r : b.next().records) ++count[r];
+    }
+    snapshot = a.save();
+    CHECK(b.save() == snapshot);  // every member commits the same table
+    // Work after the checkpoint is lost with the job.
+    a.next();
+    b.next();
+  }
+  // A new job: fresh store, new workers (a different count and batch size), the persisted snapshot.
+  auto store = edl::make_memory_store();
+  std::vector<std::unique_ptr<ShardGenerator>> ws;
+  for (int i = 0; i < 3; ++i) {
+    auto oi = o;
+    oi.worker_id = "n" + std::to_string(i);
+    oi.batch_size = 4 + i;
+    ws.push_back(std::make_unique<ShardGenerator>(store, oi));
+    ws.back()->load(snapshot);
+    edl::elastic::GenerationInfo info;
+    info.generation = 1;
+    info.rank = i;
+    info.size = 3;
+    ws.back()->on_generation(info);
+    CHECK(ws.back()->step() == 9);
+    CHECK(ws.back()->epoch() == 0);
+  }
+  for (int step = 0; step < 200; ++step) {
+    bool end = false;
+    for (auto& w : ws) {
+      StepRecords s = w->next();
+      end = s.end_of_data;
+      if (!end) CHECK(s.epoch == 0);
+      for (uint64_t r : s.records) ++count[r];
+    }
+    if (end) break;
+  }
+  for (uint64_t r = 0; r < N; ++r) REQUIRE(count[r] == 1);
+}
+
+TEST_CASE("shard dispatcher bad input", "[data][shards][bad-input]") {
+  auto store = edl::make_memory_store();
+  CHECK_THROWS_WITH(ShardGenerator(store, opts(100, 0, 4)), Contains("records_per_shard must be > 0"));
+  CHECK_THROWS_WITH(ShardGenerator(store, opts(0, 10, 4)), Contains("empty dataset"));
+  CHECK_THROWS_AS(ShardGenerator(store, opts(100, 10, 0)), edl::InvalidArgument);
+  CHECK_THROWS_AS(ShardGenerator(nullptr, opts(100, 10, 4)), edl::InvalidArgument);
+  ShardGenerator g(store, opts(100, 10, 4));
+  CHECK_THROWS_AS(g.load("garbage"), edl::DataError);
+  CHECK_THROWS_WITH(g.load(ShardGenerator(edl::make_memory_store(), opts(120, 10, 4)).save()),
+                    Contains("records=120") && Contains("this generator has records=100"));
+  std::string good = g.save();
+  CHECK_THROWS_AS(g.load(good.substr(0, good.size() - 10)), edl::DataError);
+  CHECK_THROWS_WITH(g.load(good + "99:5"), Contains("bad shard offset"));
+  g.load(good);  // still usable after rejected snapshots
+  CHECK(g.next().records.size() == 4);
+  // A corrupt claim on the store is reported, not trusted.
+  store->set("shards/g0/s0/e0/" + std::to_string(g.shard_order(0)[1]), "not a claim");
+  ShardGenerator h(store, opts(100, 10, 4, "h"));
+  CHECK_THROWS_WITH(h.next(), Contains("corrupt claim"));
+}
