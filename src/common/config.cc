@@ -92,6 +92,10 @@ Config Config::from_env() {
       static_cast<int>(env_int("EDL_RENDEZVOUS_TIMEOUT_MS", c.rendezvous_timeout_ms, 100, 86400000));
   c.reset_limit = static_cast<int>(env_int("EDL_RESET_LIMIT", 0, 0, 1 << 30));
   c.checkpoint_dir = env_str("EDL_CHECKPOINT_DIR", "");
+  c.rendezvous_grace_ms =
+      static_cast<int>(env_int("EDL_RENDEZVOUS_GRACE_MS", c.rendezvous_grace_ms, 0, 86400000));
+  c.start_window_ms = static_cast<int>(env_int("EDL_START_WINDOW_MS", c.start_window_ms, 0, 86400000));
+  c.commit_every = static_cast<int>(env_int("EDL_COMMIT_EVERY", c.commit_every, 1, 1 << 30));
 
   c.timeout_ms = static_cast<int>(env_int("EDL_TIMEOUT_MS", c.timeout_ms, 1, 86400000));
   c.connect_timeout_ms = static_cast<int>(env_int("EDL_CONNECT_TIMEOUT_MS", c.connect_timeout_ms, 1, 86400000));

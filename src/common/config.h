@@ -35,6 +35,9 @@ struct Config {
   int rendezvous_timeout_ms = 60000;  // EDL_RENDEZVOUS_TIMEOUT_MS: below min_np this long = JobError
   int reset_limit = 0;              // EDL_RESET_LIMIT: max generation resets (0 = unlimited)
   std::string checkpoint_dir;       // EDL_CHECKPOINT_DIR: persist commits here ("" = memory only)
+  int rendezvous_grace_ms = 3000;   // EDL_RENDEZVOUS_GRACE_MS: longest wait for a live but late member
+  int start_window_ms = 1000;       // EDL_START_WINDOW_MS: first rendezvous waits this long for more workers
+  int commit_every = 1;             // EDL_COMMIT_EVERY: notify_batch_end commits every N batches
 
   // --- collectives -----------------------------------------------------------------------------
   int timeout_ms = 30000;           // EDL_TIMEOUT_MS: deadline of every collective

@@ -7,6 +7,7 @@
 #define EDL_HAVE_ENGINE 0  // transitional: the collective core is being written
 #endif
 #include "common/logging.h"
+#include "elastic/api.h"
 #include "edl/edl.h"
 #include "edl/error.h"
 
@@ -84,19 +85,30 @@ void Runtime::init() {
       store_ = connect_store(config_.store_url, so);
     }
   }
-  std::shared_ptr<Generation> gen;
   if (config_.elastic) {
-    throw InvalidArgument("EDL_ELASTIC=1 but this build has no elastic runtime yet");
+    // The elastic worker joins the job; its group factory installs each generation (set_generation).
+    std::shared_ptr<Store> store;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!store_) store_ = make_memory_store();  // elastic without a launcher: a job of this process
+      store = store_;
+    }
+    elastic::start_elastic(config_, store);
   } else {
-    gen = make_generation(0, config_.job_id + "/static/", config_.rank, config_.size, config_.local_rank,
-                          config_.local_size);
+    auto gen = make_generation(0, config_.job_id + "/static/", config_.rank, config_.size, config_.local_rank,
+                               config_.local_size);
+    set_generation(std::move(gen));
   }
-  set_generation(std::move(gen));
   std::lock_guard<std::mutex> lock(mu_);
   initialized_ = true;
 }
 
 void Runtime::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!initialized_) return;
+  }
+  if (config_.elastic) elastic::stop_elastic();  // leaves the job: the lease goes away
   std::shared_ptr<Generation> gen;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,0 +1,50 @@
+// Elastic training: the retry loop and the batch-boundary hook (protocol: docs/elastic.md).
+//
+//   edl::init();                                  // EDL_ELASTIC=1 (set by edl-run --min-np/--max-np)
+//   edl::elastic::State state;
+//   state.register_tensor("params", w.data(), w.size(), edl::DataType::kFloat32);
+//   edl::elastic::run(state, [&] {
+//     while (state.step < total_steps) {
+//       compute(grad); edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32); update(w, grad);
+//       edl::notify_batch_end();                  // step++, agreement on joins/leaves, commit
+//     }
+//   });
+//   edl::shutdown();
+//
+// run(state, fn) calls fn and handles what interrupts it:
+//   - a peer failure (any CommError: peer lost, deadline, abort): state.restore() to the last
+//     commit, re-rendezvous without the dead worker, sync, call fn again;
+//   - a membership change agreed at a batch boundary (a worker joins, or leaves after SIGTERM):
+//     notify_batch_end throws MembershipChanged; run commits, re-rendezvouses, syncs and calls fn
+//     again with no step lost;
+//   - JobError (reset limit reached, fewer than the minimum workers for longer than
+//     EDL_RENDEZVOUS_TIMEOUT_MS) propagates: exit cleanly.
+// run returns when fn returns, when this worker left gracefully (SIGTERM), or when the job finished
+// before this late joiner was admitted. fn must be restartable: it continues from state.step.
+//
+// Thread-safety: run() and notify_batch_end() from the training thread only.
+#pragma once
+
+#include <functional>
+
+#include "edl/export.h"
+#include "edl/state.h"
+
+namespace edl {
+namespace elastic {
+
+// The retry loop of an elastic job (see above). Without EDL_ELASTIC=1 (a static world) it syncs the
+// state from rank 0 and calls fn once: failures propagate.
+EDL_API void run(State& state, const std::function<void()>& fn);
+
+// Asks this worker to leave at the next batch boundary (what SIGTERM does in an elastic job).
+EDL_API void request_leave();
+
+}  // namespace elastic
+
+// One batch finished: state.step += 1; all members agree (one 8-byte allreduce) whether a join or a
+// graceful leave is pending — if so, throws MembershipChanged for run() to handle — and commits the
+// state every EDL_COMMIT_EVERY batches (default 1). Call it only inside elastic::run.
+EDL_API void notify_batch_end();
+
+}  // namespace edl

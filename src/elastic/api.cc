@@ -1,0 +1,167 @@
+// The process-wide elastic worker behind edl::elastic::run / edl::notify_batch_end, wired into the
+// Runtime (src/common/runtime.cc calls start_elastic / stop_elastic).
+#include "elastic/api.h"
+
+#include <csignal>
+
+#include "collective/engine.h"
+#include "common/logging.h"
+#include "common/runtime.h"
+#include "edl/elastic.h"
+#include "edl/error.h"
+#include "elastic/worker.h"
+
+namespace edl::elastic {
+namespace {
+
+// The Runtime's generation as a Group: collectives go through the generation's engine so they
+// never race the engine thread on the communicator.
+class RuntimeGroup final : public Group {
+ public:
+  explicit RuntimeGroup(std::shared_ptr<edl::detail::Generation> gen) : gen_(std::move(gen)) {}
+  int rank() const override { return gen_->rank; }
+  int size() const override { return gen_->size; }
+  void allreduce(void* d, size_t n, DataType t, ReduceOp op) override {
+    gen_->engine->allreduce(d, n, t, op, "edl.elastic.allreduce").wait();
+  }
+  void broadcast(void* d, size_t n, DataType t, int root) override {
+    gen_->engine->broadcast(d, n, t, root, "edl.elastic.broadcast").wait();
+  }
+  void allgatherv(const void* in, size_t n, DataType t, std::vector<uint8_t>& out,
+                  std::vector<size_t>* counts) override {
+    gen_->engine->allgather(in, n, t, &out, counts, "edl.elastic.allgather").wait();
+  }
+  void abort(const std::string& reason) override { gen_->comm->abort(reason); }
+  std::shared_ptr<Communicator> communicator() const override { return gen_->comm; }
+
+ private:
+  std::shared_ptr<edl::detail::Generation> gen_;
+};
+
+std::mutex g_mu;
+std::shared_ptr<Worker> g_worker;
+std::atomic<Worker*> g_signal_worker{nullptr};
+State* g_static_state = nullptr;  // static (non-elastic) world: the State inside run()
+int g_static_since_commit = 0;
+int g_commit_every = 1;
+
+void on_sigterm(int) {
+  Worker* w = g_signal_worker.load();
+  if (w != nullptr && w->in_run()) {
+    w->request_leave();  // graceful leave at the next batch boundary
+    return;
+  }
+  std::signal(SIGTERM, SIG_DFL);
+  std::raise(SIGTERM);
+}
+
+std::shared_ptr<Worker> worker() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_worker;
+}
+
+}  // namespace
+
+WorkerOptions worker_options_from(const Config& c) {
+  WorkerOptions o;
+  auto& m = o.membership;
+  m.job_id = c.job_id;
+  m.worker_id = c.worker_id;
+  m.hostname = c.hostname;
+  m.min_np = c.min_np;
+  m.max_np = c.max_np;
+  m.heartbeat = std::chrono::milliseconds(c.heartbeat_ms);
+  m.lease = std::chrono::milliseconds(c.lease_ms);
+  m.rendezvous_timeout = std::chrono::milliseconds(c.rendezvous_timeout_ms);
+  m.grace = std::chrono::milliseconds(c.rendezvous_grace_ms);
+  m.start_window = std::chrono::milliseconds(c.start_window_ms);
+  o.reset_limit = c.reset_limit;
+  o.commit_every = c.commit_every;
+  o.checkpoint_dir = c.checkpoint_dir;
+  return o;
+}
+
+void start_elastic(const Config& config, std::shared_ptr<Store> store) {
+  g_commit_every = config.commit_every;
+  auto factory = [](const GenerationView& v, const std::string& prefix) -> std::shared_ptr<Group> {
+    auto& rt = edl::detail::Runtime::instance();
+    auto gen = rt.make_generation(v.id, prefix, v.rank, v.size, v.local_rank, v.local_size);
+    rt.set_generation(gen);
+    return std::make_shared<RuntimeGroup>(gen);
+  };
+  auto w = std::make_shared<Worker>(std::move(store), worker_options_from(config), factory);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_worker = w;
+  }
+  g_signal_worker.store(w.get());
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  try {
+    w->join();
+  } catch (const JobFinished&) {
+    stop_elastic();
+    throw JobError("edl: job '" + config.job_id + "' has already finished; nothing to join");
+  } catch (...) {
+    stop_elastic();
+    throw;
+  }
+}
+
+void stop_elastic() {
+  std::shared_ptr<Worker> w;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    w = std::move(g_worker);
+  }
+  g_signal_worker.store(nullptr);
+  w.reset();  // stops the lease thread and removes the lease
+}
+
+void run(State& state, const std::function<void()>& fn) {
+  if (auto w = worker()) {
+    w->run(state, fn);
+    return;
+  }
+  // Static world: one generation; sync from the best member once, then fn; failures propagate.
+  auto gen = edl::detail::Runtime::instance().generation();
+  RuntimeGroup g(gen);
+  if (state.committed_step() < 0 && !state.load_checkpoint()) state.commit();
+  sync_state(state, g);
+  set_current_group(&g);
+  g_static_state = &state;
+  g_static_since_commit = 0;
+  struct Reset {
+    ~Reset() {
+      g_static_state = nullptr;
+      set_current_group(nullptr);
+    }
+  } reset;
+  fn();
+}
+
+void request_leave() {
+  if (auto w = worker()) w->request_leave();
+}
+
+}  // namespace edl::elastic
+
+namespace edl {
+
+void notify_batch_end() {
+  if (auto w = elastic::worker()) {
+    w->notify_batch_end();
+    return;
+  }
+  EDL_CHECK(elastic::g_static_state != nullptr, InvalidArgument,
+            "edl::notify_batch_end() must be called inside edl::elastic::run");
+  elastic::g_static_state->step += 1;
+  if (++elastic::g_static_since_commit >= elastic::g_commit_every) {
+    elastic::g_static_state->commit();
+    elastic::g_static_since_commit = 0;
+  }
+}
+
+}  // namespace edl

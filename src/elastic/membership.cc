@@ -1,0 +1,499 @@
+// Rendezvous + liveness (protocol: docs/elastic.md).
+#include "elastic/membership.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/logging.h"
+#include "edl/error.h"
+
+namespace edl::elastic {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const char kJobErrorTag[] = "!job-error ";
+
+bool valid_worker_id(const std::string& id) {
+  if (id.empty() || id.size() > 200) return false;
+  for (char c : id)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '@' || c == '-'))
+      return false;
+  return true;
+}
+
+int64_t parse_i64(const std::optional<std::string>& v) {
+  if (!v) return 0;
+  try {
+    return std::stoll(*v);
+  } catch (const std::exception&) {
+    throw StoreError("elastic: store value '" + *v + "' is not a number");
+  }
+}
+
+milliseconds left_until(Clock::time_point t) {
+  auto d = std::chrono::duration_cast<milliseconds>(t - Clock::now());
+  return d.count() > 0 ? d : milliseconds(0);
+}
+
+}  // namespace
+
+std::string format_members(const std::vector<Member>& members) {
+  std::string out;
+  for (const auto& m : members) out += m.id + " " + m.host + "\n";
+  return out;
+}
+
+std::vector<Member> parse_members(const std::string& text) {
+  std::vector<Member> out;
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.empty()) continue;
+    auto sp = line.find(' ');
+    Member m;
+    m.id = line.substr(0, sp);
+    m.host = sp == std::string::npos ? "" : line.substr(sp + 1);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
+    : store_(std::move(store)), opt_(std::move(options)), keys_(opt_.job_id) {
+  EDL_CHECK(store_ != nullptr, InvalidArgument, "elastic: no store");
+  EDL_CHECK(valid_worker_id(opt_.worker_id), InvalidArgument,
+            "elastic: worker id '" + opt_.worker_id + "' is empty or has characters outside [A-Za-z0-9._:@-]");
+  EDL_CHECK(opt_.min_np >= 1, InvalidArgument, "elastic: min workers must be >= 1");
+  EDL_CHECK(opt_.max_np == 0 || opt_.max_np >= opt_.min_np, InvalidArgument,
+            "elastic: max workers " + std::to_string(opt_.max_np) + " is below min workers " +
+                std::to_string(opt_.min_np));
+  EDL_CHECK(opt_.lease > opt_.heartbeat, InvalidArgument, "elastic: the lease must be longer than the heartbeat");
+  if (opt_.hostname.empty() || opt_.hostname.find_first_of(" \n") != std::string::npos) opt_.hostname = "localhost";
+}
+
+Membership::~Membership() {
+  try {
+    stop();
+  } catch (...) {
+  }
+}
+
+void Membership::fault(const std::string& point) {
+  if (opt_.fault) opt_.fault(point);
+}
+
+// --- lease thread -------------------------------------------------------------------------------
+
+void Membership::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_ || stopped_) return;
+  running_ = true;
+  heartbeat();  // the lease exists before start() returns
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Membership::stop() {
+  bool frozen;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+    frozen = frozen_;
+    watch_.active = false;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (!frozen) {
+    try {
+      store_->del(keys_.lease(opt_.worker_id));
+    } catch (const Error& e) {
+      EDL_LOG(2) << "edl: could not remove lease: " << e.what();
+    }
+  }
+}
+
+void Membership::freeze() {
+  std::lock_guard<std::mutex> lock(mu_);
+  frozen_ = true;
+  watch_.active = false;
+  cv_.notify_all();
+}
+
+void Membership::thaw() {
+  std::lock_guard<std::mutex> lock(mu_);
+  frozen_ = false;
+  cv_.notify_all();
+}
+
+void Membership::heartbeat() {
+  store_->set_lease(keys_.lease(opt_.worker_id), std::to_string(++beat_) + " " + opt_.hostname, opt_.lease);
+}
+
+void Membership::loop() {
+  auto next_beat = Clock::now() + opt_.heartbeat;
+  auto next_check = Clock::now() + opt_.heartbeat;
+  bool store_failed = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    try {
+      auto now = Clock::now();
+      if (now >= next_beat) {
+        next_beat = now + opt_.heartbeat;
+        if (!frozen_) {
+          lock.unlock();
+          heartbeat();
+          lock.lock();
+        }
+      }
+      Watch w = watch_;  // copy: the store calls below run unlocked
+      bool watching = w.active && !frozen_;
+      if (watching && Clock::now() >= next_check) {
+        next_check = Clock::now() + opt_.heartbeat;
+        lock.unlock();
+        check_peers(w);
+        lock.lock();
+        continue;
+      }
+      auto until = std::min(next_beat, watching ? next_check : next_beat);
+      if (!watching) {
+        cv_.wait_until(lock, until);
+        continue;
+      }
+      lock.unlock();
+      auto v = store_->wait_change(keys_.event(w.view.id), w.known_event, left_until(until));
+      lock.lock();
+      if (v != w.known_event && watch_.epoch == w.epoch) {
+        watch_.known_event = v;
+        lock.unlock();
+        handle_event(w);
+        lock.lock();
+      }
+      store_failed = false;
+    } catch (const std::exception& e) {
+      if (!lock.owns_lock()) lock.lock();
+      if (!store_failed) {
+        EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": store error in the lease thread: " << e.what();
+      }
+      store_failed = true;
+      cv_.wait_for(lock, opt_.heartbeat);
+    }
+  }
+}
+
+void Membership::check_peers(const Watch& w) {
+  auto live = live_workers();
+  std::set<std::string> alive(live.begin(), live.end());
+  for (size_t r = 0; r < w.view.members.size(); ++r) {
+    const auto& m = w.view.members[r];
+    if (alive.count(m.id)) continue;
+    if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
+    if (store_->get(keys_.finished())) return;               // the job is over; leases go away
+    std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
+                         std::to_string(w.view.id) + ") stopped heartbeating: its lease expired";
+    announce_abort(w.view.id, reason);
+    report_failure(w.epoch, reason);
+    return;
+  }
+}
+
+void Membership::handle_event(const Watch& w) {
+  if (auto reason = store_->get(keys_.abort(w.view.id))) {
+    report_failure(w.epoch, "generation " + std::to_string(w.view.id) + " was aborted: " + *reason);
+    return;
+  }
+  // A join request. Only worth a batch-boundary round when there is room for the newcomer.
+  if (opt_.max_np == 0 || w.view.size < opt_.max_np) pending_.store(true);
+}
+
+void Membership::report_failure(uint64_t epoch, const std::string& reason) {
+  std::function<void(const std::string&)> cb;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!watch_.active || watch_.epoch != epoch || watch_.reported) return;
+    watch_.reported = true;
+    cb = watch_.on_failure;
+  }
+  EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": " << reason;
+  if (cb) cb(reason);
+}
+
+void Membership::watch(const GenerationView& g, std::function<void(const std::string&)> on_failure) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_.epoch++;
+  watch_.active = true;
+  watch_.view = g;
+  watch_.known_event.reset();  // any bump of g<G>/event, even one made before we watch, is news
+  watch_.on_failure = std::move(on_failure);
+  watch_.reported = false;
+  pending_.store(false);
+  cv_.notify_all();
+}
+
+void Membership::unwatch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_.epoch++;
+  watch_.active = false;
+  watch_.on_failure = nullptr;
+  pending_.store(false);
+}
+
+void Membership::announce_abort(uint64_t gen, const std::string& reason) {
+  store_->compare_set(keys_.abort(gen), std::nullopt, reason);
+  store_->add(keys_.event(gen), 1);
+}
+
+void Membership::announce_leave(uint64_t gen) { store_->set(keys_.left(gen, opt_.worker_id), "1"); }
+
+void Membership::announce_finished(uint64_t gen) {
+  store_->compare_set(keys_.finished(), std::nullopt, std::to_string(gen));
+}
+
+// --- rendezvous ---------------------------------------------------------------------------------
+
+std::vector<std::string> Membership::live_workers() {
+  auto ks = store_->keys(keys_.lease_prefix());
+  for (auto& k : ks) k.erase(0, keys_.lease_prefix().size());
+  return ks;
+}
+
+uint64_t Membership::latest_generation() { return static_cast<uint64_t>(parse_i64(store_->get(keys_.gen()))); }
+
+void Membership::check_finished() {
+  if (store_->get(keys_.finished())) throw JobFinished();
+}
+
+void Membership::arrive(uint64_t round) {
+  int64_t seq = store_->add(keys_.seq(), 1);
+  store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname);
+  store_->add(keys_.count(round), 1);
+}
+
+GenerationView Membership::rendezvous(const GenerationView* previous) {
+  start();
+  bool member = previous != nullptr;
+  uint64_t round = member ? previous->id + 1 : latest_generation() + 1;
+  for (;;) {
+    check_finished();
+    arrive(round);
+    if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
+    fault("rendezvous:arrived");
+    auto decided = wait_decision(round, member);
+    if (decided && decided->rfind(kJobErrorTag, 0) == 0) throw JobError(decided->substr(sizeof(kJobErrorTag) - 1));
+    if (decided) {
+      auto members = parse_members(*decided);
+      for (size_t r = 0; r < members.size(); ++r) {
+        if (members[r].id != opt_.worker_id) continue;
+        GenerationView v;
+        v.id = round;
+        v.rank = static_cast<int>(r);
+        v.size = static_cast<int>(members.size());
+        v.previous_size = previous ? previous->size : 0;
+        for (size_t i = 0; i < members.size(); ++i) {
+          if (members[i].host != opt_.hostname) continue;
+          if (i < r) v.local_rank++;
+          if (i != r) v.local_size++;
+        }
+        v.members = std::move(members);
+        return v;
+      }
+    }
+    // Not admitted (too late, judged dead, or over max): wait as a newcomer for the next round.
+    member = false;
+    round = std::max(round, latest_generation()) + 1;
+  }
+}
+
+bool Membership::eligible(uint64_t round, bool member) {
+  if (round == 1 || member) return true;
+  // A newcomer decides only when no member of the previous generation is alive (whole job died).
+  auto prev = store_->get(keys_.members(round - 1));
+  if (!prev) return false;
+  auto live = live_workers();
+  std::set<std::string> alive(live.begin(), live.end());
+  for (const auto& m : parse_members(*prev))
+    if (alive.count(m.id)) return false;
+  return true;
+}
+
+std::optional<std::string> Membership::wait_decision(uint64_t round, bool member) {
+  bool tried = false;
+  for (;;) {
+    if (!tried && eligible(round, member)) {
+      tried = true;
+      if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
+    }
+    auto v = store_->wait_change(keys_.members(round), std::nullopt, opt_.lease);
+    if (v) return v;
+    // No decision within a lease period.
+    check_finished();
+    if (latest_generation() >= round) return std::nullopt;  // round went stale (its keys were cleaned)
+    auto d = store_->get(keys_.decider(round));
+    if (!d) {
+      tried = false;
+      continue;
+    }
+    auto live = live_workers();
+    if (*d != opt_.worker_id && std::find(live.begin(), live.end(), *d) == live.end() && eligible(round, member)) {
+      EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": decider " << *d << " of generation " << round
+                 << " died; taking over";
+      if (store_->compare_set(keys_.decider(round), d, opt_.worker_id)) decide(round, member);
+    }
+  }
+}
+
+void Membership::decide(uint64_t round, bool member) {
+  fault("rendezvous:decide");
+  if (round == 1 || !store_->get(keys_.members(round - 1))) decide_first(round);
+  else decide_next(round);
+}
+
+std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
+  std::vector<Arrival> out;
+  std::string prefix = keys_.in_prefix(round);
+  for (const auto& k : store_->keys(prefix)) {
+    auto v = store_->get(k);
+    if (!v) continue;
+    Arrival a;
+    a.id = k.substr(prefix.size());
+    auto sp = v->find(' ');
+    a.seq = parse_i64(v->substr(0, sp));
+    a.host = sp == std::string::npos ? "" : v->substr(sp + 1);
+    out.push_back(std::move(a));
+  }
+  std::sort(out.begin(), out.end(), [](const Arrival& a, const Arrival& b) { return a.seq < b.seq; });
+  return out;
+}
+
+// First round of a job: wait for min workers, then a short window for more (up to max).
+void Membership::decide_first(uint64_t round) {
+  auto deadline = Clock::now() + opt_.rendezvous_timeout;
+  std::optional<std::string> cur = store_->get(keys_.count(round));
+  while (parse_i64(cur) < opt_.min_np) {
+    if (Clock::now() >= deadline) {
+      publish(round, {},
+              "only " + std::to_string(parse_i64(cur)) + " worker(s) joined within " +
+                  std::to_string(opt_.rendezvous_timeout.count()) + " ms, below the minimum of " +
+                  std::to_string(opt_.min_np) + " (EDL_MIN_NP / --min-np)");
+      return;
+    }
+    cur = store_->wait_change(keys_.count(round), cur, left_until(deadline));
+  }
+  while (opt_.max_np == 0 || parse_i64(cur) < opt_.max_np) {
+    auto next = store_->wait_change(keys_.count(round), cur, opt_.start_window);
+    if (next == cur) break;
+    cur = next;
+  }
+  auto live = live_workers();
+  std::set<std::string> alive(live.begin(), live.end());
+  std::vector<Member> members;
+  for (const auto& a : arrivals(round)) {
+    if (!alive.count(a.id)) continue;
+    if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
+    members.push_back(Member{a.id, a.host});
+  }
+  publish(round, members, "");
+}
+
+// Later rounds: the survivors of the previous generation (order kept) + newcomers in arrival order.
+void Membership::decide_next(uint64_t round) {
+  auto prev = parse_members(*store_->get(keys_.members(round - 1)));
+  auto live = live_workers();
+  std::set<std::string> alive(live.begin(), live.end());
+  std::set<std::string> left;
+  for (auto k : store_->keys(keys_.left_prefix(round - 1))) left.insert(k.substr(keys_.left_prefix(round - 1).size()));
+
+  // Expected: previous members that are alive and not leaving. Wait for their arrival; a missing
+  // one whose lease was not refreshed over ~1 heartbeat is dead (kill -9) or stopped and dropped at
+  // once; a missing one that still heartbeats gets up to `grace` (it may be finishing a batch).
+  std::set<std::string> expected;
+  for (const auto& m : prev)
+    if (alive.count(m.id) && !left.count(m.id)) expected.insert(m.id);
+  auto grace_end = Clock::now() + opt_.grace;
+  auto arrived_ids = [&] {
+    std::set<std::string> s;
+    std::string prefix = keys_.in_prefix(round);
+    for (const auto& k : store_->keys(prefix)) s.insert(k.substr(prefix.size()));
+    return s;
+  };
+  auto arrived = arrived_ids();
+  for (;;) {
+    std::vector<std::string> missing;
+    for (const auto& id : expected)
+      if (!arrived.count(id)) missing.push_back(id);
+    if (missing.empty() || Clock::now() >= grace_end) break;
+    std::map<std::string, std::optional<std::string>> beat;
+    std::vector<std::string> wait_keys;
+    for (const auto& id : missing) {
+      beat[id] = store_->get(keys_.lease(id));
+      wait_keys.push_back(keys_.in(round, id));
+    }
+    auto probe = std::min(grace_end, Clock::now() + opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(20));
+    store_->wait(wait_keys, left_until(probe));
+    arrived = arrived_ids();
+    for (const auto& id : missing) {
+      if (arrived.count(id)) continue;
+      auto now_beat = store_->get(keys_.lease(id));
+      if (!now_beat || now_beat == beat[id]) {
+        EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
+        expected.erase(id);
+      }
+    }
+  }
+
+  auto deadline = Clock::now() + opt_.rendezvous_timeout;
+  std::optional<std::string> count = store_->get(keys_.count(round));
+  for (;;) {
+    std::vector<Member> members;
+    std::set<std::string> in;
+    auto arr = arrivals(round);
+    for (const auto& a : arr) in.insert(a.id);
+    live = live_workers();
+    alive = std::set<std::string>(live.begin(), live.end());
+    for (const auto& m : prev)
+      if (expected.count(m.id) && in.count(m.id)) members.push_back(m);
+    std::set<std::string> placed;
+    for (const auto& m : members) placed.insert(m.id);
+    for (const auto& a : arr) {  // newcomers (and members dropped above that arrived late) in arrival order
+      if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id)) continue;
+      if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
+      members.push_back(Member{a.id, a.host});
+    }
+    if (static_cast<int>(members.size()) >= opt_.min_np) {
+      publish(round, members, "");
+      return;
+    }
+    if (Clock::now() >= deadline) {
+      publish(round, {},
+              "only " + std::to_string(members.size()) + " worker(s) left for longer than " +
+                  std::to_string(opt_.rendezvous_timeout.count()) + " ms, below the minimum of " +
+                  std::to_string(opt_.min_np) + " (EDL_MIN_NP / --min-np)");
+      return;
+    }
+    EDL_LOG(1) << "edl: generation " << round << ": " << members.size() << " worker(s), waiting for "
+               << opt_.min_np << " (EDL_MIN_NP)";
+    count = store_->wait_change(keys_.count(round), count, std::min(left_until(deadline), opt_.lease));
+  }
+}
+
+void Membership::publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error) {
+  fault("rendezvous:publish");
+  std::string value = job_error.empty() ? format_members(members) : std::string(kJobErrorTag) + job_error;
+  if (!store_->compare_set(keys_.members(round), std::nullopt, value)) return;  // someone else decided
+  if (!job_error.empty()) {
+    EDL_LOG(1) << "edl: job error: " << job_error;
+    return;
+  }
+  // Advance <job>/gen monotonically (a stale decider never moves it back).
+  auto cur = store_->get(keys_.gen());
+  while (parse_i64(cur) < static_cast<int64_t>(round)) {
+    if (store_->compare_set(keys_.gen(), cur, std::to_string(round), &cur)) break;
+  }
+  EDL_LOG(2) << "edl: generation " << round << " formed with " << members.size() << " worker(s)";
+}
+
+}  // namespace edl::elastic

@@ -1,0 +1,155 @@
+// Membership: rendezvous into numbered generations, liveness leases and the watch that turns store
+// events into a failure callback or a pending-change flag. The protocol is written down step by
+// step in docs/elastic.md; key layout in keys.h.
+//
+// A Membership takes a Store and options only (no process-global state), so tests run many of them
+// as threads over one memory store.
+//
+// Thread-safety: rendezvous()/watch()/unwatch()/announce_*() from the owning (training) thread;
+// change_pending() from any thread; one background thread refreshes the lease and watches.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edl/export.h"
+#include "edl/store.h"
+#include "elastic/keys.h"
+
+namespace edl::elastic {
+
+struct MembershipOptions {
+  std::string job_id = "edl";               // EDL_JOB_ID
+  std::string worker_id;                    // EDL_WORKER_ID: required, [A-Za-z0-9._:@-]+
+  std::string hostname = "localhost";       // EDL_HOSTNAME: local ranks are computed per host
+  int min_np = 1;                           // EDL_MIN_NP
+  int max_np = 0;                           // EDL_MAX_NP (0 = unbounded)
+  std::chrono::milliseconds heartbeat{500};            // EDL_HEARTBEAT_MS: lease refresh period
+  std::chrono::milliseconds lease{3000};               // EDL_LEASE_MS: silent this long = dead
+  std::chrono::milliseconds rendezvous_timeout{60000}; // EDL_RENDEZVOUS_TIMEOUT_MS: below min this long = JobError
+  std::chrono::milliseconds grace{3000};    // EDL_RENDEZVOUS_GRACE_MS: longest wait for a live but late member
+  std::chrono::milliseconds start_window{1000};  // EDL_START_WINDOW_MS: first round, wait for more workers
+  // Test hook: called at named protocol points ("rendezvous:decide", ...); may throw to simulate a crash.
+  std::function<void(const std::string& point)> fault;
+};
+
+struct Member {
+  std::string id;
+  std::string host;
+};
+
+// One decided generation as seen by one member.
+struct GenerationView {
+  uint64_t id = 0;
+  int rank = 0;
+  int size = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  int previous_size = 0;
+  std::vector<Member> members;  // rank order
+};
+
+// Internal: thrown by rendezvous() when the job finished while this worker waited to join.
+class JobFinished : public std::exception {
+ public:
+  const char* what() const noexcept override { return "edl: the elastic job has finished"; }
+};
+
+class EDL_API Membership {
+ public:
+  Membership(std::shared_ptr<Store> store, MembershipOptions options);
+  ~Membership();
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  // Starts the lease (heartbeat) thread. Idempotent.
+  void start();
+  // Stops heartbeating and removes the lease (a clean exit). Idempotent.
+  void stop();
+  // Test hook: stop heartbeating but leave the lease to expire (a silent death / SIGSTOP).
+  void freeze();
+  // Test hook: resume heartbeating after freeze() (SIGCONT).
+  void thaw();
+
+  // Blocks until this worker is a member of a generation newer than `previous` (null: first join).
+  // Throws JobError (below min workers for rendezvous_timeout), JobFinished, StoreError.
+  GenerationView rendezvous(const GenerationView* previous);
+
+  // Watches generation `g`: on a failure (peer lease expired, abort announced) calls on_failure
+  // once from the background thread; a join request sets change_pending().
+  void watch(const GenerationView& g, std::function<void(const std::string&)> on_failure);
+  void unwatch();
+  bool change_pending() const { return pending_.load(std::memory_order_relaxed); }
+
+  void announce_abort(uint64_t gen, const std::string& reason);
+  void announce_leave(uint64_t gen);
+  void announce_finished(uint64_t gen);
+
+  const MembershipOptions& options() const { return opt_; }
+  const Keys& keys() const { return keys_; }
+
+ private:
+  struct Arrival {
+    std::string id;
+    std::string host;
+    int64_t seq = 0;
+  };
+  struct Watch {
+    uint64_t epoch = 0;  // bumped by every watch()/unwatch()
+    bool active = false;
+    GenerationView view;
+    std::optional<std::string> known_event;
+    std::function<void(const std::string&)> on_failure;
+    bool reported = false;
+  };
+
+  void fault(const std::string& point);
+  void arrive(uint64_t round);
+  // The decided member list of `round`, or nullopt when the round went stale (cleaned up).
+  std::optional<std::string> wait_decision(uint64_t round, bool member);
+  bool eligible(uint64_t round, bool member);
+  void decide(uint64_t round, bool member);
+  void decide_first(uint64_t round);
+  void decide_next(uint64_t round);
+  void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error);
+  std::vector<Arrival> arrivals(uint64_t round);
+  std::vector<std::string> live_workers();
+  uint64_t latest_generation();
+  void check_finished();
+
+  void loop();
+  void heartbeat();
+  void check_peers(const Watch& w);
+  void handle_event(const Watch& w);
+  void report_failure(uint64_t epoch, const std::string& reason);
+
+  std::shared_ptr<Store> store_;
+  MembershipOptions opt_;
+  Keys keys_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  bool running_ = false;
+  bool stopping_ = false;
+  bool frozen_ = false;
+  bool stopped_ = false;
+  uint64_t beat_ = 0;
+  Watch watch_;
+  std::atomic<bool> pending_{false};
+};
+
+// Parses / formats the member list stored at g<G>/members ("id host" per line).
+std::string format_members(const std::vector<Member>& members);
+std::vector<Member> parse_members(const std::string& text);
+
+}  // namespace edl::elastic

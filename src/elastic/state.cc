@@ -1,0 +1,184 @@
+// edl::elastic::State: registration, commit / restore in memory, checkpoint files, and sync().
+//
+// A snapshot is one byte string (format in snapshot.h); commit() builds it, restore() loads it back
+// into the registered memory, sync() ships the best member's snapshot to everyone.
+#include "edl/state.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "common/logging.h"
+#include "edl/error.h"
+#include "elastic/checkpoint.h"
+#include "elastic/group.h"
+#include "elastic/snapshot.h"
+
+namespace edl::elastic {
+
+Stateful::~Stateful() = default;
+void Stateful::on_generation(const GenerationInfo&) {}
+
+struct State::Impl {
+  std::vector<SnapshotItem> items;  // registration order
+  std::vector<std::function<void(const GenerationInfo&)>> callbacks;
+  std::string committed;            // the last commit ("" = none)
+  int64_t committed_step = -1;
+  std::string checkpoint_dir;
+  bool persist = true;              // only one member of a job writes checkpoint files (rank 0)
+  bool synced = false;              // false until the first sync: a fresh member never wins a tie
+
+  void add(SnapshotItem item) {
+    EDL_CHECK(!item.name.empty(), InvalidArgument, "State: an item name must not be empty");
+    for (const auto& it : items)
+      EDL_CHECK(it.name != item.name, InvalidArgument, "State: item '" + item.name + "' is registered twice");
+    items.push_back(std::move(item));
+  }
+};
+
+State::State() : impl_(std::make_unique<Impl>()) {}
+State::~State() = default;
+
+void State::register_tensor(const std::string& name, void* data, size_t count, DataType dtype) {
+  EDL_CHECK(data != nullptr || count == 0, InvalidArgument, "State: tensor '" + name + "' has a null pointer");
+  SnapshotItem it;
+  it.name = name;
+  it.kind = SnapshotItem::kTensor;
+  it.data = data;
+  it.bytes = count * dtype_size(dtype);
+  impl_->add(std::move(it));
+}
+
+void State::register_scalar(const std::string& name, int64_t* value) {
+  EDL_CHECK(value != nullptr, InvalidArgument, "State: scalar '" + name + "' has a null pointer");
+  SnapshotItem it;
+  it.name = name;
+  it.kind = SnapshotItem::kScalar;
+  it.data = value;
+  it.bytes = sizeof(int64_t);
+  impl_->add(std::move(it));
+}
+
+void State::register_blob(const std::string& name, std::function<std::string()> save,
+                          std::function<void(const std::string&)> load) {
+  EDL_CHECK(save && load, InvalidArgument, "State: blob '" + name + "' needs both save and load functions");
+  SnapshotItem it;
+  it.name = name;
+  it.kind = SnapshotItem::kBlob;
+  it.save = std::move(save);
+  it.load = std::move(load);
+  impl_->add(std::move(it));
+}
+
+void State::register_component(const std::string& name, Stateful* component) {
+  EDL_CHECK(component != nullptr, InvalidArgument, "State: component '" + name + "' is null");
+  SnapshotItem it;
+  it.name = name;
+  it.kind = SnapshotItem::kComponent;
+  it.component = component;
+  impl_->add(std::move(it));
+}
+
+void State::on_generation(std::function<void(const GenerationInfo&)> callback) {
+  EDL_CHECK(callback != nullptr, InvalidArgument, "State::on_generation: empty callback");
+  impl_->callbacks.push_back(std::move(callback));
+}
+
+void State::commit() {
+  impl_->committed = encode_snapshot(impl_->items, epoch, step);
+  impl_->committed_step = step;
+  if (!impl_->checkpoint_dir.empty() && impl_->persist) write_checkpoint(impl_->checkpoint_dir, impl_->committed);
+}
+
+void State::restore() {
+  EDL_CHECK(impl_->committed_step >= 0, InvalidArgument, "State::restore: nothing was committed yet");
+  decode_snapshot(impl_->committed, impl_->items, &epoch, &step, "the last in-memory commit");
+}
+
+int64_t State::committed_step() const { return impl_->committed_step; }
+
+void State::set_checkpoint_dir(const std::string& dir) { impl_->checkpoint_dir = dir; }
+
+bool State::load_checkpoint() {
+  if (impl_->checkpoint_dir.empty()) return false;
+  std::string path;
+  auto bytes = read_checkpoint(impl_->checkpoint_dir, &path);
+  if (!bytes) return false;
+  decode_snapshot(*bytes, impl_->items, &epoch, &step, "checkpoint file " + path);
+  impl_->committed = std::move(*bytes);
+  impl_->committed_step = step;
+  EDL_LOG(1) << "edl: resumed from checkpoint " << path << " at step " << step;
+  return true;
+}
+
+void State::sync() {
+  Group* g = current_group();
+  EDL_CHECK(g != nullptr, InvalidArgument, "State::sync: no elastic generation (call it inside edl::elastic::run)");
+  sync_state(*this, *g);
+}
+
+// --- internal hooks used by the elastic worker ----------------------------------------------------
+
+void state_set_persist(State& s, bool persist) { s.impl().persist = persist; }
+
+const std::string& state_committed_bytes(State& s) { return s.impl().committed; }
+
+const std::string& state_checkpoint_dir(State& s) { return s.impl().checkpoint_dir; }
+
+void state_adopt(State& s, std::string bytes, const std::string& origin) {
+  auto& im = s.impl();
+  decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin);
+  im.committed = std::move(bytes);
+  im.committed_step = s.step;
+}
+
+void state_notify_generation(State& s, const GenerationInfo& info) {
+  for (auto& it : s.impl().items)
+    if (it.kind == SnapshotItem::kComponent) it.component->on_generation(info);
+  for (auto& cb : s.impl().callbacks) cb(info);
+}
+
+// sync: allgather of (committed step, fresh) pairs, then a broadcast of the best member's commit.
+// Best = highest committed step; among equals a member that was synced before beats a fresh one
+// (a newcomer's initial state never overwrites the job's); remaining ties: lowest rank.
+void sync_state(State& s, Group& g) {
+  auto& im = s.impl();
+  if (g.size() == 1) {
+    im.synced = true;
+    return;
+  }
+  int64_t mine[2] = {s.committed_step(), im.synced ? 0 : 1};
+  std::vector<uint8_t> all;
+  g.allgatherv(mine, 2, DataType::kInt64, all, nullptr);
+  EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * 2 * sizeof(int64_t));
+  std::vector<int64_t> v(2 * g.size());
+  std::memcpy(v.data(), all.data(), all.size());
+  auto better = [&](int a, int b) {  // is rank a a better source than rank b?
+    if (v[2 * a] != v[2 * b]) return v[2 * a] > v[2 * b];
+    return v[2 * a + 1] < v[2 * b + 1];
+  };
+  int best = 0;
+  bool all_same = true;
+  for (int r = 1; r < g.size(); ++r) {
+    if (better(r, best)) best = r;
+    if (v[2 * r] != v[0]) all_same = false;
+  }
+  bool any_fresh = false;
+  for (int r = 0; r < g.size(); ++r) any_fresh = any_fresh || v[2 * r + 1] != 0;
+  if (v[2 * best] < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
+  if (all_same && !any_fresh) return;  // every member holds the same commit of the same history
+  int64_t len = g.rank() == best ? static_cast<int64_t>(im.committed.size()) : 0;
+  g.broadcast(&len, 1, DataType::kInt64, best);
+  std::string buf;
+  if (g.rank() == best) buf = im.committed;
+  else buf.resize(static_cast<size_t>(len));
+  g.broadcast(buf.data(), buf.size(), DataType::kUInt8, best);
+  if (g.rank() != best) {
+    state_adopt(s, std::move(buf), "the snapshot of rank " + std::to_string(best));
+  } else {
+    s.restore();  // the best member also rolls back to its commit (uncommitted work is discarded)
+  }
+  im.synced = true;
+}
+
+}  // namespace edl::elastic

@@ -1,0 +1,85 @@
+// Worker: one elastic worker — membership, the current generation's Group, and the retry loop
+// behind edl::elastic::run and edl::notify_batch_end (docs/elastic.md, "The run loop").
+//
+// The process-wide worker is created by the Runtime in elastic mode (api.cc); tests create one
+// Worker per thread-rank over a shared memory store with a GroupFactory of their choice.
+//
+// Thread-safety: run()/notify_batch_end()/join() from the training thread; request_leave() from
+// any thread or a signal handler; simulate_crash() from any thread (tests).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "edl/export.h"
+#include "edl/state.h"
+#include "edl/store.h"
+#include "elastic/group.h"
+#include "elastic/membership.h"
+
+namespace edl::elastic {
+
+struct WorkerOptions {
+  MembershipOptions membership;
+  int reset_limit = 0;           // EDL_RESET_LIMIT: max re-rendezvous after the first (0 = unlimited)
+  int commit_every = 1;          // EDL_COMMIT_EVERY: notify_batch_end commits every N batches
+  std::string checkpoint_dir;    // EDL_CHECKPOINT_DIR: default checkpoint dir of the State ("" = none)
+};
+
+class EDL_API Worker {
+ public:
+  Worker(std::shared_ptr<Store> store, WorkerOptions options, GroupFactory factory);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // First rendezvous and Group (idempotent). Throws JobError / JobFinished / StoreError.
+  void join();
+  // The retry loop; see edl::elastic::run. Returns when fn returns, when this worker left after
+  // request_leave(), or (for a late joiner) when the job already finished.
+  void run(State& state, const std::function<void()>& fn);
+  // See edl::notify_batch_end.
+  void notify_batch_end();
+  // Graceful leave at the next batch boundary (async-signal-safe).
+  void request_leave() { leave_requested_.store(true); }
+  bool in_run() const { return in_run_.load(); }
+
+  std::shared_ptr<Group> group() const;
+  const GenerationView& view() const { return view_; }
+  int resets() const { return resets_; }
+  Membership& membership() { return membership_; }
+
+  // Test hook: behave like a process that just died — heartbeats stop (the lease expires), the
+  // communicator is aborted, and run() throws AbortedError without rejoining.
+  void simulate_crash();
+
+ private:
+  void form(bool after_failure);
+  void install(const GenerationView& v);
+  void on_failure(const std::string& reason);
+  void count_reset(const std::string& why);
+  void finish_generation(bool after_failure);
+  void fault_point(const std::string& point);
+
+  std::shared_ptr<Store> store_;
+  WorkerOptions opt_;
+  GroupFactory factory_;
+  Membership membership_;
+  GenerationView view_;
+  bool joined_ = false;
+  mutable std::mutex mu_;  // guards group_
+  std::shared_ptr<Group> group_;
+  State* state_ = nullptr;
+  int resets_ = 0;
+  int since_commit_ = 0;
+  bool leave_announced_ = false;
+  std::atomic<bool> leave_requested_{false};
+  std::atomic<bool> in_run_{false};
+  std::atomic<bool> crashed_{false};
+  std::atomic<bool> failed_{false};  // the watch saw a failure of the current generation
+};
+
+}  // namespace edl::elastic

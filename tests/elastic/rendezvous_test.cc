@@ -1,0 +1,177 @@
+// Membership / rendezvous on a memory store, ranks as threads (no communicator involved).
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <set>
+#include <thread>
+
+#include "edl/error.h"
+#include "edl/store.h"
+#include "elastic/membership.h"
+
+using namespace std::chrono_literals;
+using edl::elastic::GenerationView;
+using edl::elastic::Membership;
+using edl::elastic::MembershipOptions;
+
+namespace {
+
+MembershipOptions opts(const std::string& job, const std::string& id, int min_np, int max_np) {
+  MembershipOptions o;
+  o.job_id = job;
+  o.worker_id = id;
+  o.hostname = id.size() % 2 ? "hostA" : "hostB";
+  o.min_np = min_np;
+  o.max_np = max_np;
+  o.heartbeat = 40ms;
+  o.lease = 300ms;
+  o.rendezvous_timeout = 1000ms;
+  o.grace = 1000ms;
+  o.start_window = 100ms;
+  return o;
+}
+
+std::vector<std::string> ids(const GenerationView& v) {
+  std::vector<std::string> out;
+  for (const auto& m : v.members) out.push_back(m.id);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("first rendezvous: every worker agrees on one generation and distinct ranks", "[rendezvous]") {
+  auto store = edl::make_memory_store();
+  const int n = 6;
+  std::vector<std::unique_ptr<Membership>> ms;
+  for (int i = 0; i < n; ++i) ms.push_back(std::make_unique<Membership>(store, opts("j1", "w" + std::to_string(i), n, n)));
+  std::vector<std::future<GenerationView>> f;
+  for (int i = 0; i < n; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
+  std::set<int> ranks;
+  std::vector<std::string> first;
+  for (int i = 0; i < n; ++i) {
+    auto v = f[i].get();
+    CHECK(v.id == 1);
+    CHECK(v.size == n);
+    CHECK(v.members[v.rank].id == "w" + std::to_string(i));
+    ranks.insert(v.rank);
+    if (first.empty()) first = ids(v);
+    CHECK(ids(v) == first);
+    int same_host = 0;
+    for (const auto& m : v.members) same_host += m.host == v.members[v.rank].host;
+    CHECK(v.local_size == same_host);
+  }
+  CHECK(ranks.size() == n);
+  CHECK(store->get("j1/gen") == std::optional<std::string>("1"));
+}
+
+TEST_CASE("re-rendezvous keeps survivors' order, drops the dead, appends newcomers", "[rendezvous]") {
+  auto store = edl::make_memory_store();
+  std::vector<std::unique_ptr<Membership>> ms;
+  for (int i = 0; i < 4; ++i) ms.push_back(std::make_unique<Membership>(store, opts("j2", "w" + std::to_string(i), 1, 0)));
+  std::vector<std::future<GenerationView>> f;
+  for (int i = 0; i < 4; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
+  std::vector<GenerationView> g1;
+  for (auto& x : f) g1.push_back(x.get());
+  auto order = ids(g1[0]);
+
+  // The worker at rank 1 dies silently (its lease expires), a newcomer arrives.
+  int dead = -1;
+  for (int i = 0; i < 4; ++i)
+    if (g1[i].rank == 1) dead = i;
+  ms[dead]->freeze();
+  auto newcomer = std::make_unique<Membership>(store, opts("j2", "new", 1, 0));
+  auto fn = std::async(std::launch::async, [&] { return newcomer->rendezvous(nullptr); });
+  std::this_thread::sleep_for(50ms);  // the newcomer waits on the list
+  std::vector<std::future<GenerationView>> f2;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i)
+    if (i != dead) f2.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(&g1[i]); }));
+  std::vector<std::string> expect;
+  for (const auto& id : order)
+    if (id != "w" + std::to_string(dead)) expect.push_back(id);
+  expect.push_back("new");
+  for (auto& x : f2) {
+    auto v = x.get();
+    CHECK(v.id == 2);
+    CHECK(ids(v) == expect);
+    CHECK(v.previous_size == 4);
+  }
+  auto nv = fn.get();
+  CHECK(nv.id == 2);
+  CHECK(nv.rank == 3);
+  // The dead member was dropped within about a heartbeat, not a full grace period or lease.
+  CHECK(std::chrono::steady_clock::now() - t0 < 800ms);
+}
+
+TEST_CASE("below the minimum for longer than the timeout is a JobError for everyone", "[rendezvous]") {
+  auto store = edl::make_memory_store();
+  Membership a(store, opts("j3", "a", 3, 0));
+  Membership b(store, opts("j3", "b", 3, 0));
+  auto fa = std::async(std::launch::async, [&] { return a.rendezvous(nullptr); });
+  auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+  CHECK_THROWS_WITH(fa.get(), Catch::Contains("below the minimum of 3"));
+  CHECK_THROWS_AS(fb.get(), edl::JobError);
+}
+
+TEST_CASE("a join request wakes the running members; max workers is respected", "[rendezvous]") {
+  auto store = edl::make_memory_store();
+  Membership a(store, opts("j4", "a", 1, 2));
+  auto g = a.rendezvous(nullptr);
+  REQUIRE(g.size == 1);
+  std::atomic<int> failures{0};
+  a.watch(g, [&](const std::string&) { failures++; });
+  Membership b(store, opts("j4", "b", 1, 2));
+  auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+  for (int i = 0; i < 100 && !a.change_pending(); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(a.change_pending());
+  a.unwatch();
+  auto g2 = a.rendezvous(&g);
+  auto gb = fb.get();
+  CHECK(g2.id == 2);
+  CHECK(g2.rank == 0);
+  CHECK(gb.rank == 1);
+  CHECK(failures == 0);
+
+  // A third worker is over max: the members are not woken, the newcomer stays on the list.
+  a.watch(g2, [&](const std::string&) { failures++; });
+  Membership c(store, opts("j4", "c", 1, 2));
+  auto fc = std::async(std::launch::async, [&] {
+    try {
+      c.rendezvous(nullptr);
+    } catch (const edl::elastic::JobFinished&) {
+      return true;
+    }
+    return false;
+  });
+  std::this_thread::sleep_for(200ms);
+  CHECK_FALSE(a.change_pending());
+  a.announce_finished(2);  // the job ends: the waiting newcomer leaves quietly
+  CHECK(fc.get());
+  a.unwatch();
+}
+
+TEST_CASE("a silent member (no heartbeat) is reported as a failure to the others", "[rendezvous][liveness]") {
+  auto store = edl::make_memory_store();
+  Membership a(store, opts("j5", "a", 2, 2));
+  Membership b(store, opts("j5", "b", 2, 2));
+  auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+  auto ga = a.rendezvous(nullptr);
+  auto gb = fb.get();
+  std::promise<std::string> reason;
+  a.watch(ga, [&](const std::string& r) { reason.set_value(r); });
+  auto t0 = std::chrono::steady_clock::now();
+  b.freeze();  // SIGSTOP
+  auto fut = reason.get_future();
+  REQUIRE(fut.wait_for(2s) == std::future_status::ready);
+  CHECK_THAT(fut.get(), Catch::Contains("worker b") && Catch::Contains("lease expired"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 700ms);  // lease 300 ms + a heartbeat or two
+  CHECK(store->get("j5/g1/abort").has_value());           // the others learn through the abort key
+  a.unwatch();
+}
+
+TEST_CASE("bad worker ids and options are rejected", "[rendezvous]") {
+  auto store = edl::make_memory_store();
+  CHECK_THROWS_AS(Membership(store, opts("j6", "bad id", 1, 0)), edl::InvalidArgument);
+  CHECK_THROWS_AS(Membership(store, opts("j6", "", 1, 0)), edl::InvalidArgument);
+  CHECK_THROWS_AS(Membership(store, opts("j6", "x", 3, 2)), edl::InvalidArgument);
+}
