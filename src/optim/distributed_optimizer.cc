@@ -1,6 +1,7 @@
 // DistributedOptimizer: bucket layout, the per-step protocol (passes, launch order, wait, update),
 // momentum compensation and the Stateful snapshot. See include/edl/optim/optimizer.h and docs/optim.md.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -15,7 +16,9 @@
 namespace edl {
 
 using optim::detail::BucketReducer;
+using optim::detail::EngineReducer;
 using optim::detail::ReduceJob;
+using optim::detail::Reducer;
 
 double OptimizerStepStats::overlap_fraction() const {
   if (comm_s <= 0) return 0.0;
@@ -106,7 +109,8 @@ struct DistributedOptimizer::Impl {
 
   std::shared_ptr<Communicator> explicit_comm;  // options.comm or set_communicator()
   std::shared_ptr<Communicator> comm;           // the one in use (null: world of 1)
-  std::unique_ptr<BucketReducer> reducer;       // null when the world has one member
+  std::unique_ptr<Reducer> reducer;             // null when the world has one member
+  std::string name_prefix;                      // "edl.optim.<n>." (n-th optimizer of this process)
   int world_size = 1;
 
   bool in_step = false;
@@ -119,6 +123,8 @@ struct DistributedOptimizer::Impl {
   OptimizerStepStats stats;
 
   explicit Impl(DistributedOptimizerOptions o) : opt(std::move(o)), rescaler(opt.scaling), explicit_comm(opt.comm) {
+    static std::atomic<uint64_t> instances{0};
+    name_prefix = "edl.optim." + std::to_string(instances++) + ".";
     EDL_CHECK(opt.bucket_cap_bytes >= sizeof(float), InvalidArgument,
               "DistributedOptimizerOptions.bucket_cap_bytes must be >= 4, got " + std::to_string(opt.bucket_cap_bytes));
     EDL_CHECK(opt.accumulation_steps >= 0, InvalidArgument,
@@ -171,12 +177,27 @@ struct DistributedOptimizer::Impl {
   void resolve() {
     EDL_CHECK(!in_step, InvalidArgument, "DistributedOptimizer: cannot change the communicator during a step");
     std::shared_ptr<Communicator> next;
-    if (!opt.local) next = explicit_comm ? explicit_comm : detail::Runtime::instance().generation()->comm;
+    std::shared_ptr<collective::Engine> engine;
+    if (!opt.local) {
+      if (explicit_comm) {
+        next = explicit_comm;
+      } else {  // the process-global world: its engine thread owns the communicator
+        auto gen = detail::Runtime::instance().generation();
+        next = gen->comm;
+        engine = gen->engine;
+      }
+    }
     if (next != comm) {
       reducer.reset();
       comm = next;
       world_size = comm ? comm->size() : 1;
-      if (comm && comm->size() > 1) reducer = std::make_unique<BucketReducer>(comm);
+      if (comm && comm->size() > 1) {
+        if (engine) {
+          reducer = std::make_unique<EngineReducer>(engine);
+        } else {
+          reducer = std::make_unique<BucketReducer>(comm);
+        }
+      }
     }
     if (comm) {
       elastic::GenerationInfo info;
@@ -248,6 +269,7 @@ struct DistributedOptimizer::Impl {
       }
       b.job.data = b.buf.data();
       b.job.count = b.count;
+      b.job.name = name_prefix + std::to_string(next_launch - 1);
       if (opt.fp16_compression) {
         if (b.half.size() != b.count) b.half.assign(b.count, 0);
         b.job.half = b.half.data();

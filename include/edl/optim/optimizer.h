@@ -22,13 +22,17 @@
 // or adds (later passes) the user's gradient into the bucket.
 //
 // Where the collectives come from (DistributedOptimizerOptions::comm):
-//   - null (default): the process-global world — the Communicator of the current Runtime
-//     generation (edl::init()); a new generation is picked up at the next step.
-//   - a Communicator: that group (tests run ranks as threads, each with its own Communicator over a
-//     shared memory store); set_communicator() installs the next generation's.
+//   - null (default): the process-global world of edl::init() — each bucket is a named asynchronous
+//     allreduce ("edl.optim.<n>.<bucket>", n = this optimizer's creation index in the process) on
+//     the current Runtime generation's collective engine, which owns that communicator; a new
+//     generation is picked up at the next step.
+//   - a Communicator: that group, reduced by the optimizer's own communication thread (tests run
+//     ranks as threads, each with its own Communicator over a shared memory store);
+//     set_communicator() installs the next generation's. That thread is the only user of the
+//     Communicator from the first grad_ready() to the end of step(): issue no other collectives on
+//     it meanwhile.
 //   - local = true: a world of size 1 with no communication at all.
-// The optimizer's communication thread is the only user of that Communicator during a step; do not
-// issue other collectives on it between the first grad_ready() and the end of step().
+// In a world of size 1 no collective is issued whichever way it was reached.
 //
 // Contracts: a gradient handed to grad_ready() is read at once (it may be overwritten afterwards).
 // Parameters and gradients stay owned by the caller and must outlive the optimizer.
@@ -92,7 +96,7 @@ struct DistributedOptimizerOptions {
 };
 
 // Timing of the last completed step (seconds), for benchmarks and logs.
-struct OptimizerStepStats {
+struct EDL_API OptimizerStepStats {
   double comm_s = 0;        // sum of the communication thread's busy time (convert + allreduce)
   double wait_s = 0;        // time step() blocked waiting for buckets (communication not hidden)
   double update_s = 0;      // time applying the update

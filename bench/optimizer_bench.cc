@@ -1,0 +1,312 @@
+// optimizer_bench: does DistributedOptimizer hide gradient allreduce behind the backward pass?
+//
+//   optimizer_bench [--ranks 2] [--steps 20] [--warmup 3] [--backward-ms 120] [--bucket-kb 256]
+//                   [--fp16] [--json PATH]
+//
+// A synthetic model with ResNet20's parameter tensors (269,722 float32 parameters in 59 tensors:
+// 3x3 convolutions of 16/32/64 channels, batch-norm weight + bias, fc 64x10 + 10) and a backward
+// pass that produces the gradients layer by layer, last layer first, with busy compute between them
+// (small GEMMs; each layer's share of --backward-ms follows its multiply-adds, calibrated once
+// before the ranks start). Ranks run as threads of this process, each with its own Communicator
+// (TCP loopback mesh bootstrapped through an in-process store) and its own optimizer: the sockets,
+// the copies and the CPU contention are those of separate processes. Modes:
+//   compute_only  the same backward + update with no communication (local optimizer);
+//   no_overlap    buckets are launched by step(), after backward;
+//   overlap       buckets are launched as soon as backward completes them.
+// Rows: {"ranks","mode","step_ms"} per mode and {"ranks","overlap_fraction"} with
+//   overlap_fraction = 1 - (overlap - compute_only) / (no_overlap - compute_only),
+// the share of the exposed allreduce time that overlap removes. The table also shows the
+// optimizer's own measure (1 - time step() waited / communication thread busy time).
+// Correctness ("wrong" column): every rank fills gradient element i with (rank + 1) * f(i); after
+// each step the bucket holds the reduced sum (fp32) or mean (fp16), checked on a sample of elements.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "common/bench_util.h"
+#include "edl/communicator.h"
+#include "edl/optim.h"
+#include "edl/store.h"
+
+namespace {
+
+using edl::bench::Json;
+
+// One layer of the synthetic network: its parameter tensors (forward order) and its backward cost.
+struct Layer {
+  std::vector<size_t> counts;
+  double macs = 0;  // multiply-adds per image (forward), the backward cost weight
+};
+
+std::vector<Layer> resnet20_layers() {
+  std::vector<Layer> layers;
+  auto conv = [&](int cin, int cout, int hw) {
+    layers.push_back({{static_cast<size_t>(cin) * cout * 9}, static_cast<double>(cin) * cout * 9 * hw * hw});
+  };
+  auto bn = [&](int c, int hw) { layers.push_back({{static_cast<size_t>(c), static_cast<size_t>(c)}, 4.0 * c * hw * hw}); };
+  conv(3, 16, 32);
+  bn(16, 32);
+  int cin = 16;
+  const int widths[3] = {16, 32, 64}, sizes[3] = {32, 16, 8};
+  for (int stage = 0; stage < 3; ++stage) {
+    for (int block = 0; block < 3; ++block) {
+      conv(cin, widths[stage], sizes[stage]);
+      bn(widths[stage], sizes[stage]);
+      conv(widths[stage], widths[stage], sizes[stage]);
+      bn(widths[stage], sizes[stage]);
+      cin = widths[stage];
+    }
+  }
+  layers.push_back({{640, 10}, 640.0});
+  return layers;
+}
+
+// Busy compute: `reps` 32x32x32 GEMMs on the caller's scratch (kept live so it is not optimised out).
+struct Compute {
+  std::vector<float> a, b, c;
+  Compute() : a(32 * 32, 0.5f), b(32 * 32, 0.25f), c(32 * 32, 0.0f) {}
+  void run(long reps) {
+    for (long r = 0; r < reps; ++r) {
+      for (int i = 0; i < 32; ++i)
+        for (int k = 0; k < 32; ++k) {
+          const float aik = a[i * 32 + k];
+          for (int j = 0; j < 32; ++j) c[i * 32 + j] += aik * b[k * 32 + j];
+        }
+      a[r & 1023] = c[(r * 7) & 1023] * 1e-6f;
+    }
+  }
+};
+
+double calibrate_gemm_ms() {
+  Compute c;
+  c.run(200);
+  long reps = 2000;
+  double t0 = edl::bench::now_s();
+  c.run(reps);
+  return (edl::bench::now_s() - t0) * 1e3 / reps;
+}
+
+float grad_value(size_t i) { return 0.001f * static_cast<float>((i * 37) % 101) - 0.05f; }
+
+struct ModeResult {
+  double step_ms = 0;
+  double stats_overlap = 0;  // optimizer's measure, median
+  double comm_ms = 0;        // communication thread busy time, median
+  size_t buckets = 0;
+  long wrong = 0;
+};
+
+struct BenchConfig {
+  int ranks = 2;
+  int steps = 20;
+  int warmup = 3;
+  double backward_ms = 120;
+  size_t bucket_bytes = 256 << 10;
+  bool fp16 = false;
+};
+
+enum class Mode { kComputeOnly, kNoOverlap, kOverlap };
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::kComputeOnly: return "compute_only";
+    case Mode::kNoOverlap: return "no_overlap";
+    case Mode::kOverlap: return "overlap";
+  }
+  return "?";
+}
+
+// One rank: builds the synthetic model in the optimizer's gradient arena and runs the steps.
+void run_rank(const BenchConfig& cfg, Mode mode, std::shared_ptr<edl::Communicator> comm, int rank,
+              const std::vector<Layer>& layers, const std::vector<long>& reps, std::vector<double>* step_ms,
+              std::vector<double>* overlap, std::vector<double>* comm_ms, size_t* buckets, long* wrong) {
+  edl::DistributedOptimizerOptions o;
+  o.optimizer.momentum = 0.9;
+  o.scaling.base_lr = 1e-6;
+  o.scaling.lr_scaling = edl::optim::LrScaling::kNone;
+  o.bucket_cap_bytes = cfg.bucket_bytes;
+  o.overlap = mode == Mode::kOverlap;
+  o.fp16_compression = cfg.fp16;
+  if (mode == Mode::kComputeOnly) {
+    o.local = true;
+  } else {
+    o.comm = std::move(comm);
+  }
+  edl::DistributedOptimizer opt(o);
+  std::vector<std::vector<float>> params;
+  std::vector<std::vector<size_t>> layer_params(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    for (size_t count : layers[l].counts) {
+      params.emplace_back(count, 0.01f);
+      layer_params[l].push_back(opt.add_parameter("p" + std::to_string(params.size()), params.back().data(), nullptr,
+                                                  count));
+    }
+  }
+  *buckets = opt.num_buckets();
+  Compute compute;
+  const int world = mode == Mode::kComputeOnly ? 1 : cfg.ranks;
+  const float factor = cfg.fp16 && world > 1 ? (world + 1) / 2.0f : world * (world + 1) / 2.0f;
+  for (int s = 0; s < cfg.warmup + cfg.steps; ++s) {
+    double t0 = edl::bench::now_s();
+    for (size_t l = layers.size(); l-- > 0;) {  // backward: last layer first
+      compute.run(reps[l]);
+      for (size_t k = layer_params[l].size(); k-- > 0;) {
+        size_t p = layer_params[l][k];
+        float* g = opt.grad_slot(p);
+        const size_t n = params[p].size();
+        const float scale = static_cast<float>(rank + 1);
+        for (size_t i = 0; i < n; ++i) g[i] = scale * grad_value(i);
+        opt.grad_ready(p);
+      }
+    }
+    opt.step();
+    double ms = (edl::bench::now_s() - t0) * 1e3;
+    {
+      for (size_t p = 0; p < params.size(); p += 7) {
+        const float* g = opt.grad_slot(p);
+        for (size_t i = 0; i < params[p].size(); i += 61) {
+          float expect = grad_value(i) * (mode == Mode::kComputeOnly ? static_cast<float>(rank + 1) : factor);
+          if (std::fabs(g[i] - expect) > 1e-3f * std::fabs(expect) + 1e-4f) ++*wrong;
+        }
+      }
+    }
+    if (s >= cfg.warmup) {
+      step_ms->push_back(ms);
+      const auto& st = opt.last_step_stats();
+      overlap->push_back(st.overlap_fraction());
+      comm_ms->push_back(st.comm_s * 1e3);
+    }
+  }
+}
+
+ModeResult run_mode(const BenchConfig& cfg, Mode mode, const std::vector<Layer>& layers, const std::vector<long>& reps,
+                    int round) {
+  const int n = cfg.ranks;  // compute_only runs as many ranks too: same CPU load, no communication
+  auto store = edl::make_memory_store();
+  const std::string prefix = std::string("optimizer_bench/") + mode_name(mode) + "/" + std::to_string(round) + "/";
+  std::vector<std::vector<double>> step_ms(n), overlap(n), comm_ms(n);
+  std::vector<size_t> buckets(n, 0);
+  std::vector<long> wrong(n, 0);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        std::shared_ptr<edl::Communicator> comm;
+        if (mode != Mode::kComputeOnly) comm = edl::Communicator::create(store, prefix, r, n);
+        run_rank(cfg, mode, comm, r, layers, reps, &step_ms[r], &overlap[r], &comm_ms[r], &buckets[r], &wrong[r]);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  ModeResult res;
+  // A step ends when the slowest rank ends it: take the per-step maximum over ranks.
+  std::vector<double> per_step(step_ms[0].size(), 0.0);
+  for (int r = 0; r < n; ++r)
+    for (size_t s = 0; s < per_step.size(); ++s) per_step[s] = std::max(per_step[s], step_ms[r][s]);
+  res.step_ms = edl::bench::median(per_step);
+  res.stats_overlap = edl::bench::median(overlap[0]);
+  res.comm_ms = edl::bench::median(comm_ms[0]);
+  res.buckets = buckets[0];
+  for (long w : wrong) res.wrong += w;
+  return res;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options options("optimizer_bench", "overlap of gradient allreduce with backward (ResNet20-like model)");
+  options.add_options()("ranks", "ranks (threads, each with its own communicator)", cxxopts::value<int>()->default_value("2"))(
+      "steps", "timed steps per mode", cxxopts::value<int>()->default_value("20"))(
+      "warmup", "untimed steps per mode", cxxopts::value<int>()->default_value("3"))(
+      "backward-ms", "single-thread compute of one backward pass", cxxopts::value<double>()->default_value("120"))(
+      "bucket-kb", "bucket capacity in KiB", cxxopts::value<int>()->default_value("256"))(
+      "rounds", "alternate the modes this many times (medians over rounds)", cxxopts::value<int>()->default_value("2"))(
+      "fp16", "fp16 compression on the wire")("json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))(
+      "h,help", "help");
+  BenchConfig cfg;
+  std::string json_path;
+  int rounds = 2;
+  try {
+    auto args = options.parse(argc, argv);
+    if (args.count("help")) {
+      std::printf("%s\n", options.help().c_str());
+      return 0;
+    }
+    cfg.ranks = args["ranks"].as<int>();
+    cfg.steps = args["steps"].as<int>();
+    cfg.warmup = args["warmup"].as<int>();
+    cfg.backward_ms = args["backward-ms"].as<double>();
+    cfg.bucket_bytes = static_cast<size_t>(args["bucket-kb"].as<int>()) << 10;
+    cfg.fp16 = args.count("fp16") > 0;
+    rounds = args["rounds"].as<int>();
+    json_path = args["json"].as<std::string>();
+    if (cfg.ranks < 2 || cfg.steps < 1 || cfg.warmup < 0 || cfg.backward_ms <= 0 || cfg.bucket_bytes == 0 ||
+        rounds < 1)
+      throw std::invalid_argument("need --ranks >= 2, --steps >= 1, --warmup >= 0, --backward-ms > 0, --bucket-kb > 0, "
+                                  "--rounds >= 1");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "optimizer_bench: %s\n", e.what());
+    return 2;
+  }
+
+  const auto layers = resnet20_layers();
+  size_t total_params = 0, tensors = 0;
+  double total_macs = 0;
+  for (const auto& l : layers) {
+    for (size_t c : l.counts) total_params += c;
+    tensors += l.counts.size();
+    total_macs += l.macs;
+  }
+  const double gemm_ms = calibrate_gemm_ms();
+  std::vector<long> reps;
+  for (const auto& l : layers)
+    reps.push_back(std::max(1L, std::lround(cfg.backward_ms * l.macs / total_macs / gemm_ms)));
+  std::printf("optimizer_bench: %zu parameters in %zu tensors, %d ranks, backward %.0f ms (1 thread), bucket %zu KiB%s\n",
+              total_params, tensors, cfg.ranks, cfg.backward_ms, cfg.bucket_bytes >> 10, cfg.fp16 ? ", fp16" : "");
+
+  edl::bench::JsonRows json(json_path);
+  edl::bench::Table table({"mode", "step_ms", "comm_ms", "buckets", "opt_overlap", "wrong"});
+  table.header();
+  const Mode modes[3] = {Mode::kComputeOnly, Mode::kNoOverlap, Mode::kOverlap};
+  std::vector<double> step[3], comm[3], opt_overlap[3];
+  size_t buckets = 0;
+  long wrong[3] = {0, 0, 0};
+  for (int round = 0; round < rounds; ++round) {
+    for (int m = 0; m < 3; ++m) {
+      ModeResult r = run_mode(cfg, modes[m], layers, reps, round);
+      step[m].push_back(r.step_ms);
+      comm[m].push_back(r.comm_ms);
+      opt_overlap[m].push_back(r.stats_overlap);
+      wrong[m] += r.wrong;
+      if (modes[m] != Mode::kComputeOnly) buckets = r.buckets;
+    }
+  }
+  double med[3];
+  for (int m = 0; m < 3; ++m) {
+    med[m] = edl::bench::median(step[m]);
+    table.row({mode_name(modes[m]), edl::bench::fmt(med[m]), edl::bench::fmt(edl::bench::median(comm[m])),
+               std::to_string(modes[m] == Mode::kComputeOnly ? 0 : buckets),
+               modes[m] == Mode::kOverlap ? edl::bench::fmt(edl::bench::median(opt_overlap[m])) : "-",
+               std::to_string(wrong[m])});
+    json.write(Json{{"ranks", cfg.ranks}, {"mode", mode_name(modes[m])}, {"step_ms", med[m]}});
+  }
+  const double exposed_no = med[1] - med[0], exposed_ov = med[2] - med[0];
+  const double fraction = exposed_no > 0 ? std::clamp(1.0 - exposed_ov / exposed_no, 0.0, 1.0) : 0.0;
+  json.write(Json{{"ranks", cfg.ranks}, {"overlap_fraction", fraction}});
+  std::printf("overlap step / no_overlap step = %.2f (target <= 0.8); overlap_fraction = %.2f (target >= 0.6)\n",
+              med[2] / med[1], fraction);
+  return (wrong[0] + wrong[1] + wrong[2]) == 0 ? 0 : 1;
+}
