@@ -1,0 +1,147 @@
+// The default setting: DistributedOptimizer on the process-global world of edl::init(), reducing
+// through the generation's collective engine. Two forked worker processes join a job hosted by an
+// in-test StoreServer and must end with the parameters of one worker at twice the batch.
+#include <catch2/catch.hpp>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "edl/edl.h"
+#include "edl/optim.h"
+#include "edl/store_server.h"
+#include "optim/tiny_mlp.h"
+
+using namespace edl;
+
+namespace {
+
+constexpr int kDim = 5, kHidden = 8, kSteps = 5, kLocalBatch = 6, kRanks = 2;
+
+DistributedOptimizerOptions options() {
+  DistributedOptimizerOptions o;
+  o.optimizer.momentum = 0.9;
+  o.scaling.base_lr = 0.05;
+  o.scaling.lr_scaling = optim::LrScaling::kNone;
+  o.bucket_cap_bytes = 32 * sizeof(float);  // several buckets
+  return o;
+}
+
+std::vector<float> flatten(const test::TinyMlp& m) {
+  std::vector<float> out(m.w1);
+  out.insert(out.end(), m.b1.begin(), m.b1.end());
+  out.insert(out.end(), m.w2.begin(), m.w2.end());
+  out.insert(out.end(), m.b2.begin(), m.b2.end());
+  return out;
+}
+
+bool read_all(int fd, void* buf, size_t n, std::chrono::steady_clock::time_point deadline) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+    if (left <= 0) return false;
+    pollfd pfd{fd, POLLIN, 0};
+    if (poll(&pfd, 1, left) <= 0) continue;
+    ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Child body: waits for the store URL, joins as rank r, trains, writes its parameters. Never returns.
+[[noreturn]] void worker(int rank, int url_fd, int out_fd, const test::Dataset& data) {
+  int code = 1;
+  try {
+    char url[256] = {0};
+    if (!read_all(url_fd, url, sizeof url, std::chrono::steady_clock::now() + std::chrono::seconds(20))) _exit(3);
+    setenv("EDL_STORE", url, 1);
+    setenv("EDL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("EDL_SIZE", std::to_string(kRanks).c_str(), 1);
+    setenv("EDL_TIMEOUT_MS", "10000", 1);
+    setenv("EDL_CONNECT_TIMEOUT_MS", "10000", 1);
+    setenv("EDL_LOG_LEVEL", "0", 1);
+    edl::init();
+    test::TinyMlp m(kDim, kHidden);
+    DistributedOptimizer opt(options());
+    for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+    for (int s = 0; s < kSteps; ++s) {
+      size_t begin = static_cast<size_t>(s) * kRanks * kLocalBatch + static_cast<size_t>(rank) * kLocalBatch;
+      m.backward(data, begin, kLocalBatch, [&](size_t i) { opt.grad_ready(i); });
+      opt.step();
+    }
+    std::vector<float> flat = flatten(m);
+    if (write(out_fd, flat.data(), flat.size() * sizeof(float)) == static_cast<ssize_t>(flat.size() * sizeof(float)))
+      code = 0;
+    edl::shutdown();
+  } catch (const std::exception& e) {
+    (void)!write(2, e.what(), std::strlen(e.what()));
+    code = 2;
+  }
+  _exit(code);
+}
+
+}  // namespace
+
+TEST_CASE("process-global world: 2 processes through the collective engine == 1 worker at batch 2b") {
+  const auto data = test::make_dataset(kRanks * kLocalBatch * kSteps, kDim);
+  // Reference: one worker, batch 2b.
+  test::TinyMlp ref(kDim, kHidden);
+  auto lo = options();
+  lo.local = true;
+  DistributedOptimizer ref_opt(lo);
+  for (auto& p : ref.parameters()) ref_opt.add_parameter("p", p.data, p.grad, p.count);
+  for (int s = 0; s < kSteps; ++s) {
+    ref.backward(data, static_cast<size_t>(s) * kRanks * kLocalBatch, kRanks * kLocalBatch,
+                 [&](size_t i) { ref_opt.grad_ready(i); });
+    ref_opt.step();
+  }
+  const std::vector<float> expect = flatten(ref);
+
+  // Fork before any thread exists in this process (the store server starts afterwards).
+  int url_pipe[kRanks][2], out_pipe[kRanks][2];
+  pid_t pids[kRanks];
+  for (int r = 0; r < kRanks; ++r) {
+    REQUIRE(pipe(url_pipe[r]) == 0);
+    REQUIRE(pipe(out_pipe[r]) == 0);
+    pids[r] = fork();
+    REQUIRE(pids[r] >= 0);
+    if (pids[r] == 0) worker(r, url_pipe[r][0], out_pipe[r][1], data);
+    close(url_pipe[r][0]);
+    close(out_pipe[r][1]);
+  }
+  std::vector<std::vector<float>> got(kRanks, std::vector<float>(expect.size()));
+  bool ok[kRanks] = {false, false};
+  {
+    StoreServer server;
+    char url[256] = {0};
+    std::strncpy(url, server.url().c_str(), sizeof url - 1);
+    for (int r = 0; r < kRanks; ++r) (void)!write(url_pipe[r][1], url, sizeof url);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int r = 0; r < kRanks; ++r)
+      ok[r] = read_all(out_pipe[r][0], got[r].data(), got[r].size() * sizeof(float), deadline);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    if (!ok[r]) kill(pids[r], SIGKILL);  // bounded: a stuck worker is killed, never waited for forever
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    close(url_pipe[r][1]);
+    close(out_pipe[r][0]);
+    CHECK(ok[r]);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    if (!ok[r]) continue;
+    for (size_t i = 0; i < expect.size(); ++i)
+      CHECK(got[r][i] == Catch::Detail::Approx(expect[i]).epsilon(1e-5).margin(1e-6));
+  }
+}
