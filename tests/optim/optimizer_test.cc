@@ -293,3 +293,45 @@ TEST_CASE("optimizer snapshot: rollback restores slots and rescaling; the genera
   a4.add_parameter("w", w.data(), g.data(), 4);
   CHECK_THROWS_AS(a4.load(good), DataError);  // slots of another optimizer kind
 }
+
+TEST_CASE("through elastic::State: commit / restore carry the optimizer, the generation is applied once") {
+  const auto data = test::make_dataset(96, 3);
+  auto o = local_options(OptimizerKind::kSGD, 0.05);
+  o.optimizer.momentum = 0.9;
+  auto run = [&](bool fail) {
+    test::TinyMlp m(3, 5);
+    DistributedOptimizer opt(o);
+    elastic::State state;
+    const char* names[4] = {"w1", "b1", "w2", "b2"};
+    auto params = m.parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      opt.add_parameter(names[i], params[i].data, params[i].grad, params[i].count);
+      state.register_tensor(names[i], params[i].data, params[i].count, DataType::kFloat32);
+    }
+    state.register_component("optimizer", &opt);
+    opt.on_generation(gen(1, 1));
+    auto train = [&](int s) {
+      m.backward(data, s * 8, 8, [&](size_t i) { opt.grad_ready(i); });
+      opt.step();
+    };
+    for (int s = 0; s < 3; ++s) train(s);
+    state.commit();
+    opt.on_generation(gen(2, 3));  // resize 1 -> 3: LR x3, momentum compensation k = 3
+    for (int s = 3; s < 6; ++s) train(s);
+    if (fail) {
+      state.restore();  // back to step 3, before the resize
+      CHECK(opt.step_count() == 3);
+      CHECK(opt.rescaler().size() == 1);
+      opt.on_generation(gen(2, 3));
+      opt.on_generation(gen(2, 3));
+      CHECK(opt.rescaler().resizes() == 1);
+      for (int s = 3; s < 6; ++s) train(s);
+    }
+    for (int s = 6; s < 12; ++s) train(s);
+    CHECK(opt.lr() == Approx(0.15));
+    return m;
+  };
+  test::TinyMlp a = run(false), b = run(true);
+  for (size_t i = 0; i < a.w1.size(); ++i) CHECK(b.w1[i] == a.w1[i]);
+  CHECK(b.w2 == a.w2);
+}
