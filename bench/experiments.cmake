@@ -1,0 +1,9 @@
+# Experiment reproductions (docs/experiments.md): the cluster scheduling simulator (Experiments 1, 2).
+# The simulator core does not depend on libedl, so its tests can link it alone.
+add_library(edl_cluster_sim STATIC cluster_sim.cc cluster_sim_costs.cc cluster_sim_scenarios.cc)
+target_include_directories(edl_cluster_sim PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(edl_cluster_sim PRIVATE nlohmann_json::nlohmann_json)
+target_compile_options(edl_cluster_sim PRIVATE ${EDL_COMPILE_OPTIONS})
+
+edl_add_bench(cluster_sim cluster_sim_main.cc)
+target_link_libraries(cluster_sim PRIVATE edl_cluster_sim)
