@@ -1,0 +1,66 @@
+// The public collective API (include/edl/collectives.h): every call goes through the background
+// engine of the current generation; blocking calls are the asynchronous call plus wait().
+#include "collective/engine.h"
+#include "common/runtime.h"
+#include "edl/collectives.h"
+#include "edl/error.h"
+
+namespace edl {
+
+bool Handle::poll() const {
+  EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::poll() on an empty handle");
+  return state_->finished();
+}
+
+void Handle::wait() const {
+  EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::wait() on an empty handle");
+  state_->wait();
+}
+
+namespace {
+
+std::shared_ptr<detail::Generation> current() {
+  auto g = detail::Runtime::instance().generation();
+  if (!g->engine) throw InternalError("the current generation has no collective engine");
+  return g;
+}
+
+}  // namespace
+
+Handle allreduce_async(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name) {
+  return current()->engine->allreduce(data, count, dtype, op, name);
+}
+
+void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name) {
+  auto g = current();  // keeps the generation alive until the call returns
+  g->engine->allreduce(data, count, dtype, op, name).wait();
+}
+
+Handle broadcast_async(void* data, size_t count, DataType dtype, int root, const std::string& name) {
+  return current()->engine->broadcast(data, count, dtype, root, name);
+}
+
+void broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name) {
+  auto g = current();
+  g->engine->broadcast(data, count, dtype, root, name).wait();
+}
+
+Handle allgather_async(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
+                       std::vector<size_t>* counts, const std::string& name) {
+  return current()->engine->allgather(in, count, dtype, &out, counts, name);
+}
+
+void allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out, std::vector<size_t>* counts,
+               const std::string& name) {
+  auto g = current();
+  g->engine->allgather(in, count, dtype, &out, counts, name).wait();
+}
+
+Handle barrier_async() { return current()->engine->barrier(""); }
+
+void barrier() {
+  auto g = current();
+  g->engine->barrier("").wait();
+}
+
+}  // namespace edl

@@ -1,0 +1,368 @@
+// The collectives of TcpCommunicator: header exchange (with eager payload), mismatch detection,
+// direct-exchange allreduce, broadcast, allgatherv and barrier. The ring allreduce is in ring.cc.
+#include <cstring>
+
+#include "collective/reduce.h"
+#include "collective/tcp_internal.h"
+#include "edl/error.h"
+
+namespace edl::collective {
+
+const char* kind_name(uint8_t k) {
+  switch (static_cast<Kind>(k)) {
+    case Kind::kAllreduce: return "allreduce";
+    case Kind::kBroadcast: return "broadcast";
+    case Kind::kAllgather: return "allgather";
+    case Kind::kBarrier: return "barrier";
+  }
+  return "unknown collective";
+}
+
+int TcpCommunicator::Xfer::fill(iovec* iov, int max, void* sink, size_t sink_bytes) const {
+  if (drain) {
+    iov[0].iov_base = sink;
+    iov[0].iov_len = std::min(remaining, sink_bytes);
+    return remaining > 0 ? 1 : 0;
+  }
+  int n = 0;
+  size_t o = off;
+  for (size_t i = idx; i < spans.size() && n < max; ++i, o = 0) {
+    if (spans[i].bytes == o) continue;
+    iov[n].iov_base = static_cast<char*>(spans[i].data) + o;
+    iov[n].iov_len = spans[i].bytes - o;
+    ++n;
+  }
+  return n;
+}
+
+void TcpCommunicator::Xfer::advance(size_t n) {
+  remaining -= n;
+  if (drain) return;
+  while (n > 0 || (idx < spans.size() && off == spans[idx].bytes)) {
+    size_t len = spans[idx].bytes - off;
+    if (n < len) {
+      off += n;
+      return;
+    }
+    n -= len;
+    ++idx;
+    off = 0;
+  }
+}
+
+namespace {
+
+template <typename Fn>
+bool pump(std::deque<TcpCommunicator::Xfer>& q, int fd, bool sending, void* sink, size_t sink_bytes, Fn&& on_error,
+          uint64_t* bytes_moved) {
+  bool progress = false;
+  while (!q.empty()) {
+    auto& x = q.front();
+    if (x.remaining == 0) {
+      q.pop_front();
+      continue;
+    }
+    iovec iov[64];
+    int n = x.fill(iov, 64, sink, sink_bytes);
+    IoResult r = sending ? try_sendv(fd, iov, n) : try_recvv(fd, iov, n);
+    if (r.err != 0) on_error(r.err);
+    if (r.bytes == 0) break;
+    progress = true;
+    *bytes_moved += r.bytes;
+    x.advance(r.bytes);
+  }
+  return progress;
+}
+
+}  // namespace
+
+void TcpCommunicator::run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what) {
+  if (drain_buf_.empty()) drain_buf_.resize(64 << 10);
+  Waiter w(*this, deadline_, what);
+  uint64_t sent = 0, received = 0;
+  for (;;) {
+    if (aborted_.load(std::memory_order_relaxed)) throw_aborted();
+    bool progress = false, pending = false;
+    w.reset();
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      PeerQueues& pq = q[p];
+      progress |= pump(pq.send, send_fd_[p], true, nullptr, 0, [&](int e) { io_error(p, e, true, what); }, &sent);
+      progress |= pump(pq.recv, recv_fd_[p], false, drain_buf_.data(), drain_buf_.size(),
+                       [&](int e) { io_error(p, e, false, what); }, &received);
+      if (!pq.recv.empty()) {
+        pending = true;
+        w.want(recv_fd_[p], POLLIN, p);
+      }
+      if (!pq.send.empty()) {
+        pending |= wait_sends;
+        w.want(send_fd_[p], POLLOUT, p);
+      }
+    }
+    if (!pending) break;
+    if (progress) {
+      w.progressed();
+    } else {
+      w.idle();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_sent += sent;
+}
+
+void TcpCommunicator::exchange_headers(Header& mine, const std::vector<Span>& payload, std::vector<Header>& all,
+                                       std::vector<PeerQueues>& q) {
+  all.assign(size_, Header{});
+  all[rank_] = mine;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    std::vector<Span> s;
+    s.reserve(1 + payload.size());
+    s.push_back(Span{&mine, sizeof(Header)});
+    if (mine.payload > 0) s.insert(s.end(), payload.begin(), payload.end());
+    q[p].send.push_back(Xfer::of(std::move(s)));
+    q[p].recv.push_back(Xfer::of({Span{&all[p], sizeof(Header)}}));
+  }
+  const char* what = kind_name(mine.kind);
+  run_queues(q, false, what);
+  for (int p = 0; p < size_; ++p) {
+    const Header& h = all[p];
+    if (h.magic != kHeaderMagic || h.rank != p)
+      throw CommError(std::string(what) + ": corrupt collective header from rank " + std::to_string(p) +
+                      " (the byte streams are out of sync)");
+  }
+}
+
+std::string TcpCommunicator::mismatch(const std::vector<Header>& all) const {
+  const Header& a = all[0];
+  const std::string k = kind_name(a.kind);
+  for (int r = 1; r < size_; ++r) {
+    const Header& b = all[r];
+    const std::string rr = ", rank " + std::to_string(r);
+    if (b.seq != a.seq)
+      return "collective sequence mismatch: rank 0 is at collective #" + std::to_string(a.seq) + rr +
+             " at #" + std::to_string(b.seq);
+    if (b.kind != a.kind)
+      return std::string("collective mismatch: rank 0 called ") + k + rr + " called " + kind_name(b.kind);
+    if (a.kind == static_cast<uint8_t>(Kind::kBarrier)) continue;
+    if (b.dtype != a.dtype)
+      return k + " dtype mismatch: rank 0 has " + dtype_name(static_cast<DataType>(a.dtype)) + rr + " has " +
+             dtype_name(static_cast<DataType>(b.dtype));
+    if (a.kind != static_cast<uint8_t>(Kind::kAllgather) && b.count != a.count)
+      return k + " count mismatch: rank 0 has " + std::to_string(a.count) + " elements" + rr + " has " +
+             std::to_string(b.count);
+    if (a.kind == static_cast<uint8_t>(Kind::kAllreduce) && b.op != a.op)
+      return k + " op mismatch: rank 0 uses " + op_name(static_cast<ReduceOp>(a.op)) + rr + " uses " +
+             op_name(static_cast<ReduceOp>(b.op));
+    if (a.kind == static_cast<uint8_t>(Kind::kBroadcast) && b.root != a.root)
+      return k + " root mismatch: rank 0 uses root " + std::to_string(a.root) + rr + " uses root " +
+             std::to_string(b.root);
+  }
+  return "";
+}
+
+void TcpCommunicator::drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what) {
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && all[p].payload > 0) q[p].recv.push_back(Xfer::drainer(all[p].payload));
+  run_queues(q, true, what);
+}
+
+void TcpCommunicator::begin() {
+  check_usable();
+  deadline_ = Clock::now() + options_.timeout;
+  ++seq_;
+}
+
+void TcpCommunicator::finish(bool eager, bool ring) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.collectives;
+  if (eager) ++stats_.eager_allreduces;
+  if (ring) ++stats_.ring_allreduces;
+}
+
+template <typename Fn>
+void TcpCommunicator::guarded(Fn&& fn) {
+  try {
+    fn();
+  } catch (const InvalidArgument&) {
+    throw;  // mismatch / bad argument: the streams are in sync, the communicator stays usable
+  } catch (const CommError&) {
+    fail(std::current_exception());
+  } catch (const std::exception& e) {
+    fail(std::make_exception_ptr(CommError(std::string("collective failed: ") + e.what())));
+  }
+}
+
+namespace {
+
+void check_dtype(DataType dt) { (void)dtype_size(dt); }
+
+void check_op(ReduceOp op) {
+  if (static_cast<uint8_t>(op) > static_cast<uint8_t>(ReduceOp::kProduct))
+    throw InvalidArgument("unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
+}
+
+}  // namespace
+
+void TcpCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  check_dtype(dtype);
+  EDL_CHECK(data != nullptr || count == 0, InvalidArgument, "allreduce: data is null but count is " + std::to_string(count));
+  allreduce_spans({Span{data, count * dtype_size(dtype)}}, dtype, op);
+}
+
+void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType dt, ReduceOp op) {
+  const size_t es = dtype_size(dt);
+  check_op(op);
+  size_t bytes = 0;
+  for (const Span& s : spans) {
+    EDL_CHECK(s.bytes % es == 0, InvalidArgument,
+              "allreduce: a buffer of " + std::to_string(s.bytes) + " bytes is not a whole number of " +
+                  dtype_name(dt) + " elements");
+    EDL_CHECK(s.data != nullptr || s.bytes == 0, InvalidArgument, "allreduce: null buffer");
+    bytes += s.bytes;
+  }
+  const size_t count = bytes / es;
+  check_usable();
+  if (size_ == 1) return;  // sum/min/max/product/average of one contribution is the contribution
+  guarded([&] {
+    begin();
+    const bool eager = bytes <= tuning_.eager_bytes;
+    Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllreduce), static_cast<uint8_t>(dt), static_cast<uint8_t>(op),
+             0, -1, rank_, count, seq_, eager ? bytes : 0, 0};
+    std::vector<PeerQueues> q(size_);
+    std::vector<Header> all;
+    exchange_headers(h, spans, all, q);
+    std::string mm = mismatch(all);
+    if (!mm.empty()) {
+      drain_payloads(all, q, "allreduce");
+      throw MismatchError(mm);
+    }
+    if (eager) {
+      // Direct exchange: every rank has every contribution; reduce them in rank order.
+      scratch_.resize(static_cast<size_t>(size_) * bytes);
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) q[p].recv.push_back(Xfer::of({Span{scratch_.data() + static_cast<size_t>(p) * bytes, bytes}}));
+      run_queues(q, true, "allreduce");
+      std::vector<const void*> contrib(size_);
+      size_t off = 0;
+      for (const Span& s : spans) {
+        for (int p = 0; p < size_; ++p)
+          contrib[p] = p == rank_ ? s.data : static_cast<const void*>(scratch_.data() + static_cast<size_t>(p) * bytes + off);
+        reduce_ordered(s.data, contrib.data(), size_, s.bytes / es, dt, op, size_);
+        off += s.bytes;
+      }
+    } else {
+      run_queues(q, true, "allreduce");
+      if (is_16bit_float(dt)) {
+        // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.
+        widened_.resize(count);
+        size_t at = 0;
+        for (const Span& s : spans) {
+          widen_to_float(s.data, widened_.data() + at, s.bytes / es, dt);
+          at += s.bytes / es;
+        }
+        ring_allreduce({Span{widened_.data(), count * sizeof(float)}}, count, DataType::kFloat32, op);
+        at = 0;
+        for (const Span& s : spans) {
+          narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
+          at += s.bytes / es;
+        }
+      } else {
+        ring_allreduce(spans, count, dt, op);
+      }
+    }
+    finish(eager, !eager);
+  });
+}
+
+void TcpCommunicator::broadcast(void* data, size_t count, DataType dtype, int root) {
+  check_dtype(dtype);
+  EDL_CHECK(data != nullptr || count == 0, InvalidArgument, "broadcast: data is null but count is " + std::to_string(count));
+  check_usable();
+  if (size_ == 1) {
+    EDL_CHECK(root == 0, InvalidArgument, "broadcast root " + std::to_string(root) + " is outside [0, 1)");
+    return;
+  }
+  const size_t bytes = count * dtype_size(dtype);
+  guarded([&] {
+    begin();
+    Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kBroadcast), static_cast<uint8_t>(dtype), 0, 0, root, rank_,
+             count, seq_, root == rank_ ? bytes : 0, 0};
+    std::vector<PeerQueues> q(size_);
+    std::vector<Header> all;
+    exchange_headers(h, {Span{data, bytes}}, all, q);
+    std::string mm = mismatch(all);
+    if (!mm.empty()) {
+      drain_payloads(all, q, "broadcast");
+      throw MismatchError(mm);
+    }
+    if (root < 0 || root >= size_) {
+      run_queues(q, true, "broadcast");
+      throw InvalidArgument("broadcast root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) + ")");
+    }
+    if (rank_ != root) q[root].recv.push_back(Xfer::of({Span{data, bytes}}));
+    run_queues(q, true, "broadcast");
+    finish(false, false);
+  });
+}
+
+void TcpCommunicator::allgatherv(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
+                                 std::vector<size_t>* counts_out) {
+  check_dtype(dtype);
+  EDL_CHECK(in != nullptr || count == 0, InvalidArgument, "allgather: input is null but count is " + std::to_string(count));
+  const size_t es = dtype_size(dtype);
+  const size_t bytes = count * es;
+  check_usable();
+  if (size_ == 1) {
+    const uint8_t* p = static_cast<const uint8_t*>(in);
+    out.assign(p, p + bytes);
+    if (counts_out) counts_out->assign(1, count);
+    return;
+  }
+  guarded([&] {
+    begin();
+    Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllgather), static_cast<uint8_t>(dtype), 0, 0, -1, rank_,
+             count, seq_, bytes, 0};
+    std::vector<PeerQueues> q(size_);
+    std::vector<Header> all;
+    exchange_headers(h, {Span{const_cast<void*>(in), bytes}}, all, q);
+    std::string mm = mismatch(all);
+    if (!mm.empty()) {
+      drain_payloads(all, q, "allgather");
+      throw MismatchError(mm);
+    }
+    std::vector<size_t> off(size_ + 1, 0);
+    for (int p = 0; p < size_; ++p) off[p + 1] = off[p] + all[p].count * es;
+    out.resize(off[size_]);
+    if (bytes) std::memcpy(out.data() + off[rank_], in, bytes);
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) q[p].recv.push_back(Xfer::of({Span{out.data() + off[p], all[p].count * es}}));
+    run_queues(q, true, "allgather");
+    if (counts_out) {
+      counts_out->resize(size_);
+      for (int p = 0; p < size_; ++p) (*counts_out)[p] = all[p].count;
+    }
+    finish(false, false);
+  });
+}
+
+void TcpCommunicator::barrier() {
+  check_usable();
+  if (size_ == 1) return;
+  guarded([&] {
+    begin();
+    Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kBarrier), 0, 0, 0, -1, rank_, 0, seq_, 0, 0};
+    std::vector<PeerQueues> q(size_);
+    std::vector<Header> all;
+    exchange_headers(h, {}, all, q);
+    std::string mm = mismatch(all);
+    if (!mm.empty()) {
+      drain_payloads(all, q, "barrier");
+      throw MismatchError(mm);
+    }
+    run_queues(q, true, "barrier");
+    finish(false, false);
+  });
+}
+
+}  // namespace edl::collective

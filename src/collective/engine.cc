@@ -1,0 +1,456 @@
+// Engine: negotiation (with response cache), fusion and execution of asynchronous collectives.
+#include "collective/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+
+#include "collective/tcp_communicator.h"
+#include "common/logging.h"
+#include "edl/error.h"
+
+namespace edl::collective {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
+constexpr uint32_t kNegotiationMagic = 0x45444c4eu;  // "EDLN"
+constexpr size_t kMaxCacheEntries = 1u << 16;
+
+const char* kind_str(uint8_t k) {
+  switch (k) {
+    case kAllreduce: return "allreduce";
+    case kBroadcast: return "broadcast";
+    case kAllgather: return "allgather";
+    case kBarrier: return "barrier";
+  }
+  return "collective";
+}
+
+// Auto names ("allreduce.17") never repeat, so they are not worth a cache entry.
+bool is_auto_name(const std::string& n) {
+  static const std::regex re("^(allreduce|broadcast|allgather|barrier)\\.[0-9]+$");
+  return std::regex_match(n, re);
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& b, T v) {
+  size_t at = b.size();
+  b.resize(at + sizeof(T));
+  std::memcpy(b.data() + at, &v, sizeof(T));
+}
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n, int rank) : p_(p), n_(n), rank_(rank) {}
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, p_ + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  std::string str(size_t len) {
+    need(len);
+    std::string s(reinterpret_cast<const char*>(p_ + at_), len);
+    at_ += len;
+    return s;
+  }
+
+ private:
+  void need(size_t k) {
+    if (n_ - at_ < k)
+      throw CommError("collective engine: truncated negotiation message from rank " + std::to_string(rank_));
+  }
+  const uint8_t* p_;
+  size_t n_;
+  size_t at_ = 0;
+  int rank_;
+};
+
+std::string describe_mismatch(const std::string& name, const Engine::Desc& a, const Engine::Desc& b, int rb) {
+  std::string k = std::string(kind_str(a.kind)) + " '" + name + "'";
+  std::string rr = ", rank " + std::to_string(rb);
+  if (a.kind != b.kind)
+    return "collective mismatch for '" + name + "': rank 0 called " + kind_str(a.kind) + rr + " called " +
+           kind_str(b.kind);
+  if (a.dtype != b.dtype)
+    return k + " dtype mismatch: rank 0 has " + dtype_name(static_cast<DataType>(a.dtype)) + rr + " has " +
+           dtype_name(static_cast<DataType>(b.dtype));
+  if (a.count != b.count)
+    return k + " count mismatch: rank 0 has " + std::to_string(a.count) + " elements" + rr + " has " +
+           std::to_string(b.count);
+  if (a.op != b.op)
+    return k + " op mismatch: rank 0 uses " + op_name(static_cast<ReduceOp>(a.op)) + rr + " uses " +
+           op_name(static_cast<ReduceOp>(b.op));
+  return k + " root mismatch: rank 0 uses root " + std::to_string(a.root) + rr + " uses root " +
+         std::to_string(b.root);
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<Communicator> comm, EngineOptions options)
+    : comm_(std::move(comm)), options_(options) {
+  if (!comm_) throw InvalidArgument("Engine needs a communicator");
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    // A collective in flight may wait for peers that are stopping too: abort it.
+    comm_->abort("collective engine stopped");
+    thread_.join();
+  }
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+Handle Engine::enqueue(RequestPtr r, const char* kind) {
+  r->state = std::make_shared<detail::HandleState>();
+  Handle h(r->state);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (r->name.empty()) r->name = std::string(kind) + "." + std::to_string(auto_counter_[kind]++);
+  if (broken_ || stopping_) {
+    r->state->complete(broken_ ? broken_ : std::make_exception_ptr(AbortedError("collective engine stopped")));
+    return h;
+  }
+  if (!in_flight_.insert(r->name).second)
+    throw InvalidArgument(std::string(kind) + ": a collective named '" + r->name + "' is already pending on this rank");
+  incoming_.push_back(std::move(r));
+  return h;
+}
+
+Handle Engine::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name) {
+  (void)dtype_size(dtype);
+  EDL_CHECK(data != nullptr || count == 0, InvalidArgument,
+            "allreduce: data is null but count is " + std::to_string(count));
+  EDL_CHECK(static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::kProduct), InvalidArgument,
+            "allreduce: unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
+  auto r = std::make_shared<Request>();
+  r->name = name;
+  r->desc = Desc{kAllreduce, static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), -1, count};
+  r->data = data;
+  return enqueue(std::move(r), "allreduce");
+}
+
+Handle Engine::broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name) {
+  (void)dtype_size(dtype);
+  EDL_CHECK(data != nullptr || count == 0, InvalidArgument,
+            "broadcast: data is null but count is " + std::to_string(count));
+  EDL_CHECK(root >= 0 && root < comm_->size(), InvalidArgument,
+            "broadcast root " + std::to_string(root) + " is outside [0, " + std::to_string(comm_->size()) + ")");
+  auto r = std::make_shared<Request>();
+  r->name = name;
+  r->desc = Desc{kBroadcast, static_cast<uint8_t>(dtype), 0, root, count};
+  r->data = data;
+  return enqueue(std::move(r), "broadcast");
+}
+
+Handle Engine::allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>* out,
+                         std::vector<size_t>* counts, const std::string& name) {
+  (void)dtype_size(dtype);
+  EDL_CHECK(in != nullptr || count == 0, InvalidArgument,
+            "allgather: input is null but count is " + std::to_string(count));
+  EDL_CHECK(out != nullptr, InvalidArgument, "allgather: output vector is null");
+  auto r = std::make_shared<Request>();
+  r->name = name;
+  // The count differs legitimately between ranks: it is not part of the matched descriptor.
+  r->desc = Desc{kAllgather, static_cast<uint8_t>(dtype), 0, -1, 0};
+  r->in = in;
+  r->out = out;
+  r->counts = counts;
+  r->local_count = count;
+  return enqueue(std::move(r), "allgather");
+}
+
+Handle Engine::barrier(const std::string& name) {
+  auto r = std::make_shared<Request>();
+  r->name = name;
+  r->desc = Desc{kBarrier, 0, 0, -1, 0};
+  return enqueue(std::move(r), "barrier");
+}
+
+void Engine::loop() {
+  auto next = Clock::now();
+  try {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_until(lock, next, [&] { return stopping_; });
+        if (stopping_) break;
+        while (!incoming_.empty()) {
+          pending_.push_back(std::move(incoming_.front()));
+          incoming_.pop_front();
+        }
+      }
+      next = Clock::now() + options_.cycle_time;
+      std::vector<RequestPtr> ready = negotiate();
+      if (!ready.empty()) {
+        executing_ = ready;
+        execute(ready);
+        executing_.clear();
+      }
+    }
+  } catch (const std::exception& e) {
+    EDL_LOG(2) << "collective engine on rank " << comm_->rank() << " stopped: " << e.what();
+    fail_all(std::current_exception());
+    return;
+  }
+  fail_all(std::make_exception_ptr(AbortedError("collective engine stopped")));
+}
+
+// One negotiation round. Message of each rank: magic, cache size, bitset over the response cache
+// (requests whose name and descriptor were negotiated before), then full descriptors + names of
+// the other requests. Every rank decodes every message, so every rank computes the same ready list.
+std::vector<Engine::RequestPtr> Engine::negotiate() {
+  const int n = comm_->size();
+  std::vector<RequestPtr> ready;
+  if (n == 1) {
+    ready.swap(pending_);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.cycles;
+    return ready;
+  }
+  std::vector<uint64_t> bits((cache_.size() + 63) / 64, 0);
+  std::vector<uint8_t> msg;
+  std::vector<const Request*> fresh;
+  for (const RequestPtr& r : pending_) {
+    auto it = cache_ids_.find(r->name);
+    if (it != cache_ids_.end() && cache_[it->second].second == r->desc)
+      bits[it->second / 64] |= 1ull << (it->second % 64);
+    else
+      fresh.push_back(r.get());
+  }
+  put<uint32_t>(msg, kNegotiationMagic);
+  put<uint32_t>(msg, static_cast<uint32_t>(cache_.size()));
+  for (uint64_t w : bits) put<uint64_t>(msg, w);
+  put<uint32_t>(msg, static_cast<uint32_t>(fresh.size()));
+  for (const Request* r : fresh) {
+    put<uint8_t>(msg, r->desc.kind);
+    put<uint8_t>(msg, r->desc.dtype);
+    put<uint8_t>(msg, r->desc.op);
+    put<int32_t>(msg, r->desc.root);
+    put<uint64_t>(msg, r->desc.count);
+    put<uint32_t>(msg, static_cast<uint32_t>(r->name.size()));
+    msg.insert(msg.end(), r->name.begin(), r->name.end());
+  }
+  std::vector<uint8_t> all;
+  std::vector<size_t> counts;
+  comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+
+  std::vector<std::vector<std::pair<std::string, Desc>>> lists(n);
+  std::vector<std::unordered_map<std::string, Desc>> by_name(n);
+  size_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    Reader rd(all.data() + off, counts[r], r);
+    off += counts[r];
+    if (rd.get<uint32_t>() != kNegotiationMagic || rd.get<uint32_t>() != cache_.size())
+      throw CommError("collective engine: negotiation message of rank " + std::to_string(r) +
+                      " is corrupt or its response cache diverged");
+    for (size_t w = 0; w < bits.size(); ++w) {
+      uint64_t word = rd.get<uint64_t>();
+      for (int b = 0; b < 64; ++b)
+        if ((word >> b) & 1) lists[r].push_back(cache_.at(w * 64 + static_cast<size_t>(b)));
+    }
+    uint32_t nf = rd.get<uint32_t>();
+    for (uint32_t i = 0; i < nf; ++i) {
+      Desc d;
+      d.kind = rd.get<uint8_t>();
+      d.dtype = rd.get<uint8_t>();
+      d.op = rd.get<uint8_t>();
+      d.root = rd.get<int32_t>();
+      d.count = rd.get<uint64_t>();
+      uint32_t len = rd.get<uint32_t>();
+      lists[r].emplace_back(rd.str(len), d);
+    }
+    for (auto& e : lists[r]) by_name[r].emplace(e.first, e.second);
+  }
+  const bool sent_names = !fresh.empty();
+
+  // Ready = present on every rank; agreed order = rank 0's message order.
+  std::unordered_map<std::string, size_t> local;
+  for (size_t i = 0; i < pending_.size(); ++i) local.emplace(pending_[i]->name, i);
+  std::vector<bool> taken(pending_.size(), false);
+  for (auto& [name, d0] : lists[0]) {
+    std::string mismatch;
+    bool everywhere = true;
+    for (int r = 1; r < n && everywhere; ++r) {
+      auto it = by_name[r].find(name);
+      if (it == by_name[r].end()) everywhere = false;
+      else if (mismatch.empty() && !(it->second == d0)) mismatch = describe_mismatch(name, d0, it->second, r);
+    }
+    if (!everywhere) continue;
+    size_t i = local.at(name);
+    taken[i] = true;
+    if (!mismatch.empty()) {
+      complete(pending_[i], std::make_exception_ptr(MismatchError(mismatch)));
+      continue;
+    }
+    ready.push_back(pending_[i]);
+    // Response cache: the same decision on every rank (same agreed list).
+    if (!is_auto_name(name)) {
+      auto it = cache_ids_.find(name);
+      if (it != cache_ids_.end()) {
+        cache_[it->second].second = d0;
+      } else if (cache_.size() < kMaxCacheEntries) {
+        cache_ids_.emplace(name, static_cast<uint32_t>(cache_.size()));
+        cache_.emplace_back(name, d0);
+      }
+    }
+  }
+  std::vector<RequestPtr> rest;
+  for (size_t i = 0; i < pending_.size(); ++i)
+    if (!taken[i]) rest.push_back(std::move(pending_[i]));
+  pending_.swap(rest);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.cycles;
+  if (!sent_names) ++stats_.cached_cycles;
+  return ready;
+}
+
+// Runs the ready requests in the agreed order. Consecutive allreduces are grouped by (dtype, op)
+// into fused collectives of at most fusion_threshold_bytes; any other kind flushes the groups
+// first, so the relative order of different kinds is kept.
+void Engine::execute(const std::vector<RequestPtr>& ready) {
+  std::vector<std::vector<RequestPtr>> groups;  // open groups, one per (dtype, op)
+  std::vector<size_t> group_bytes;
+  auto flush_all = [&] {
+    for (auto& g : groups)
+      if (!g.empty()) run_allreduce_group(g);
+    groups.clear();
+    group_bytes.clear();
+  };
+  for (const RequestPtr& r : ready) {
+    if (r->desc.kind != kAllreduce) {
+      flush_all();
+      run_single(r);
+      continue;
+    }
+    const size_t bytes = r->desc.count * dtype_size(static_cast<DataType>(r->desc.dtype));
+    size_t gi = 0;
+    while (gi < groups.size() &&
+           !(groups[gi][0]->desc.dtype == r->desc.dtype && groups[gi][0]->desc.op == r->desc.op))
+      ++gi;
+    if (gi < groups.size() && group_bytes[gi] + bytes > options_.fusion_threshold_bytes) {
+      run_allreduce_group(groups[gi]);
+      groups.erase(groups.begin() + static_cast<long>(gi));
+      group_bytes.erase(group_bytes.begin() + static_cast<long>(gi));
+      gi = groups.size();
+    }
+    if (gi == groups.size()) {
+      groups.emplace_back();
+      group_bytes.push_back(0);
+    }
+    groups[gi].push_back(r);
+    group_bytes[gi] += bytes;
+  }
+  flush_all();
+}
+
+void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
+  const DataType dt = static_cast<DataType>(group[0]->desc.dtype);
+  const ReduceOp op = static_cast<ReduceOp>(group[0]->desc.op);
+  const size_t es = dtype_size(dt);
+  std::exception_ptr err;
+  try {
+    if (group.size() == 1) {
+      comm_->allreduce(group[0]->data, group[0]->desc.count, dt, op);
+    } else if (auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get())) {
+      std::vector<Span> spans;
+      spans.reserve(group.size());
+      for (const RequestPtr& r : group) spans.push_back(Span{r->data, r->desc.count * es});
+      tcp->allreduce_spans(spans, dt, op);
+    } else {  // another Communicator implementation: classic fusion buffer
+      size_t total = 0;
+      for (const RequestPtr& r : group) total += r->desc.count * es;
+      fusion_buf_.resize(total);
+      size_t at = 0;
+      for (const RequestPtr& r : group) {
+        if (r->desc.count) std::memcpy(fusion_buf_.data() + at, r->data, r->desc.count * es);
+        at += r->desc.count * es;
+      }
+      comm_->allreduce(fusion_buf_.data(), total / es, dt, op);
+      at = 0;
+      for (const RequestPtr& r : group) {
+        if (r->desc.count) std::memcpy(r->data, fusion_buf_.data() + at, r->desc.count * es);
+        at += r->desc.count * es;
+      }
+    }
+  } catch (const InvalidArgument&) {
+    err = std::current_exception();  // mismatch: only these requests fail; the communicator is fine
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.collectives;
+    if (group.size() > 1) {
+      ++stats_.fused_collectives;
+      stats_.fused_tensors += group.size();
+    }
+  }
+  for (const RequestPtr& r : group) complete(r, err);
+}
+
+void Engine::run_single(const RequestPtr& r) {
+  std::exception_ptr err;
+  try {
+    switch (r->desc.kind) {
+      case kBroadcast:
+        comm_->broadcast(r->data, r->desc.count, static_cast<DataType>(r->desc.dtype), r->desc.root);
+        break;
+      case kAllgather:
+        comm_->allgatherv(r->in, r->local_count, static_cast<DataType>(r->desc.dtype), *r->out, r->counts);
+        break;
+      case kBarrier:
+        comm_->barrier();
+        break;
+      default:
+        throw InternalError("collective engine: unexpected request kind " + std::to_string(r->desc.kind));
+    }
+  } catch (const InvalidArgument&) {
+    err = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.collectives;
+  }
+  complete(r, err);
+}
+
+void Engine::complete(const RequestPtr& r, std::exception_ptr e) {
+  if (r->state->finished()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase(r->name);
+    ++stats_.completed;
+  }
+  r->state->complete(e);
+}
+
+void Engine::fail_all(std::exception_ptr e) {
+  std::vector<RequestPtr> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_) broken_ = e;
+    for (auto& r : incoming_) victims.push_back(r);
+    incoming_.clear();
+  }
+  for (auto& r : pending_) victims.push_back(r);
+  for (auto& r : executing_) victims.push_back(r);
+  pending_.clear();
+  executing_.clear();
+  for (auto& r : victims) complete(r, e);
+}
+
+}  // namespace edl::collective

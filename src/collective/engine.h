@@ -1,0 +1,134 @@
+// Engine: the background thread that runs a generation's asynchronous collectives (Horovod-style).
+//
+// Callers enqueue named requests and get an edl::Handle. Every cycle (EngineOptions::cycle_time)
+// the engine thread of every rank takes part in one negotiation: an allgather of the requests each
+// rank has ready (a bitset over the response cache for names negotiated before, full descriptors
+// for new names). A request runs once every rank has it; the order is rank 0's message order, so
+// all ranks run the same collectives in the same order whatever order their requests arrived in.
+// Ready allreduces with the same dtype and op are fused into one collective of up to
+// fusion_threshold_bytes; the fused allreduce reads and writes the user tensors directly (no pack
+// or unpack copies) — see docs/collectives.md.
+//
+// Errors: a descriptor mismatch (same name, different count/dtype/op/root) fails that request on
+// every rank with MismatchError; a CommError fails every pending and later request with that error
+// (the communicator is poisoned; the generation is over). stop() fails pending handles with
+// AbortedError; it is idempotent and the destructor calls it.
+//
+// Thread-safety: enqueue methods, stop() and stats() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "collective/handle.h"
+#include "edl/collectives.h"
+#include "edl/communicator.h"
+
+namespace edl::collective {
+
+struct EngineOptions {
+  // Largest fused allreduce, in bytes. Default 64 MiB (as Horovod); EDL_FUSION_THRESHOLD. 0 = no fusion.
+  size_t fusion_threshold_bytes = 64u << 20;
+  // Negotiation period. Default 1 ms; EDL_CYCLE_TIME_MS.
+  std::chrono::microseconds cycle_time{1000};
+};
+
+struct EngineStats {
+  uint64_t cycles = 0;             // negotiations run
+  uint64_t cached_cycles = 0;      // negotiations in which this rank sent no name (all cache hits)
+  uint64_t collectives = 0;        // collectives run for requests (fused groups count once)
+  uint64_t fused_collectives = 0;  // allreduces that carried more than one tensor
+  uint64_t fused_tensors = 0;      // tensors that travelled in those
+  uint64_t completed = 0;          // requests completed (successfully or not)
+};
+
+class EDL_API Engine {
+ public:
+  Engine(std::shared_ptr<Communicator> comm, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Buffers must stay valid and untouched until the handle completes. An empty name gets the auto
+  // name "<kind>.<n>" (n counts this rank's unnamed requests of that kind). Throws InvalidArgument
+  // for bad arguments or a name that is already pending.
+  Handle allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name);
+  Handle broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name);
+  Handle allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>* out,
+                   std::vector<size_t>* counts, const std::string& name);
+  Handle barrier(const std::string& name);
+
+  void stop();
+  EngineStats stats() const;
+  const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+
+  // Wire descriptor of a request (public for the implementation's helpers).
+  struct Desc {
+    uint8_t kind = 0;
+    uint8_t dtype = 0;
+    uint8_t op = 0;
+    int32_t root = -1;
+    uint64_t count = 0;
+    bool operator==(const Desc& o) const {
+      return kind == o.kind && dtype == o.dtype && op == o.op && root == o.root && count == o.count;
+    }
+  };
+
+ private:
+  struct Request {
+    std::string name;
+    Desc desc;
+    void* data = nullptr;
+    const void* in = nullptr;
+    std::vector<uint8_t>* out = nullptr;
+    std::vector<size_t>* counts = nullptr;
+    size_t local_count = 0;  // allgather: this rank's element count
+    std::shared_ptr<detail::HandleState> state;
+  };
+  using RequestPtr = std::shared_ptr<Request>;
+
+  Handle enqueue(RequestPtr r, const char* kind);
+  void loop();
+  // One negotiation; returns the requests ready on every rank, in the agreed order (requests that
+  // mismatch are failed and left out).
+  std::vector<RequestPtr> negotiate();
+  void execute(const std::vector<RequestPtr>& ready);
+  void run_allreduce_group(const std::vector<RequestPtr>& group);
+  void run_single(const RequestPtr& r);
+  void complete(const RequestPtr& r, std::exception_ptr e);
+  void fail_all(std::exception_ptr e);
+
+  std::shared_ptr<Communicator> comm_;
+  EngineOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::exception_ptr broken_;  // first CommError: every later request fails with it
+  std::deque<RequestPtr> incoming_;
+  std::unordered_set<std::string> in_flight_;  // names pending on this rank
+  std::unordered_map<std::string, uint64_t> auto_counter_;
+  EngineStats stats_;
+
+  // Engine-thread state.
+  std::vector<RequestPtr> pending_;                  // arrival order
+  std::vector<RequestPtr> executing_;                // the cycle's ready list while it runs
+  std::vector<std::pair<std::string, Desc>> cache_;  // response cache: id -> (name, descriptor)
+  std::unordered_map<std::string, uint32_t> cache_ids_;
+  std::vector<uint8_t> fusion_buf_;                  // only for communicators without span support
+
+  std::thread thread_;
+};
+
+}  // namespace edl::collective

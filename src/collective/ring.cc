@@ -1,0 +1,156 @@
+// Pipelined ring allreduce (reduce-scatter + allgather) over the logical concatenation of spans.
+//
+// The buffer is cut into `size` segments; every step moves one segment to the next rank in chunks of
+// tuning.chunk_bytes. Send and receive run as two independent cursors over the 2(n-1) steps, so the
+// allgather of a chunk starts as soon as its last reduction is done; the dependencies are:
+//   send (s, c) needs receive (s-1, c) complete (that chunk was reduced / received into place);
+//   an allgather receive (s, c) writes into memory that reduce-scatter step s-(n-1) sends, so it
+//   waits until that chunk has left.
+// Reduce-scatter chunks arrive in one chunk of scratch and are reduced straight into the spans.
+#include <algorithm>
+#include <cstring>
+
+#include "collective/reduce.h"
+#include "collective/tcp_internal.h"
+
+namespace edl::collective {
+namespace {
+
+// Maps logical byte ranges of the span list to pieces.
+class SpanIndex {
+ public:
+  explicit SpanIndex(const std::vector<Span>& spans) : spans_(spans), start_(spans.size() + 1, 0) {
+    for (size_t i = 0; i < spans.size(); ++i) start_[i + 1] = start_[i] + spans[i].bytes;
+  }
+  template <typename Fn>
+  void for_each(size_t off, size_t len, Fn&& fn) const {
+    size_t i = static_cast<size_t>(std::upper_bound(start_.begin(), start_.end(), off) - start_.begin()) - 1;
+    size_t rel = 0;
+    while (len > 0 && i < spans_.size()) {
+      size_t in = off - start_[i];
+      size_t take = std::min(len, spans_[i].bytes - in);
+      if (take > 0) fn(static_cast<char*>(spans_[i].data) + in, take, rel);
+      rel += take;
+      off += take;
+      len -= take;
+      ++i;
+    }
+  }
+  int fill(size_t off, size_t len, iovec* iov, int max) const {
+    int n = 0;
+    for_each(off, len, [&](char* p, size_t take, size_t) {
+      if (n < max) iov[n++] = iovec{p, take};
+    });
+    return n;
+  }
+
+ private:
+  const std::vector<Span>& spans_;
+  std::vector<size_t> start_;
+};
+
+struct Cursor {
+  int step = 0;
+  size_t chunk = 0;
+  size_t done = 0;  // bytes of the current chunk
+  bool past(int s, size_t c) const { return step > s || (step == s && chunk > c); }
+};
+
+}  // namespace
+
+void TcpCommunicator::ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op) {
+  const int n = size_, r = rank_;
+  const size_t es = dtype_size(dt);
+  const int steps = 2 * (n - 1);
+  const size_t chunk_elems = std::max<size_t>(1, tuning_.chunk_bytes / es);
+  std::vector<size_t> seg_off(n + 1, 0);
+  for (int i = 0; i < n; ++i) seg_off[i + 1] = seg_off[i] + count / n + (static_cast<size_t>(i) < count % n ? 1 : 0);
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  auto send_seg = [&](int s) { return s < n - 1 ? mod(r - s) : mod(r + 1 - (s - (n - 1))); };
+  auto recv_seg = [&](int s) { return s < n - 1 ? mod(r - s - 1) : mod(r - (s - (n - 1))); };
+  auto nchunks = [&](int seg) { return (seg_off[seg + 1] - seg_off[seg] + chunk_elems - 1) / chunk_elems; };
+  // Byte range [first, second) of chunk c of segment seg.
+  auto chunk_range = [&](int seg, size_t c) {
+    size_t b = seg_off[seg] + c * chunk_elems;
+    size_t e = std::min(seg_off[seg + 1], b + chunk_elems);
+    return std::pair<size_t, size_t>(b * es, (e - b) * es);
+  };
+
+  SpanIndex index(spans);
+  if (scratch_.size() < chunk_elems * es) scratch_.resize(chunk_elems * es);
+  const int next = mod(r + 1), prev = mod(r - 1);
+  const int sfd = send_fd_[next], rfd = recv_fd_[prev];
+  Cursor snd, rcv;
+  Waiter w(*this, deadline_, "allreduce");
+  uint64_t sent = 0;
+  iovec iov[64];
+  while (snd.step < steps || rcv.step < steps) {
+    if (aborted_.load(std::memory_order_relaxed)) throw_aborted();
+    bool progress = false;
+    w.reset();
+    while (snd.step < steps) {
+      const int seg = send_seg(snd.step);
+      if (snd.chunk >= nchunks(seg)) {
+        ++snd.step, snd.chunk = 0, snd.done = 0;
+        continue;
+      }
+      if (snd.done == 0 && snd.step > 0 && !rcv.past(snd.step - 1, snd.chunk)) break;
+      auto [off, len] = chunk_range(seg, snd.chunk);
+      int cnt = index.fill(off + snd.done, len - snd.done, iov, 64);
+      IoResult res = try_sendv(sfd, iov, cnt);
+      if (res.err) io_error(next, res.err, true, "allreduce");
+      if (res.bytes == 0) {
+        w.want(sfd, POLLOUT, next);
+        break;
+      }
+      progress = true;
+      sent += res.bytes;
+      snd.done += res.bytes;
+      if (snd.done == len) ++snd.chunk, snd.done = 0;
+    }
+    while (rcv.step < steps) {
+      const int seg = recv_seg(rcv.step);
+      if (rcv.chunk >= nchunks(seg)) {
+        ++rcv.step, rcv.chunk = 0, rcv.done = 0;
+        continue;
+      }
+      const bool reducing = rcv.step < n - 1;
+      if (rcv.done == 0 && !reducing && !snd.past(rcv.step - (n - 1), rcv.chunk)) break;
+      auto [off, len] = chunk_range(seg, rcv.chunk);
+      int cnt;
+      if (reducing) {
+        iov[0] = iovec{scratch_.data() + rcv.done, len - rcv.done};
+        cnt = 1;
+      } else {
+        cnt = index.fill(off + rcv.done, len - rcv.done, iov, 64);
+      }
+      IoResult res = try_recvv(rfd, iov, cnt);
+      if (res.err) io_error(prev, res.err, false, "allreduce");
+      if (res.bytes == 0) {
+        w.want(rfd, POLLIN, prev);
+        break;
+      }
+      progress = true;
+      rcv.done += res.bytes;
+      if (rcv.done == len) {
+        if (reducing) {
+          const bool last = rcv.step == n - 2;
+          index.for_each(off, len, [&](char* p, size_t take, size_t rel) {
+            reduce_inplace(p, scratch_.data() + rel, take / es, dt, op);
+            if (last && op == ReduceOp::kAverage) divide_inplace(p, take / es, dt, n);
+          });
+        }
+        ++rcv.chunk, rcv.done = 0;
+      }
+    }
+    if (progress) {
+      w.progressed();
+    } else if (snd.step < steps || rcv.step < steps) {
+      w.idle();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_sent += sent;
+}
+
+}  // namespace edl::collective

@@ -1,0 +1,125 @@
+// TcpCommunicator: EDL's own TCP transport and collective algorithms (the Communicator behind
+// Communicator::create). Design and wire protocol: docs/collectives.md.
+//
+//  - Full mesh of one-way sockets: for every peer, one connection this rank sends on (it connected
+//    it) and one it receives on (it accepted it), bootstrapped through the store with a Hello
+//    handshake (magic, generation, prefix tag, rank, size); foreign or stale connections are rejected.
+//  - Every collective starts with a 48-byte header sent to every peer; small payloads ride in the
+//    same message (eager). All ranks see all headers, so all of them detect a mismatch identically
+//    and throw the same MismatchError after draining what was sent (the streams stay in sync).
+//  - Non-blocking sockets; waits spin briefly, then poll() on the sockets plus an eventfd that
+//    abort() signals. Every collective has the deadline options.timeout.
+//  - Any transport error, deadline or abort poisons the communicator: later calls rethrow the
+//    first error, and the sockets are shut down so peers waiting on this rank fail promptly.
+//
+// Thread-safety: collectives from one thread at a time; abort()/aborted()/stats() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collective/socket.h"
+#include "edl/communicator.h"
+
+namespace edl::collective {
+
+// A contiguous piece of a logical buffer (fused allreduce: one per tensor). Non-owning.
+struct Span {
+  void* data;
+  size_t bytes;
+};
+
+// Tunables of the algorithms (defaults are what the benchmarks in docs/collectives.md measured).
+struct AlgorithmTuning {
+  size_t eager_bytes = 64 << 10;       // allreduce payloads up to this go with the header (direct exchange)
+  size_t chunk_bytes = 512 << 10;      // ring pipelining unit
+  std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
+};
+
+struct CommStats {
+  uint64_t collectives = 0;
+  uint64_t eager_allreduces = 0;
+  uint64_t ring_allreduces = 0;
+  uint64_t bytes_sent = 0;
+};
+
+class EDL_API TcpCommunicator final : public Communicator {
+ public:
+  static std::shared_ptr<TcpCommunicator> connect(std::shared_ptr<Store> store, const std::string& prefix, int rank,
+                                                  int size, const CommunicatorOptions& options);
+  TcpCommunicator(int rank, int size, const CommunicatorOptions& options);
+  ~TcpCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  uint64_t generation() const override { return options_.generation; }
+
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  // Allreduce of the concatenation of spans (each a whole number of elements), reading from and
+  // writing to the spans directly: the fused allreduce of the engine without a copy.
+  void allreduce_spans(const std::vector<Span>& spans, DataType dtype, ReduceOp op);
+  void broadcast(void* data, size_t count, DataType dtype, int root) override;
+  void allgatherv(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
+                  std::vector<size_t>* counts_out = nullptr) override;
+  void barrier() override;
+  void abort(const std::string& reason) override;
+  bool aborted() const override;
+
+  void set_tuning(const AlgorithmTuning& t) { tuning_ = t; }
+  const AlgorithmTuning& tuning() const { return tuning_; }
+  CommStats stats() const;
+
+  // Implementation types (tcp_internal.h).
+  struct Header;
+  struct Xfer;
+  struct PeerQueues;
+  struct Waiter;
+
+ private:
+  void build_mesh(Store& store, const std::string& prefix);
+  void check_usable() const;
+  [[noreturn]] void fail(std::exception_ptr e);
+  [[noreturn]] void throw_aborted() const;
+  [[noreturn]] void io_error(int peer, int err, bool sending, const char* what) const;
+  template <typename Fn>
+  void guarded(Fn&& fn);
+
+  // One collective, header first (see collectives.cc).
+  void begin();
+  void finish(bool eager, bool ring);
+  void exchange_headers(Header& mine, const std::vector<Span>& payload, std::vector<Header>& all,
+                        std::vector<PeerQueues>& q);
+  std::string mismatch(const std::vector<Header>& all) const;
+  void drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what);
+  void run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what);
+  void ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  void shutdown_sockets();
+
+  int rank_;
+  int size_;
+  CommunicatorOptions options_;
+  AlgorithmTuning tuning_;
+  std::vector<int> send_fd_;  // per peer (own rank: -1)
+  std::vector<int> recv_fd_;
+  int event_fd_ = -1;
+  uint64_t seq_ = 0;
+  Clock::time_point deadline_;  // of the collective in progress
+  std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> drain_buf_;
+  std::vector<float> widened_;
+
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> poisoned_{false};
+  mutable std::mutex mu_;  // guards abort_reason_, first_error_, stats_
+  std::string abort_reason_;
+  std::exception_ptr first_error_;
+  CommStats stats_;
+};
+
+}  // namespace edl::collective

@@ -1,0 +1,87 @@
+// Implementation pieces shared by the TcpCommunicator source files: the collective header, queued
+// scatter/gather transfers and the spin-then-poll waiter. Not a public interface.
+#pragma once
+
+#include <poll.h>
+#include <sys/uio.h>
+
+#include <deque>
+#include <vector>
+
+#include "collective/tcp_communicator.h"
+#include "edl/error.h"
+
+namespace edl::collective {
+
+enum class Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
+const char* kind_name(uint8_t k);
+
+// First bytes of every collective on every connection (48 bytes, host byte order: same-arch jobs).
+struct TcpCommunicator::Header {
+  uint32_t magic;
+  uint8_t kind;
+  uint8_t dtype;
+  uint8_t op;
+  uint8_t pad;
+  int32_t root;
+  int32_t rank;
+  uint64_t count;    // elements
+  uint64_t seq;      // collective sequence number on this communicator
+  uint64_t payload;  // bytes that follow this header on this connection (eager data)
+  uint64_t reserved;
+};
+static_assert(sizeof(TcpCommunicator::Header) == 48, "wire header is 48 bytes");
+constexpr uint32_t kHeaderMagic = 0x45444c43u;  // "EDLC"
+
+// One queued transfer on one connection: a list of spans; `drain` discards received bytes.
+struct TcpCommunicator::Xfer {
+  std::vector<Span> spans;
+  size_t idx = 0;   // current span
+  size_t off = 0;   // offset within it
+  size_t remaining = 0;
+  bool drain = false;
+
+  static Xfer of(std::vector<Span> s) {
+    Xfer x;
+    x.spans = std::move(s);
+    for (auto& sp : x.spans) x.remaining += sp.bytes;
+    return x;
+  }
+  static Xfer drainer(size_t n) {
+    Xfer x;
+    x.remaining = n;
+    x.drain = true;
+    return x;
+  }
+  // Fills iov with the untransferred part (at most max entries); drain uses `sink`.
+  int fill(iovec* iov, int max, void* sink, size_t sink_bytes) const;
+  void advance(size_t n);
+};
+
+struct TcpCommunicator::PeerQueues {
+  std::deque<Xfer> send;
+  std::deque<Xfer> recv;
+};
+
+// Spin-then-block wait with the collective's deadline; checks abort on every idle round.
+struct TcpCommunicator::Waiter {
+  Waiter(const TcpCommunicator& c, Clock::time_point deadline, const char* what);
+  void reset() { fds.clear(); peers.clear(); }
+  void want(int fd, short events, int peer) {
+    fds.push_back(pollfd{fd, events, 0});
+    peers.push_back(peer);
+  }
+  void progressed();
+  // No progress this round: spin until tuning.spin has passed, then poll(); throws TimeoutError /
+  // AbortedError.
+  void idle();
+
+  const TcpCommunicator& comm;
+  Clock::time_point deadline;
+  const char* what;
+  Clock::time_point last_progress;
+  std::vector<pollfd> fds;
+  std::vector<int> peers;
+};
+
+}  // namespace edl::collective

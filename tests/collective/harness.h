@@ -1,0 +1,199 @@
+// Test harness of the collective suite: ranks as threads over one memory store, a file-backed
+// store for ranks that are separate processes (fork), and a child-process guard that always kills
+// and reaps the child.
+#pragma once
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/tcp_communicator.h"
+#include "edl/error.h"
+#include "edl/store.h"
+
+namespace edl::test {
+
+inline std::string unique_prefix(const std::string& what) {
+  static std::atomic<int> n{0};
+  return what + "/" + std::to_string(getpid()) + "/" + std::to_string(n++) + "/";
+}
+
+inline CommunicatorOptions fast_options(int timeout_ms = 5000) {
+  CommunicatorOptions o;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.connect_timeout = std::chrono::milliseconds(10000);
+  return o;
+}
+
+// Runs fn(rank, comm) on n threads, each with its own communicator over one memory store.
+// Rethrows the first exception of any rank after joining all of them.
+inline void run_ranks(int n, const std::function<void(int, collective::TcpCommunicator&)>& fn,
+                      CommunicatorOptions opts = fast_options()) {
+  auto store = make_memory_store();
+  const std::string prefix = unique_prefix("ranks");
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = collective::TcpCommunicator::connect(store, prefix, r, n, opts);
+        fn(r, *comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// A Store over a directory, so forked processes can bootstrap a communicator (set/get/wait only
+// are needed by the mesh; the rest is implemented simply, without cross-process atomicity).
+class FileStore : public Store {
+ public:
+  explicit FileStore(std::string dir) : dir_(std::move(dir)) {}
+  void set(const std::string& key, const std::string& value) override {
+    std::string tmp = path(key) + ".tmp" + std::to_string(getpid());
+    {
+      std::ofstream f(tmp, std::ios::binary);
+      f << value;
+    }
+    std::rename(tmp.c_str(), path(key).c_str());
+  }
+  std::optional<std::string> get(const std::string& key) override {
+    std::ifstream f(path(key), std::ios::binary);
+    if (!f) return std::nullopt;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    int64_t v = std::stoll(get(key).value_or("0")) + delta;
+    set(key, std::to_string(v));
+    return v;
+  }
+  bool compare_set(const std::string& key, const std::optional<std::string>& expected, const std::string& desired,
+                   std::optional<std::string>* current) override {
+    auto cur = get(key);
+    if (cur != expected) {
+      if (current) *current = cur;
+      return false;
+    }
+    set(key, desired);
+    return true;
+  }
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      bool all = true;
+      for (auto& k : keys) all = all && get(k).has_value();
+      if (all) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  std::optional<std::string> wait_change(const std::string& key, const std::optional<std::string>& known,
+                                         std::chrono::milliseconds timeout) override {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto v = get(key);
+      if (v != known || std::chrono::steady_clock::now() >= deadline) return v;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  bool del(const std::string& key) override { return std::remove(path(key).c_str()) == 0; }
+  std::vector<std::string> keys(const std::string&) override { return {}; }
+  void set_lease(const std::string& key, const std::string& value, std::chrono::milliseconds) override {
+    set(key, value);
+  }
+
+ private:
+  std::string path(const std::string& key) const {
+    std::string k = key;
+    for (char& c : k)
+      if (c == '/') c = '_';
+    return dir_ + "/" + k;
+  }
+  std::string dir_;
+};
+
+inline std::string make_temp_dir() {
+  char tmpl[] = "/tmp/edl_coll_XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  if (!d) throw std::runtime_error("mkdtemp failed");
+  return d;
+}
+
+// A forked child running fn(); the guard SIGKILLs and reaps it on destruction (any path).
+class Child {
+ public:
+  explicit Child(const std::function<void()>& fn) {
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      int code = 0;
+      try {
+        fn();
+      } catch (...) {
+        code = 3;
+      }
+      _exit(code);
+    }
+  }
+  ~Child() { kill_and_reap(); }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  pid_t pid() const { return pid_; }
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  void kill_and_reap() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+}  // namespace edl::test
+
+// Catch2 v2 assertions are not thread-safe: rank threads use these, which throw; run_ranks
+// rethrows the first failure on the test thread.
+#define TREQUIRE(cond)                                                                                  \
+  do {                                                                                                  \
+    if (!(cond)) throw std::runtime_error(std::string("TREQUIRE failed: " #cond " at line ") +         \
+                                          std::to_string(__LINE__));                                    \
+  } while (0)
+#define TFAIL(msg)                                                                                      \
+  do {                                                                                                  \
+    std::ostringstream tfail_os_;                                                                       \
+    tfail_os_ << msg;                                                                                   \
+    throw std::runtime_error("TFAIL at line " + std::to_string(__LINE__) + ": " + tfail_os_.str());     \
+  } while (0)
+#define TREQUIRE_THROWS_AS(expr, Type)                                                                  \
+  do {                                                                                                  \
+    bool tthrew_ = false;                                                                               \
+    try {                                                                                               \
+      (void)(expr);                                                                                     \
+    } catch (const Type&) {                                                                             \
+      tthrew_ = true;                                                                                   \
+    }                                                                                                   \
+    if (!tthrew_) throw std::runtime_error("TREQUIRE_THROWS_AS: " #expr " did not throw " #Type);     \
+  } while (0)
