@@ -1,6 +1,7 @@
 // The public collective API (include/edl/collectives.h): every call goes through the background
 // engine of the current generation; blocking calls are the asynchronous call plus wait().
 #include "collective/engine.h"
+#include "collective/world.h"
 #include "common/runtime.h"
 #include "edl/collectives.h"
 #include "edl/error.h"
@@ -64,3 +65,24 @@ void barrier() {
 }
 
 }  // namespace edl
+
+namespace edl::collective {
+
+std::shared_ptr<Store> world_store() {
+  auto s = detail::Runtime::instance().store();
+  return s ? s : make_memory_store();
+}
+
+std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag) {
+  auto& rt = detail::Runtime::instance();
+  auto g = rt.generation();
+  const Config& c = rt.config();
+  CommunicatorOptions o;
+  o.timeout = std::chrono::milliseconds(c.timeout_ms);
+  o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
+  o.bind_address = c.bind_address;
+  o.generation = g->id;
+  return TcpCommunicator::connect(world_store(), c.job_id + "/" + tag + "/", g->rank, g->size, o);
+}
+
+}  // namespace edl::collective

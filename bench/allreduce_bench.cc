@@ -1,0 +1,161 @@
+// allreduce_bench: float32 sum allreduce, size sweep, nccl-tests columns, EDL vs Gloo's own
+// algorithms called directly (gloo::AllreduceRing, AllreduceRingChunked, AllreduceHalvingDoubling)
+// on a gloo::rendezvous::Context over the same store. Every row also checks correctness (`wrong`).
+//
+//   edl-run -np 2 build/bench/allreduce_bench --json out.jsonl
+//   build/bench/allreduce_bench --local-ranks 2 --json out.jsonl     (spawns its own ranks)
+//
+// busbw = algbw * 2(n-1)/n (docs/benchmarks.md). Rank 0 prints and writes the rows.
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cxxopts.hpp>
+#include <functional>
+#include <iostream>
+#include <memory>
+
+#include "collective/world.h"
+#include "collective_common.h"
+#include "common/bench_util.h"
+#include "edl/edl.h"
+
+using namespace edl;
+using namespace edl::bench;
+
+namespace {
+
+// Element i of rank r: (r+1) * (i % 7 + 1); the sum over ranks is exact in float32.
+void fill(std::vector<float>& v, int rank) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 7 + 1));
+}
+
+int64_t count_wrong(const std::vector<float>& v, int n) {
+  int64_t wrong = 0;
+  const float tri = static_cast<float>(n * (n + 1) / 2);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != tri * static_cast<float>(i % 7 + 1)) ++wrong;
+  return wrong;
+}
+
+struct Result {
+  double time_us;
+  int64_t wrong;
+};
+
+// Times `iters` runs of op (after `warmup`), each started together on all ranks (barrier on the
+// EDL communicator); then one run on fresh inputs is checked. Returns rank 0's median and the
+// total number of wrong elements over all ranks.
+Result measure(collective::TcpCommunicator& ctl, std::vector<float>& buf, int iters, int warmup,
+               const std::function<void()>& op) {
+  fill(buf, ctl.rank());
+  for (int i = 0; i < warmup; ++i) op();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    ctl.barrier();
+    double t0 = now_s();
+    op();
+    t.push_back((now_s() - t0) * 1e6);
+  }
+  fill(buf, ctl.rank());
+  ctl.barrier();
+  op();
+  int64_t wrong = count_wrong(buf, ctl.size());
+  ctl.allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
+  return {median(t), wrong};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("allreduce_bench", "float32 allreduce: EDL vs Gloo, nccl-tests columns");
+  opts.add_options()("json", "append JSON rows to PATH (rank 0)", cxxopts::value<std::string>()->default_value(""))(
+      "min-bytes", "smallest message", cxxopts::value<size_t>()->default_value("4096"))(
+      "max-bytes", "largest message", cxxopts::value<size_t>()->default_value(std::to_string(256u << 20)))(
+      "factor", "size step factor", cxxopts::value<size_t>()->default_value("4"))(
+      "iters", "timed iterations per size (0 = auto: ~256 MiB of traffic, 3..200)",
+      cxxopts::value<int>()->default_value("0"))("warmup", "untimed runs per size", cxxopts::value<int>()->default_value("2"))(
+      "impl", "comma list of edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
+      cxxopts::value<std::string>()->default_value("edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling"))(
+      "local-ranks", "spawn N local ranks with an embedded store (instead of edl-run)",
+      cxxopts::value<int>()->default_value("0"))("h,help", "help");
+  auto args = opts.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << opts.help() << std::endl;
+    return 0;
+  }
+  if (args["local-ranks"].as<int>() > 0) return run_local_ranks(args["local-ranks"].as<int>(), argc, argv);
+
+  try {
+    edl::init();
+    const int rank = edl::rank(), n = edl::size();
+    auto comm = collective::make_world_communicator("allreduce_bench");
+    const std::string impls = "," + args["impl"].as<std::string>() + ",";
+    auto want = [&](const char* impl) { return impls.find(std::string(",") + impl + ",") != std::string::npos; };
+
+    std::shared_ptr<gloo::rendezvous::Context> gctx;
+    if (n > 1 && (want("gloo_ring") || want("gloo_ring_chunked") || want("gloo_halving_doubling"))) {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = "127.0.0.1";
+      auto dev = gloo::transport::tcp::CreateDevice(attr);
+      gctx = std::make_shared<gloo::rendezvous::Context>(rank, n);
+      GlooStoreAdapter gstore(collective::world_store(), "allreduce_bench/gloo/");
+      gctx->connectFullMesh(gstore, dev);
+    }
+
+    JsonRows json(rank == 0 ? args["json"].as<std::string>() : "");
+    Table table({"impl", "ranks", "bytes", "time_us", "algbw_GB/s", "busbw_GB/s", "wrong"});
+    if (rank == 0) table.header();
+    const size_t maxb = args["max-bytes"].as<size_t>();
+    for (size_t bytes = args["min-bytes"].as<size_t>(); bytes <= maxb; bytes *= args["factor"].as<size_t>()) {
+      const size_t count = bytes / sizeof(float);
+      std::vector<float> buf(count);
+      int iters = args["iters"].as<int>();
+      if (iters <= 0) iters = static_cast<int>(std::max<size_t>(3, std::min<size_t>(200, (256u << 20) / bytes)));
+      const int warmup = args["warmup"].as<int>();
+      std::vector<std::pair<std::string, std::function<void()>>> runs;
+      if (want("edl"))
+        runs.emplace_back("edl", [&] { comm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+      std::unique_ptr<gloo::AllreduceRing<float>> g_ring;
+      std::unique_ptr<gloo::AllreduceRingChunked<float>> g_chunked;
+      std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> g_hd;
+      if (gctx) {
+        std::vector<float*> ptrs{buf.data()};
+        if (want("gloo_ring")) {
+          g_ring = std::make_unique<gloo::AllreduceRing<float>>(gctx, ptrs, static_cast<int>(count));
+          runs.emplace_back("gloo_ring", [&] { g_ring->run(); });
+        }
+        if (want("gloo_ring_chunked")) {
+          g_chunked = std::make_unique<gloo::AllreduceRingChunked<float>>(gctx, ptrs, static_cast<int>(count));
+          runs.emplace_back("gloo_ring_chunked", [&] { g_chunked->run(); });
+        }
+        if (want("gloo_halving_doubling")) {
+          g_hd = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(gctx, ptrs, static_cast<int>(count));
+          runs.emplace_back("gloo_halving_doubling", [&] { g_hd->run(); });
+        }
+      }
+      for (auto& [impl, op] : runs) {
+        Result r = measure(*comm, buf, iters, warmup, op);
+        const double algbw = static_cast<double>(bytes) / (r.time_us * 1e-6) / 1e9;
+        const double busbw = algbw * 2.0 * (n - 1) / n;
+        if (rank == 0) {
+          table.row({impl, std::to_string(n), std::to_string(bytes), fmt(r.time_us, 1), fmt(algbw, 3), fmt(busbw, 3),
+                     std::to_string(r.wrong)});
+          json.write(Json{{"impl", impl},          {"ranks", n},           {"bytes", bytes},
+                          {"count", count},        {"iters", iters},       {"time_us", r.time_us},
+                          {"algbw_gbps", algbw},   {"busbw_gbps", busbw},  {"wrong", r.wrong}});
+        }
+      }
+    }
+    comm->barrier();
+    comm.reset();
+    gctx.reset();
+    edl::shutdown();
+  } catch (const std::exception& e) {
+    std::cerr << "allreduce_bench: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

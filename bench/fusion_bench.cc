@@ -1,0 +1,171 @@
+// fusion_bench: allreduce of a model's whole gradient set, three ways —
+//   unfused  one blocking allreduce per tensor (EDL communicator, no engine),
+//   fused    every tensor through the background engine (edl::allreduce_async by name, then wait),
+//   single   one allreduce of one buffer of the same total size (the ideal).
+// Gradient sets (float32, real per-tensor shapes, listed in docs/collectives.md):
+//   resnet50     Keras applications ResNet50 with a 10-class head: 214 tensors, 23,555,082 floats
+//   mobilenetv2  torchvision MobileNetV2(num_classes=10): 158 tensors, 2,236,682 floats
+//
+//   edl-run -np 2 build/bench/fusion_bench --json fusion.jsonl
+#include <cxxopts.hpp>
+#include <iostream>
+#include <numeric>
+
+#include "collective/world.h"
+#include "collective_common.h"
+#include "common/bench_util.h"
+#include "edl/edl.h"
+
+using namespace edl;
+using namespace edl::bench;
+
+namespace {
+
+// Trainable tensors of keras.applications.ResNet50(weights=None, classes=10): conv kernel + bias,
+// BatchNorm gamma + beta, in layer order (the shortcut conv of a stage's first block comes first).
+std::vector<size_t> resnet50_sizes() {
+  std::vector<size_t> t{7 * 7 * 3 * 64, 64, 64, 64};
+  size_t in = 64;
+  const size_t stages[4][2] = {{64, 3}, {128, 4}, {256, 6}, {512, 3}};
+  for (auto& st : stages) {
+    const size_t f = st[0];
+    for (size_t b = 0; b < st[1]; ++b) {
+      if (b == 0) t.insert(t.end(), {in * 4 * f, 4 * f, 4 * f, 4 * f});
+      t.insert(t.end(), {in * f, f, f, f});
+      t.insert(t.end(), {9 * f * f, f, f, f});
+      t.insert(t.end(), {f * 4 * f, 4 * f, 4 * f, 4 * f});
+      in = 4 * f;
+    }
+  }
+  t.insert(t.end(), {2048 * 10, 10});
+  return t;
+}
+
+// Parameters of torchvision.models.mobilenet_v2(num_classes=10): conv weights (no bias), BN
+// weight + bias, classifier weight + bias.
+std::vector<size_t> mobilenetv2_sizes() {
+  std::vector<size_t> t{3 * 32 * 9, 32, 32};
+  size_t in = 32;
+  const size_t setting[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2},
+                                {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
+  for (auto& s : setting) {
+    for (size_t b = 0; b < s[2]; ++b) {
+      const size_t hidden = in * s[0], out = s[1];
+      if (s[0] != 1) t.insert(t.end(), {in * hidden, hidden, hidden});
+      t.insert(t.end(), {hidden * 9, hidden, hidden});
+      t.insert(t.end(), {hidden * out, out, out});
+      in = out;
+    }
+  }
+  t.insert(t.end(), {320 * 1280, 1280, 1280, 1280 * 10, 10});
+  return t;
+}
+
+struct Model {
+  std::string name;
+  std::vector<size_t> sizes;
+  size_t expect_tensors, expect_floats;
+};
+
+void fill(std::vector<std::vector<float>>& ts, int rank) {
+  for (size_t k = 0; k < ts.size(); ++k)
+    for (size_t i = 0; i < ts[k].size(); ++i) ts[k][i] = static_cast<float>((rank + 1) * static_cast<int>((k + i) % 5 + 1));
+}
+
+int64_t count_wrong(const std::vector<std::vector<float>>& ts, int n) {
+  const float tri = static_cast<float>(n * (n + 1) / 2);
+  int64_t wrong = 0;
+  for (size_t k = 0; k < ts.size(); ++k)
+    for (size_t i = 0; i < ts[k].size(); ++i)
+      if (ts[k][i] != tri * static_cast<float>((k + i) % 5 + 1)) ++wrong;
+  return wrong;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("fusion_bench", "gradient-set allreduce: unfused vs fused (engine) vs single buffer");
+  opts.add_options()("json", "append JSON rows to PATH (rank 0)", cxxopts::value<std::string>()->default_value(""))(
+      "iters", "timed iterations per mode", cxxopts::value<int>()->default_value("10"))(
+      "warmup", "untimed iterations per mode", cxxopts::value<int>()->default_value("2"))(
+      "model", "resnet50, mobilenetv2 or all", cxxopts::value<std::string>()->default_value("all"))(
+      "local-ranks", "spawn N local ranks with an embedded store (instead of edl-run)",
+      cxxopts::value<int>()->default_value("0"))("h,help", "help");
+  auto args = opts.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << opts.help() << std::endl;
+    return 0;
+  }
+  if (args["local-ranks"].as<int>() > 0) return run_local_ranks(args["local-ranks"].as<int>(), argc, argv);
+  try {
+    edl::init();
+    const int rank = edl::rank(), n = edl::size();
+    auto comm = collective::make_world_communicator("fusion_bench");
+    JsonRows json(rank == 0 ? args["json"].as<std::string>() : "");
+    Table table({"model", "ranks", "mode", "tensors", "MB", "time_ms", "vs_single", "wrong"});
+    if (rank == 0) table.header();
+    std::vector<Model> models{{"resnet50", resnet50_sizes(), 214, 23555082},
+                              {"mobilenetv2", mobilenetv2_sizes(), 158, 2236682}};
+    const std::string which = args["model"].as<std::string>();
+    const int iters = args["iters"].as<int>(), warmup = args["warmup"].as<int>();
+    for (const Model& m : models) {
+      if (which != "all" && which != m.name) continue;
+      const size_t total = std::accumulate(m.sizes.begin(), m.sizes.end(), size_t{0});
+      if (m.sizes.size() != m.expect_tensors || total != m.expect_floats)
+        throw std::runtime_error(m.name + " gradient set has " + std::to_string(m.sizes.size()) + " tensors / " +
+                                 std::to_string(total) + " floats");
+      std::vector<std::vector<float>> ts;
+      for (size_t s : m.sizes) ts.emplace_back(s);
+      std::vector<std::vector<float>> single{std::vector<float>(total)};
+      std::vector<std::string> names;
+      for (size_t k = 0; k < ts.size(); ++k) names.push_back(m.name + ".grad." + std::to_string(k));
+
+      auto unfused = [&] {
+        for (auto& t : ts) comm->allreduce(t.data(), t.size(), DataType::kFloat32, ReduceOp::kSum);
+      };
+      auto fused = [&] {
+        std::vector<Handle> hs;
+        hs.reserve(ts.size());
+        for (size_t k = ts.size(); k-- > 0;)  // backprop order: last layer first
+          hs.push_back(edl::allreduce_async(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]));
+        for (auto& h : hs) h.wait();
+      };
+      auto one = [&] { comm->allreduce(single[0].data(), total, DataType::kFloat32, ReduceOp::kSum); };
+
+      double single_ms = 0;
+      for (const char* mode : {"single", "unfused", "fused"}) {
+        const std::string md = mode;
+        auto& bufs = md == "single" ? single : ts;
+        auto op = md == "single" ? std::function<void()>(one)
+                                 : md == "unfused" ? std::function<void()>(unfused) : std::function<void()>(fused);
+        std::vector<double> times;
+        int64_t wrong = 0;
+        for (int it = 0; it < warmup + iters; ++it) {
+          fill(bufs, rank);
+          comm->barrier();
+          double t0 = now_s();
+          op();
+          double ms = (now_s() - t0) * 1e3;
+          if (it >= warmup) times.push_back(ms);
+          if (it == warmup + iters - 1) wrong = count_wrong(bufs, n);
+        }
+        comm->allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
+        const double med = median(times);
+        if (md == "single") single_ms = med;
+        if (rank == 0) {
+          table.row({m.name, std::to_string(n), md, std::to_string(bufs.size()), fmt(total * 4.0 / 1e6, 1),
+                     fmt(med, 2), fmt(med / single_ms, 2), std::to_string(wrong)});
+          json.write(Json{{"model", m.name}, {"ranks", n}, {"mode", md}, {"time_ms", med},
+                          {"tensors", bufs.size()}, {"floats", total}, {"wrong", wrong}});
+        }
+      }
+    }
+    comm->barrier();
+    comm.reset();
+    edl::shutdown();
+  } catch (const std::exception& e) {
+    std::cerr << "fusion_bench: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}
