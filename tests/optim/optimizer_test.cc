@@ -298,7 +298,9 @@ TEST_CASE("through elastic::State: commit / restore carry the optimizer, the gen
   const auto data = test::make_dataset(96, 3);
   auto o = local_options(OptimizerKind::kSGD, 0.05);
   o.optimizer.momentum = 0.9;
-  auto run = [&](bool fail) {
+  // commit_mid_ramp: the commit is taken at step 5, inside the compensation ramp started at step 3
+  // (the compensation buffer must roll back with the velocity); otherwise at step 3, before the resize.
+  auto run = [&](bool fail, bool commit_mid_ramp) {
     test::TinyMlp m(3, 5);
     DistributedOptimizer opt(o);
     elastic::State state;
@@ -315,23 +317,30 @@ TEST_CASE("through elastic::State: commit / restore carry the optimizer, the gen
       opt.step();
     };
     for (int s = 0; s < 3; ++s) train(s);
-    state.commit();
-    opt.on_generation(gen(2, 3));  // resize 1 -> 3: LR x3, momentum compensation k = 3
-    for (int s = 3; s < 6; ++s) train(s);
+    if (!commit_mid_ramp) state.commit();
+    opt.on_generation(gen(2, 3));  // resize 1 -> 3: LR x3, momentum compensation k = 3 over 8 steps
+    for (int s = 3; s < 5; ++s) train(s);
+    if (commit_mid_ramp) state.commit();
+    for (int s = 5; s < 7; ++s) train(s);
     if (fail) {
-      state.restore();  // back to step 3, before the resize
-      CHECK(opt.step_count() == 3);
-      CHECK(opt.rescaler().size() == 1);
-      opt.on_generation(gen(2, 3));
+      state.restore();
+      const int back = commit_mid_ramp ? 5 : 3;
+      CHECK(opt.step_count() == back);
+      CHECK(opt.rescaler().size() == (commit_mid_ramp ? 3 : 1));
+      opt.on_generation(gen(2, 3));  // the replayed generation (state callback + the optimizer's own check)
       opt.on_generation(gen(2, 3));
       CHECK(opt.rescaler().resizes() == 1);
-      for (int s = 3; s < 6; ++s) train(s);
+      CHECK(opt.rescaler().resize_step() == 3);
+      for (int s = back; s < 7; ++s) train(s);
     }
-    for (int s = 6; s < 12; ++s) train(s);
+    for (int s = 7; s < 12; ++s) train(s);
     CHECK(opt.lr() == Approx(0.15));
     return m;
   };
-  test::TinyMlp a = run(false), b = run(true);
-  for (size_t i = 0; i < a.w1.size(); ++i) CHECK(b.w1[i] == a.w1[i]);
-  CHECK(b.w2 == a.w2);
+  for (bool mid : {false, true}) {
+    test::TinyMlp a = run(false, mid), b = run(true, mid);
+    CHECK(b.w1 == a.w1);  // bit-identical: nothing applied twice, nothing lost
+    CHECK(b.w2 == a.w2);
+    CHECK(b.b1 == a.b1);
+  }
 }
