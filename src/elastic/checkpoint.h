@@ -11,11 +11,13 @@
 #include <optional>
 #include <string>
 
+#include "edl/export.h"
+
 namespace edl::elastic {
 
 void write_checkpoint(const std::string& dir, const std::string& payload);
 // The payload of <dir>/state.edlckpt, or nullopt when there is none; *path receives the file name.
 std::optional<std::string> read_checkpoint(const std::string& dir, std::string* path);
-std::string checkpoint_path(const std::string& dir);
+EDL_API std::string checkpoint_path(const std::string& dir);
 
 }  // namespace edl::elastic

@@ -59,7 +59,7 @@ struct GenerationView {
 };
 
 // Internal: thrown by rendezvous() when the job finished while this worker waited to join.
-class JobFinished : public std::exception {
+class EDL_API JobFinished : public std::exception {
  public:
   const char* what() const noexcept override { return "edl: the elastic job has finished"; }
 };
