@@ -7,3 +7,11 @@ target_compile_options(edl_cluster_sim PRIVATE ${EDL_COMPILE_OPTIONS})
 
 edl_add_bench(cluster_sim cluster_sim_main.cc)
 target_link_libraries(cluster_sim PRIVATE edl_cluster_sim)
+
+# Emulated cluster links (network namespaces + veth + tc), used by scaling_bench; netns_check measures them.
+add_library(edl_netns STATIC netns.cc)
+target_include_directories(edl_netns PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(edl_netns PUBLIC Threads::Threads)
+target_compile_options(edl_netns PRIVATE ${EDL_COMPILE_OPTIONS})
+edl_add_bench(netns_check netns_check.cc)
+target_link_libraries(netns_check PRIVATE edl_netns)
