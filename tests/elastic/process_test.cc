@@ -1,0 +1,253 @@
+// Elastic jobs of real processes (the synthetic worker bench/elastic_worker.cc run through
+// edl::init in elastic mode) against an in-test StoreServer: SIGKILL (rank 0 too), SIGSTOP +
+// SIGCONT, a join and a graceful SIGTERM leave. After each, every finishing worker holds the same
+// parameters (CRC) and the full step history. Every child is killed and reaped on all paths.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edl/store_server.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+int64_t reference_hist(int64_t steps) {
+  uint64_t h = 0;
+  for (int64_t s = 1; s <= steps; ++s) h = h * 1000003u + static_cast<uint64_t>(s);
+  return static_cast<int64_t>(h);
+}
+
+struct Step {
+  std::string worker;
+  int64_t step;
+  uint64_t gen;
+  int rank, size;
+};
+struct Done {
+  int64_t step;
+  std::string crc, hist;
+};
+
+class ProcJob {
+ public:
+  explicit ProcJob(std::string job, int steps = 60) : job_(std::move(job)), steps_(steps) {
+    edl::StoreServerOptions so;
+    so.secret = "process-test-secret";
+    server_ = std::make_unique<edl::StoreServer>(so);
+    char tmpl[] = "/tmp/edl_elastic_proc_XXXXXX";
+    int fd = mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+    log_ = tmpl;
+  }
+  ~ProcJob() {
+    for (auto& [id, pid] : pids_) {
+      ::kill(pid, SIGCONT);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    ::unlink(log_.c_str());
+  }
+
+  void spawn(const std::string& id, int min_np, int max_np, const std::string& secret = "process-test-secret") {
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e; ++e) {
+      std::string kv(*e);
+      auto eq = kv.find('=');
+      if (eq != std::string::npos && kv.compare(0, 4, "EDL_") != 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    env["EDL_STORE"] = server_->url();
+    env["EDL_JOB_SECRET"] = secret;
+    env["EDL_JOB_ID"] = job_;
+    env["EDL_ELASTIC"] = "1";
+    env["EDL_MIN_NP"] = std::to_string(min_np);
+    env["EDL_MAX_NP"] = std::to_string(max_np);
+    env["EDL_WORKER_ID"] = id;
+    env["EDL_HEARTBEAT_MS"] = "100";
+    env["EDL_LEASE_MS"] = "700";
+    env["EDL_TIMEOUT_MS"] = "10000";
+    env["EDL_CONNECT_TIMEOUT_MS"] = "5000";
+    env["EDL_START_WINDOW_MS"] = "300";
+    env["EDL_RENDEZVOUS_GRACE_MS"] = "1000";
+    env["EDL_RENDEZVOUS_TIMEOUT_MS"] = "10000";
+    env["EDL_LOG_LEVEL"] = "0";
+    std::vector<std::string> strs;
+    for (auto& [k, v] : env) strs.push_back(k + "=" + v);
+    std::vector<std::string> args = {EDL_TEST_ELASTIC_WORKER, "--steps", std::to_string(steps_), "--step-ms", "10",
+                                     "--params", "4096", "--log", log_};
+    std::vector<char*> envp, argv;
+    for (auto& s : strs) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int devnull = ::open("/dev/null", O_WRONLY);
+      if (devnull >= 0) ::dup2(devnull, 2);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    pids_[id] = pid;
+  }
+
+  // Re-reads the log; returns whether pred holds within timeout.
+  bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      parse();
+      if (pred()) return true;
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+
+  // Worker id holding `rank` in the newest generation that completed a step.
+  std::string worker_at_rank(int rank) {
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      if (it->rank == rank) return it->worker;
+    return "";
+  }
+  int64_t max_step() {
+    int64_t m = 0;
+    for (const auto& s : steps) m = std::max(m, s.step);
+    return m;
+  }
+
+  int signal(const std::string& id, int sig) { return ::kill(pids_.at(id), sig); }
+  int exit_status(const std::string& id, std::chrono::milliseconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    pid_t pid = pids_.at(id);
+    for (;;) {
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) {
+        pids_.erase(id);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      if (std::chrono::steady_clock::now() > end) return -1;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+
+  // The finishing workers agree bitwise and hold the whole history.
+  void check_done(const std::set<std::string>& finishers) {
+    for (const auto& id : finishers) {
+      INFO("worker " << id);
+      REQUIRE(done.count(id));
+      CHECK(done[id].step == steps_);
+      CHECK(done[id].hist == std::to_string(reference_hist(steps_)));
+      CHECK(done[id].crc == done[*finishers.begin()].crc);
+      CHECK(exit_status(id, 10s) == 0);
+    }
+  }
+
+  std::vector<Step> steps;
+  std::map<std::string, Done> done;
+  std::vector<std::string> errors;
+
+ private:
+  void parse() {
+    std::ifstream f(log_);
+    steps.clear();
+    done.clear();
+    errors.clear();
+    std::string line;
+    while (std::getline(f, line)) {
+      std::istringstream is(line);
+      std::string kind, worker;
+      is >> kind >> worker;
+      if (kind == "step") {
+        Step s;
+        s.worker = worker;
+        is >> s.step >> s.gen >> s.rank >> s.size;
+        steps.push_back(s);
+      } else if (kind == "done") {
+        Done d;
+        is >> d.step >> d.crc >> d.hist;
+        done[worker] = d;
+      } else if (kind == "error") {
+        errors.push_back(line);
+      }
+    }
+  }
+
+  std::string job_;
+  int steps_;
+  std::unique_ptr<edl::StoreServer> server_;
+  std::string log_;
+  std::map<std::string, pid_t> pids_;
+};
+
+}  // namespace
+
+TEST_CASE("processes: kill -9 of rank 0 mid-training, the others recover in place", "[process][kill]") {
+  ProcJob job("pkill");
+  for (const char* id : {"a", "b", "c"}) job.spawn(id, 2, 3);
+  REQUIRE(job.wait_for([&] { return job.max_step() >= 10; }, 20s));
+  std::string victim = job.worker_at_rank(0);
+  REQUIRE(!victim.empty());
+  REQUIRE(job.signal(victim, SIGKILL) == 0);
+  CHECK(job.exit_status(victim, 5s) == 128 + SIGKILL);
+  std::set<std::string> rest;
+  for (const char* id : {"a", "b", "c"})
+    if (victim != id) rest.insert(id);
+  REQUIRE(job.wait_for([&] { return job.done.size() == 2; }, 30s));
+  job.check_done(rest);
+  CHECK(job.steps.back().size == 2);
+  CHECK(job.errors.empty());
+}
+
+TEST_CASE("processes: a SIGSTOPped worker is evicted, then rejoins after SIGCONT", "[process][stop]") {
+  ProcJob job("pstop", 120);
+  for (const char* id : {"a", "b", "c"}) job.spawn(id, 2, 3);
+  REQUIRE(job.wait_for([&] { return job.max_step() >= 10; }, 20s));
+  REQUIRE(job.signal("b", SIGSTOP) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  // The others go on without it: a step completed in a generation of 2.
+  REQUIRE(job.wait_for([&] { return !job.steps.empty() && job.steps.back().size == 2; }, 10s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // lease 700 ms: evicted well within it + slack
+  REQUIRE(job.signal("b", SIGCONT) == 0);
+  REQUIRE(job.wait_for([&] { return job.done.size() == 3; }, 40s));
+  job.check_done({"a", "b", "c"});
+}
+
+TEST_CASE("processes: a worker joins a running job and a SIGTERM leaves gracefully", "[process][join][leave]") {
+  ProcJob job("pjoin", 150);
+  job.spawn("a", 2, 3);
+  job.spawn("b", 2, 3);
+  REQUIRE(job.wait_for([&] { return job.max_step() >= 10; }, 20s));
+  job.spawn("c", 2, 3);
+  REQUIRE(job.wait_for([&] { return !job.steps.empty() && job.steps.back().size == 3; }, 20s));
+  int64_t at = job.max_step();
+  REQUIRE(job.signal("a", SIGTERM) == 0);  // graceful leave at the next batch boundary
+  CHECK(job.exit_status("a", 10s) == 0);
+  REQUIRE(job.wait_for([&] { return job.done.size() == 3; }, 40s));  // a logs done at its last step
+  CHECK(job.done["a"].step < 150);
+  CHECK(job.done["a"].step > at - 1);
+  job.check_done({"b", "c"});
+  CHECK(job.steps.back().size == 2);
+}
+
+TEST_CASE("processes: a worker with the wrong job secret exits with a clear error", "[process][auth]") {
+  ProcJob job("pauth", 10);
+  job.spawn("x", 1, 1, "wrong-secret");
+  CHECK(job.exit_status("x", 15s) == 1);
+  REQUIRE(job.wait_for([&] { return !job.errors.empty(); }, 2s));
+  CHECK_THAT(job.errors[0], Catch::Contains("secret") || Catch::Contains("auth") || Catch::Contains("Auth"));
+}
