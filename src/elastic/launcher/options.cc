@@ -1,0 +1,149 @@
+#include "elastic/launcher/options.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cxxopts.hpp>
+#include <set>
+
+namespace edl::launcher {
+namespace {
+
+// Options that take a value: needed to find where PROGRAM starts (its own flags are not ours).
+const std::set<std::string> kValued = {
+    "-np", "--np", "-n", "--min-np", "--max-np", "--host-discovery-script", "--discovery-interval-ms",
+    "--reset-limit", "--blacklist-cooldown-range", "--store", "--store-bind", "--store-port", "--secret",
+    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file"};
+
+std::string local_hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* help_text) {
+  // Split "edl-run [OPTIONS] PROGRAM ARGS..." (or "... -- PROGRAM ARGS...").
+  std::vector<std::string> ours{argc > 0 ? argv[0] : "edl-run"};
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-' || a == "-") break;
+    if (a == "-np" || a == "-n") a = "--np";  // Horovod / mpirun spelling
+    if (kValued.count(a) && a.find('=') == std::string::npos) {
+      if (i + 1 >= argc) throw UsageError("option " + a + " needs a value");
+      a += "=" + std::string(argv[++i]);  // "--opt=value": values may start with '-'
+    }
+    ours.push_back(a);
+  }
+  for (; i < argc; ++i) out->command.push_back(argv[i]);
+
+  cxxopts::Options o("edl-run", "Launch an EDL job: N local worker processes around an embedded store.");
+  o.custom_help("[OPTIONS]");
+  o.positional_help("PROGRAM [ARGS...]");
+  o.add_options()
+      ("n,np", "number of workers (static) / initial local workers (elastic)", cxxopts::value<int>())
+      ("min-np", "elastic: fewest workers the job may run with", cxxopts::value<int>())
+      ("max-np", "elastic: most workers the job may run with", cxxopts::value<int>())
+      ("elastic", "elastic mode (implied by --min-np, --max-np, --host-discovery-script)")
+      ("host-discovery-script", "elastic: executable printing 'host:slots' lines", cxxopts::value<std::string>())
+      ("discovery-interval-ms", "elastic: discovery poll period", cxxopts::value<int>()->default_value("1000"))
+      ("reset-limit", "elastic: restarts of failed workers allowed (default: unlimited)", cxxopts::value<int>())
+      ("blacklist-cooldown-range", "elastic: MIN,MAX seconds a failed slot rests (doubles per failure)",
+       cxxopts::value<std::string>()->default_value("0,0"))
+      ("store", "external store URL (redis://HOST:PORT); default: embedded store", cxxopts::value<std::string>())
+      ("store-bind", "address the embedded store listens on", cxxopts::value<std::string>()->default_value("127.0.0.1"))
+      ("store-port", "port of the embedded store (0 = ephemeral)", cxxopts::value<int>()->default_value("0"))
+      ("secret", "job secret (default: $EDL_JOB_SECRET, else random)", cxxopts::value<std::string>())
+      ("job-id", "job id (default: random)", cxxopts::value<std::string>())
+      ("hostname", "this host's name in discovery output (default: gethostname)", cxxopts::value<std::string>())
+      ("grace-period", "seconds between SIGTERM and SIGKILL when stopping workers",
+       cxxopts::value<double>()->default_value("10"))
+      ("rendezvous-timeout", "elastic: seconds below --min-np before the job fails",
+       cxxopts::value<double>()->default_value("60"))
+      ("pid-file", "write '<rank|slot> <pid>' lines here whenever workers change", cxxopts::value<std::string>())
+      ("v,verbose", "log every worker start and exit")
+      ("h,help", "print this help");
+  *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
+               "  edl-run --min-np 2 --max-np 4 -np 3 --reset-limit 3 ./train\n";
+
+  std::vector<char*> cargv;
+  for (auto& s : ours) cargv.push_back(s.data());
+  cxxopts::ParseResult r;
+  try {
+    r = o.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (r.count("help")) return false;
+  if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+
+  LaunchOptions& L = *out;
+  if (r.count("np")) L.np = r["np"].as<int>();
+  L.elastic = r.count("elastic") || r.count("min-np") || r.count("max-np") || r.count("host-discovery-script");
+  if (r.count("min-np")) L.min_np = r["min-np"].as<int>();
+  if (r.count("max-np")) L.max_np = r["max-np"].as<int>();
+  if (r.count("host-discovery-script")) L.discovery_script = r["host-discovery-script"].as<std::string>();
+  L.discovery_interval_ms = r["discovery-interval-ms"].as<int>();
+  if (r.count("reset-limit")) {
+    L.reset_limit = r["reset-limit"].as<int>();
+    if (L.reset_limit < 0) throw UsageError("--reset-limit must not be negative");
+  }
+  if (r.count("store")) L.store_url = r["store"].as<std::string>();
+  L.store_bind = r["store-bind"].as<std::string>();
+  L.store_port = r["store-port"].as<int>();
+  if (r.count("secret")) L.secret = r["secret"].as<std::string>();
+  if (r.count("job-id")) L.job_id = r["job-id"].as<std::string>();
+  L.hostname = r.count("hostname") ? r["hostname"].as<std::string>() : local_hostname();
+  L.grace_s = r["grace-period"].as<double>();
+  L.rendezvous_timeout_s = r["rendezvous-timeout"].as<double>();
+  if (r.count("pid-file")) L.pid_file = r["pid-file"].as<std::string>();
+  L.verbose = r.count("verbose") > 0;
+
+  std::string range = r["blacklist-cooldown-range"].as<std::string>();
+  size_t comma = range.find(',');
+  try {
+    if (comma == std::string::npos) throw std::invalid_argument("no comma");
+    size_t p1 = 0, p2 = 0;
+    L.cooldown_min_s = std::stoi(range.substr(0, comma), &p1);
+    L.cooldown_max_s = std::stoi(range.substr(comma + 1), &p2);
+    if (p1 != comma || p2 != range.size() - comma - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw UsageError("--blacklist-cooldown-range '" + range + "' is not MIN,MAX (whole seconds)");
+  }
+  if (L.cooldown_min_s < 0 || L.cooldown_max_s < L.cooldown_min_s)
+    throw UsageError("--blacklist-cooldown-range '" + range + "' needs 0 <= MIN <= MAX");
+
+  // Validation.
+  if (L.command.empty()) throw UsageError("no PROGRAM given");
+  if (!L.elastic) {
+    if (L.np < 1) throw UsageError(r.count("np") ? "-np must be at least 1, got " + std::to_string(L.np)
+                                                   : "-np N is required");
+  } else {
+    if (L.np < 0) throw UsageError("-np must not be negative, got " + std::to_string(L.np));
+    if (L.np == 0 && L.discovery_script.empty())
+      throw UsageError("elastic mode needs -np N (local workers) or --host-discovery-script");
+    if (L.min_np == 0) L.min_np = L.np > 0 ? L.np : 1;
+    if (!r.count("max-np")) L.max_np = L.discovery_script.empty() ? std::max(L.np, L.min_np) : 0;
+    if (L.min_np < 1) throw UsageError("--min-np must be at least 1, got " + std::to_string(L.min_np));
+    if (L.max_np < 0) throw UsageError("--max-np must not be negative");
+    if (L.max_np != 0 && L.max_np < L.min_np)
+      throw UsageError("--max-np " + std::to_string(L.max_np) + " is below --min-np " + std::to_string(L.min_np));
+    if (L.max_np != 0 && L.np > L.max_np)
+      throw UsageError("-np " + std::to_string(L.np) + " is above --max-np " + std::to_string(L.max_np));
+  }
+  if (L.discovery_interval_ms < 10) throw UsageError("--discovery-interval-ms must be at least 10");
+  if (!(L.grace_s >= 0)) throw UsageError("--grace-period must not be negative");
+  if (!(L.rendezvous_timeout_s > 0)) throw UsageError("--rendezvous-timeout must be positive");
+  if (L.store_port < 0 || L.store_port > 65535) throw UsageError("--store-port must be in 0..65535");
+  if (!L.store_url.empty() && L.store_url.rfind("redis://", 0) != 0 && L.store_url.rfind("tcp://", 0) != 0)
+    throw UsageError("--store '" + L.store_url + "' must be redis://HOST:PORT or tcp://HOST:PORT");
+  return true;
+}
+
+}  // namespace edl::launcher

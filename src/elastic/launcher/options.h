@@ -1,0 +1,44 @@
+// edl-run command line: LaunchOptions and its parser (docs/launcher.md lists every flag).
+// Thread-safety: plain values and a pure parser.
+#pragma once
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace edl::launcher {
+
+struct LaunchOptions {
+  int np = 0;                        // -np: workers (static) / initial local workers (elastic)
+  bool elastic = false;              // set by --elastic or any elastic-only flag
+  int min_np = 0;                    // --min-np (elastic; default = np)
+  int max_np = 0;                    // --max-np (elastic; default = np, or unbounded (0) with discovery)
+  std::string discovery_script;      // --host-discovery-script: prints "host:slots" lines
+  int discovery_interval_ms = 1000;  // --discovery-interval-ms: how often the script runs
+  int reset_limit = -1;              // --reset-limit: restarts of failed workers allowed (-1 = unlimited)
+  int cooldown_min_s = 0;            // --blacklist-cooldown-range MIN,MAX (seconds)
+  int cooldown_max_s = 0;
+  std::string store_url;             // --store: "" = embedded StoreServer
+  std::string store_bind = "127.0.0.1";  // --store-bind: address of the embedded store
+  int store_port = 0;                // --store-port: 0 = ephemeral
+  std::string secret;                // --secret, else EDL_JOB_SECRET, else random
+  std::string job_id;                // --job-id, else random
+  std::string hostname;              // --hostname: this host's name in discovery output (default gethostname)
+  double grace_s = 10.0;             // --grace-period: SIGTERM -> SIGKILL delay
+  double rendezvous_timeout_s = 60.0;  // --rendezvous-timeout: below --min-np this long = job failure
+  std::string pid_file;              // --pid-file: "<rank-or-slot> <pid>" lines, rewritten on change
+  bool verbose = false;              // --verbose: log every process start/exit
+  std::vector<std::string> command;  // PROGRAM ARGS...
+};
+
+// Bad command line: message for the user; edl-run prints it with the usage and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv. Returns false when --help was printed (exit 0). Throws UsageError.
+bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* help_text);
+
+}  // namespace edl::launcher

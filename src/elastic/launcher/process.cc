@@ -1,0 +1,191 @@
+#include "elastic/launcher/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace edl::launcher {
+namespace {
+
+void write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;  // our own stdout is gone: drop output rather than die
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+std::string resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    if (!is_executable_file(program)) throw std::runtime_error("program '" + program + "' is not an executable file");
+    return program;
+  }
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    std::string dir = p.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + program;
+    if (is_executable_file(cand)) return cand;
+    start = end + 1;
+  }
+  throw std::runtime_error("program '" + program + "' was not found in PATH");
+}
+
+std::vector<std::string> make_environment(const std::vector<std::string>& overrides,
+                                          const std::vector<std::string>& remove) {
+  std::set<std::string> drop(remove.begin(), remove.end());
+  for (const auto& o : overrides) drop.insert(o.substr(0, o.find('=')));
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry(*e);
+    if (!drop.count(entry.substr(0, entry.find('=')))) env.push_back(entry);
+  }
+  env.insert(env.end(), overrides.begin(), overrides.end());
+  return env;
+}
+
+void OutputPump::emit(const char* data, size_t n) {
+  std::string line = "[" + tag_ + "] ";
+  line.append(data, n);
+  line.push_back('\n');
+  write_all(out_fd_, line.data(), line.size());
+}
+
+void OutputPump::pump() {
+  if (fd_ < 0) return;
+  char buf[65536];
+  for (;;) {
+    ssize_t r = ::read(fd_, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (r <= 0) {
+      if (!partial_.empty()) emit(partial_.data(), partial_.size());
+      partial_.clear();
+      close_fd();
+      return;
+    }
+    partial_.append(buf, static_cast<size_t>(r));
+    size_t start = 0;
+    for (;;) {
+      size_t nl = partial_.find('\n', start);
+      if (nl == std::string::npos) break;
+      emit(partial_.data() + start, nl - start);
+      start = nl + 1;
+    }
+    partial_.erase(0, start);
+    if (partial_.size() > (1u << 20)) {  // a 1 MiB line without newline: emit it as is
+      emit(partial_.data(), partial_.size());
+      partial_.clear();
+    }
+  }
+}
+
+void OutputPump::close_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                      const std::string& tag) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  }
+  // Everything the child touches is prepared before fork (only async-signal-safe calls after it).
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  pid_t parent = getpid();
+  // Block signals across fork: the child must not run edl-run's handlers (they would write into
+  // edl-run's signal pipe) before it has reset them to the defaults.
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);
+  pid_t pid = fork();
+  if (pid != 0) sigprocmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    throw std::runtime_error(std::string("fork failed: ") + std::strerror(e));
+  }
+  if (pid == 0) {
+    for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(s, SIG_DFL);
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execve(cargv[0], cargv.data(), cenv.data());
+    const char msg[] = "edl-run: exec failed\n";
+    ssize_t w = ::write(2, msg, sizeof(msg) - 1);
+    (void)w;
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from the parent: no race with an early signal
+  ::close(out[1]);
+  ::close(err[1]);
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  Process p;
+  p.pid = pid;
+  p.out = OutputPump(out[0], 1, tag);
+  p.err = OutputPump(err[0], 2, tag);
+  return p;
+}
+
+void signal_process(pid_t pid, int sig) {
+  if (pid <= 0) return;
+  if (::kill(-pid, sig) != 0) ::kill(pid, sig);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int s = WTERMSIG(status);
+    const char* name = strsignal(s);
+    return "was killed by signal " + std::to_string(s) + " (" + (name ? name : "?") + ")";
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+}  // namespace edl::launcher

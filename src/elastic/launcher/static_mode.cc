@@ -1,0 +1,92 @@
+// edl-run static mode: N workers with fixed ranks; the first failure stops the job.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "elastic/launcher/launcher.h"
+#include "elastic/launcher/supervisor.h"
+
+namespace edl::launcher {
+
+int run_static(const LaunchOptions& o, Job& job) {
+  using Clock = std::chrono::steady_clock;
+  std::string program = resolve_program(o.command[0]);
+  std::vector<std::string> argv = o.command;
+  argv[0] = program;
+
+  Supervisor sup;
+  std::map<pid_t, int> rank_of;
+  std::string pids;
+  for (int r = 0; r < o.np; ++r) {
+    auto env = make_environment(
+        {"EDL_STORE=" + job.store_url, "EDL_JOB_SECRET=" + job.secret, "EDL_JOB_ID=" + job.job_id,
+         "EDL_RANK=" + std::to_string(r), "EDL_SIZE=" + std::to_string(o.np), "EDL_LOCAL_RANK=" + std::to_string(r),
+         "EDL_LOCAL_SIZE=" + std::to_string(o.np), "EDL_WORKER_ID=" + o.hostname + ":" + std::to_string(r)},
+        {"EDL_ELASTIC", "EDL_MIN_NP", "EDL_MAX_NP"});
+    pid_t pid = sup.start(argv, env, std::to_string(r));
+    rank_of[pid] = r;
+    pids += std::to_string(r) + " " + std::to_string(pid) + "\n";
+    if (o.verbose) log_event("rank " + std::to_string(r) + " started (pid " + std::to_string(pid) + ")");
+  }
+  write_pid_file(o.pid_file, pids);
+  if (o.verbose) log_event("job " + job.job_id + ": " + std::to_string(o.np) + " workers, store " + job.store_url);
+
+  int first_failure = 0;
+  int interrupted_by = 0;
+  bool stopping = false, killed = false;
+  Clock::time_point kill_at{};
+  auto begin_stop = [&](int sig) {
+    sup.signal_all(sig);
+    if (!stopping) kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
+    stopping = true;
+  };
+
+  while (sup.any_running()) {
+    int timeout = 200;
+    if (stopping && !killed) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count();
+      timeout = static_cast<int>(std::clamp<int64_t>(left, 0, 200));
+    }
+    std::vector<ExitEvent> exits;
+    std::vector<int> signals;
+    sup.poll_once(timeout, &exits, &signals);
+    for (const auto& e : exits) {
+      int code = exit_code_of(e.status);
+      int r = rank_of[e.pid];
+      if (code != 0 && first_failure == 0 && !stopping) {
+        first_failure = code;
+        log_event("rank " + std::to_string(r) + " (pid " + std::to_string(e.pid) + ") " + describe_status(e.status) +
+                  "; stopping the other workers");
+        begin_stop(SIGTERM);
+      } else if (code != 0 && first_failure == 0) {
+        first_failure = code;  // stopped by our own signal: still the first non-zero code
+      } else if (o.verbose) {
+        log_event("rank " + std::to_string(r) + " (pid " + std::to_string(e.pid) + ") " + describe_status(e.status));
+      }
+    }
+    for (int sig : signals) {
+      if (!stopping) {
+        interrupted_by = sig;
+        log_event(std::string("received ") + strsignal(sig) + "; forwarding it to the workers");
+        begin_stop(sig == SIGHUP ? SIGTERM : sig);
+      } else if (!killed) {
+        log_event(std::string("received ") + strsignal(sig) + " again; killing the workers");
+        sup.signal_all(SIGKILL);
+        killed = true;
+      }
+    }
+    if (stopping && !killed && Clock::now() >= kill_at && sup.any_running()) {
+      log_event("workers still running " + std::to_string(o.grace_s) + " s after SIGTERM; sending SIGKILL");
+      sup.signal_all(SIGKILL);
+      killed = true;
+    }
+  }
+  sup.drain(1000);
+  if (first_failure != 0) return first_failure;
+  return interrupted_by ? 128 + interrupted_by : 0;
+}
+
+}  // namespace edl::launcher

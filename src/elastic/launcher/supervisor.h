@@ -1,0 +1,46 @@
+// Supervisor: the event loop core shared by both edl-run modes. Owns the worker processes, pumps
+// their output, turns SIGINT/SIGTERM/SIGHUP/SIGCHLD into values the caller acts on (self-pipe), and
+// reaps exited workers.
+// Thread-safety: one instance per process, used from the main thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "elastic/launcher/process.h"
+
+namespace edl::launcher {
+
+struct ExitEvent {
+  pid_t pid;
+  int status;  // waitpid() status
+};
+
+class Supervisor {
+ public:
+  Supervisor();  // installs the signal handlers (once per process)
+  ~Supervisor();
+
+  pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& tag);
+
+  // Waits up to timeout_ms for output, signals or exits; pumps output. Appends exited workers to
+  // *exits and received SIGINT/SIGTERM/SIGHUP numbers to *signals.
+  void poll_once(int timeout_ms, std::vector<ExitEvent>* exits, std::vector<int>* signals);
+
+  void signal(pid_t pid, int sig) { signal_process(pid, sig); }
+  void signal_all(int sig);
+  std::vector<pid_t> running() const;
+  bool any_running() const { return !running_.empty(); }
+  // Drains the output of exited workers for at most timeout_ms (descendants may hold the pipes).
+  void drain(int timeout_ms);
+
+ private:
+  std::map<pid_t, bool> running_;
+  std::vector<std::unique_ptr<Process>> procs_;  // kept until both pipes hit EOF
+};
+
+}  // namespace edl::launcher

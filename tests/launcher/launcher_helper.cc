@@ -1,0 +1,122 @@
+// A worker program for the edl-run tests. Usage: edl_launcher_helper MODE [ARGS]
+//   env                  print every EDL_* variable as NAME=value (sorted)
+//   exit-rank R CODE     rank R exits with CODE at once; the others wait for a signal
+//   wait-signal CODE     print "ready", wait for SIGINT/SIGTERM, print "got signal N", exit CODE
+//   ignore-term          ignore SIGTERM, print "ready", sleep (only SIGKILL ends it)
+//   lines N              write N long lines to stdout and to stderr, partly in small pieces
+//   store-barrier        every rank adds 1 to "barrier" in EDL_STORE and waits until it reaches EDL_SIZE
+//   incarnation-exit C0 C1 ...  the worker's incarnation k (EDL_WORKER_ID host:slot.k) exits with Ck
+//                        (the last code repeats); after a short sleep
+//   sleep-ms MS          sleep, exit 0
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edl/store.h"
+
+extern char** environ;
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int s) { g_signal = s; }
+
+int rank() {
+  const char* r = std::getenv("EDL_RANK");
+  return r ? std::atoi(r) : -1;
+}
+
+void wait_for_signal() {
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  for (int i = 0; i < 6000 && !g_signal; ++i) usleep(10000);  // at most 60 s
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 64;
+  std::string mode = argv[1];
+  if (mode == "env") {
+    std::vector<std::string> vars;
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, "EDL_", 4) == 0) vars.push_back(*e);
+    std::sort(vars.begin(), vars.end());
+    for (auto& v : vars) std::printf("%s\n", v.c_str());
+    return 0;
+  }
+  if (mode == "exit-rank" && argc == 4) {
+    if (rank() == std::atoi(argv[2])) {
+      usleep(100000);
+      return std::atoi(argv[3]);
+    }
+    wait_for_signal();
+    std::printf("got signal %d\n", static_cast<int>(g_signal));
+    return g_signal ? 0 : 1;
+  }
+  if (mode == "wait-signal" && argc == 3) {
+    wait_for_signal();
+    std::printf("got signal %d\n", static_cast<int>(g_signal));
+    return std::atoi(argv[2]);
+  }
+  if (mode == "ignore-term") {
+    signal(SIGTERM, SIG_IGN);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    sleep(60);
+    return 0;
+  }
+  if (mode == "lines" && argc == 3) {
+    int n = std::atoi(argv[2]);
+    std::string body(200, 'x');
+    for (int i = 0; i < n; ++i) {
+      std::string line = "line " + std::to_string(i) + " " + body + " end\n";
+      // Write in pieces so that lines cross pipe reads.
+      for (size_t off = 0; off < line.size(); off += 37) {
+        size_t len = std::min<size_t>(37, line.size() - off);
+        if (write(1, line.data() + off, len) < 0) return 1;
+        if (write(2, line.data() + off, len) < 0) return 1;
+      }
+    }
+    return 0;
+  }
+  if (mode == "store-barrier") {
+    edl::StoreOptions o;
+    o.secret = std::getenv("EDL_JOB_SECRET") ? std::getenv("EDL_JOB_SECRET") : "";
+    auto store = edl::connect_store(std::getenv("EDL_STORE"), o);
+    int size = std::atoi(std::getenv("EDL_SIZE"));
+    store->add("barrier", 1);
+    for (;;) {
+      auto v = store->get("barrier");
+      if (v && std::stoi(*v) >= size) break;
+      if (!store->wait_change("barrier", v, std::chrono::seconds(20)).has_value()) return 3;
+    }
+    std::printf("barrier passed by %d ranks\n", size);
+    return 0;
+  }
+  if (mode == "incarnation-exit" && argc >= 3) {
+    const char* id = std::getenv("EDL_WORKER_ID");
+    std::string s = id ? id : "";
+    int k = std::atoi(s.substr(s.rfind('.') + 1).c_str());
+    int idx = std::min(k, argc - 3);
+    usleep(150000);
+    std::printf("incarnation %d exits with %s\n", k, argv[2 + idx]);
+    return std::atoi(argv[2 + idx]);
+  }
+  if (mode == "sleep-ms" && argc == 3) {
+    signal(SIGTERM, on_signal);
+    for (int i = 0; i < std::atoi(argv[2]) / 10 && !g_signal; ++i) usleep(10000);
+    return 0;
+  }
+  return 64;
+}

@@ -1,0 +1,316 @@
+// edl-run end to end: the real binary on the helper program (launcher_helper.cc).
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "elastic/launcher/discovery.h"
+#include "elastic/launcher/options.h"
+#include "launcher/run_util.h"
+
+using namespace std::chrono_literals;
+using edl::test::count_of;
+using edl::test::Launch;
+using edl::test::lines_of;
+using edl::test::run_edl;
+
+namespace {
+
+const std::string kHelper = EDL_LAUNCHER_HELPER;
+
+// "[tag] NAME=value" lines -> tag -> NAME -> value.
+std::map<std::string, std::map<std::string, std::string>> env_by_tag(const std::string& out) {
+  std::map<std::string, std::map<std::string, std::string>> m;
+  std::regex re(R"(^\[([^\]]+)\] (EDL_[A-Z_]+)=(.*)$)");
+  for (const auto& line : lines_of(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) m[sm[1]][sm[2]] = sm[3];
+  }
+  return m;
+}
+
+edl::launcher::LaunchOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "edl-run");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  edl::launcher::LaunchOptions o;
+  std::string help;
+  REQUIRE(edl::launcher::parse_command_line(static_cast<int>(argv.size()), argv.data(), &o, &help));
+  return o;
+}
+
+bool parse_fails(std::vector<std::string> args) {
+  args.insert(args.begin(), "edl-run");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  edl::launcher::LaunchOptions o;
+  std::string help;
+  try {
+    edl::launcher::parse_command_line(static_cast<int>(argv.size()), argv.data(), &o, &help);
+  } catch (const edl::launcher::UsageError&) {
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("edl-run options: PROGRAM and its own flags are passed through", "[launcher]") {
+  auto o = parse({"-np", "3", "prog", "--np", "9", "-x"});
+  CHECK(o.np == 3);
+  CHECK_FALSE(o.elastic);
+  CHECK(o.command == std::vector<std::string>{"prog", "--np", "9", "-x"});
+  o = parse({"--np=2", "--grace-period", "1.5", "--", "-weird-name"});
+  CHECK(o.np == 2);
+  CHECK(o.grace_s == 1.5);
+  CHECK(o.command == std::vector<std::string>{"-weird-name"});
+  o = parse({"--min-np", "2", "--max-np", "4", "-np", "3", "--blacklist-cooldown-range", "2,8", "p"});
+  CHECK(o.elastic);
+  CHECK(o.min_np == 2);
+  CHECK(o.max_np == 4);
+  CHECK(o.cooldown_min_s == 2);
+  CHECK(o.cooldown_max_s == 8);
+  CHECK(o.reset_limit == -1);
+  CHECK(parse_fails({"-np", "0", "p"}));
+  CHECK(parse_fails({"-np", "x", "p"}));
+  CHECK(parse_fails({"-np", "2"}));
+  CHECK(parse_fails({"p"}));
+  CHECK(parse_fails({"--bogus", "-np", "1", "p"}));
+  CHECK(parse_fails({"--min-np", "3", "--max-np", "2", "-np", "2", "p"}));
+  CHECK(parse_fails({"--min-np", "1", "-np", "5", "--max-np", "4", "p"}));
+  CHECK(parse_fails({"--elastic", "-np", "1", "--blacklist-cooldown-range", "5", "p"}));
+  CHECK(parse_fails({"--elastic", "-np", "1", "--blacklist-cooldown-range", "5,2", "p"}));
+  CHECK(parse_fails({"--elastic", "-np", "1", "--reset-limit", "-1", "p"}));
+  CHECK(parse_fails({"-np", "1", "--store", "http://x:1", "p"}));
+  CHECK(parse_fails({"-np"}));
+}
+
+TEST_CASE("edl-run discovery output parsing", "[launcher]") {
+  auto d = edl::launcher::parse_discovery("# hosts\nlocalhost:2\n\n  node-7:4 \nbare\nlocalhost:1\n");
+  REQUIRE(d.ok);
+  CHECK(d.hosts["localhost"] == 3);
+  CHECK(d.hosts["node-7"] == 4);
+  CHECK(d.hosts["bare"] == 1);
+  CHECK(edl::launcher::local_slots(d, "myhost") == 3);
+  CHECK(edl::launcher::local_slots(d, "node-7") == 7);
+  CHECK_FALSE(edl::launcher::parse_discovery("host:two\n").ok);
+  CHECK_FALSE(edl::launcher::parse_discovery(":3\n").ok);
+  auto failed = edl::launcher::run_discovery("exit 3", 2000);
+  CHECK_FALSE(failed.ok);
+  CHECK(failed.error.find("3") != std::string::npos);
+  auto slow = edl::launcher::run_discovery("sleep 5", 200);
+  CHECK_FALSE(slow.ok);
+  CHECK(slow.error.find("timed out") != std::string::npos);
+  auto ok = edl::launcher::run_discovery("echo localhost:2", 2000);
+  CHECK(ok.ok);
+  CHECK(ok.hosts["localhost"] == 2);
+}
+
+TEST_CASE("edl-run: bad flags exit 2 with the usage", "[launcher]") {
+  for (auto args : std::vector<std::vector<std::string>>{{"--bogus", "-np", "1", kHelper, "env"},
+                                                         {"-np", "0", kHelper, "env"},
+                                                         {"-np", "many", kHelper, "env"},
+                                                         {"-np", "2"},
+                                                         {"--min-np", "3", "--max-np", "2", kHelper}}) {
+    auto r = run_edl(args, 10s);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("edl-run: error:") != std::string::npos);
+    CHECK(r.err.find("Usage:") != std::string::npos);
+  }
+  auto help = run_edl({"--help"}, 10s);
+  CHECK(help.code == 0);
+  CHECK(help.out.find("--host-discovery-script") != std::string::npos);
+  auto missing = run_edl({"-np", "1", "/no/such/program"}, 10s);
+  CHECK(missing.code == 127);
+  CHECK(missing.err.find("/no/such/program") != std::string::npos);
+}
+
+TEST_CASE("edl-run: workers get the environment init() reads, output is rank-prefixed", "[launcher]") {
+  auto r = run_edl({"-np", "3", "--job-id", "jobA", kHelper, "env"}, 20s);
+  REQUIRE(r.code == 0);
+  auto env = env_by_tag(r.out);
+  REQUIRE(env.size() == 3);
+  std::set<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto& e = env[std::to_string(i)];
+    CHECK(e["EDL_RANK"] == std::to_string(i));
+    CHECK(e["EDL_SIZE"] == "3");
+    CHECK(e["EDL_LOCAL_RANK"] == std::to_string(i));
+    CHECK(e["EDL_LOCAL_SIZE"] == "3");
+    CHECK(e["EDL_JOB_ID"] == "jobA");
+    CHECK(e["EDL_STORE"].rfind("tcp://127.0.0.1:", 0) == 0);
+    CHECK(e["EDL_STORE"] == env["0"]["EDL_STORE"]);
+    CHECK(e["EDL_JOB_SECRET"].size() >= 16);
+    CHECK(e["EDL_JOB_SECRET"] == env["0"]["EDL_JOB_SECRET"]);
+    CHECK(e.count("EDL_ELASTIC") == 0);
+    ids.insert(e["EDL_WORKER_ID"]);
+  }
+  CHECK(ids.size() == 3);
+  // The secret comes from --secret, else EDL_JOB_SECRET, else it is random per job.
+  auto given = run_edl({"-np", "1", "--secret", "s1", kHelper, "env"}, 20s);
+  CHECK(env_by_tag(given.out)["0"]["EDL_JOB_SECRET"] == "s1");
+  auto from_env = run_edl({"-np", "1", kHelper, "env"}, 20s, {"EDL_JOB_SECRET=s2"});
+  CHECK(env_by_tag(from_env.out)["0"]["EDL_JOB_SECRET"] == "s2");
+  auto other = run_edl({"-np", "1", kHelper, "env"}, 20s);
+  CHECK(env_by_tag(other.out)["0"]["EDL_JOB_SECRET"] != env["0"]["EDL_JOB_SECRET"]);
+}
+
+TEST_CASE("edl-run: lines of different workers never interleave", "[launcher]") {
+  auto r = run_edl({"-np", "3", kHelper, "lines", "300"}, 30s);
+  REQUIRE(r.code == 0);
+  std::regex re(R"(^\[[0-2]\] line [0-9]+ x{200} end$)");
+  for (const auto* text : {&r.out, &r.err}) {
+    auto lines = lines_of(*text);
+    CHECK(lines.size() == 900);
+    size_t bad = 0;
+    for (const auto& l : lines) bad += std::regex_match(l, re) ? 0 : 1;
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("edl-run: workers reach each other through the embedded store", "[launcher]") {
+  auto r = run_edl({"-np", "4", kHelper, "store-barrier"}, 30s);
+  CHECK(r.code == 0);
+  CHECK(count_of(r.out, "barrier passed by 4 ranks") == 4);
+}
+
+TEST_CASE("edl-run: the first non-zero exit code propagates and the others are stopped", "[launcher]") {
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_edl({"-np", "3", kHelper, "exit-rank", "1", "7"}, 30s);
+  CHECK(r.code == 7);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  CHECK(r.err.find("rank 1") != std::string::npos);
+  CHECK(r.err.find("exited with code 7") != std::string::npos);
+  CHECK(count_of(r.out, "got signal 15") == 2);  // ranks 0 and 2 got SIGTERM
+}
+
+TEST_CASE("edl-run: SIGINT and SIGTERM are forwarded to every worker", "[launcher]") {
+  for (int sig : {SIGINT, SIGTERM}) {
+    Launch l({"-np", "2", "--pid-file", "pids", kHelper, "wait-signal", "5"});
+    REQUIRE(l.wait_for([](const std::string& out, const std::string&) { return count_of(out, "ready") == 2; }, 20s));
+    kill(l.pid(), sig);
+    auto r = l.wait(20s);
+    CHECK(r.code == 5);  // the workers' own exit code
+    CHECK(count_of(r.out, "got signal " + std::to_string(sig)) == 2);
+  }
+}
+
+TEST_CASE("edl-run: workers ignoring SIGTERM are killed after the grace period", "[launcher]") {
+  std::string pidfile = "/tmp/edl-run-test-pids-" + std::to_string(getpid());
+  Launch l({"-np", "2", "--grace-period", "0.3", "--pid-file", pidfile, kHelper, "ignore-term"});
+  REQUIRE(l.wait_for([](const std::string& out, const std::string&) { return count_of(out, "ready") == 2; }, 20s));
+  auto pids = lines_of(edl::test::read_file(pidfile));
+  CHECK(pids.size() == 2);
+  auto t0 = std::chrono::steady_clock::now();
+  kill(l.pid(), SIGTERM);
+  auto r = l.wait(20s);
+  CHECK(r.code == 128 + SIGKILL);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(r.err.find("SIGKILL") != std::string::npos);
+  for (const auto& line : pids) {  // nothing left behind
+    pid_t p = std::stoi(line.substr(line.find(' ') + 1));
+    CHECK(kill(p, 0) != 0);
+  }
+  unlink(pidfile.c_str());
+}
+
+// --- elastic mode ---------------------------------------------------------------------------------
+
+TEST_CASE("edl-run elastic: worker environment", "[launcher][elastic]") {
+  auto r = run_edl({"--min-np", "1", "--max-np", "3", "-np", "1", "--hostname", "hostA", kHelper, "env"}, 20s);
+  REQUIRE(r.code == 0);
+  auto env = env_by_tag(r.out);
+  REQUIRE(env.count("hostA:0.0") == 1);
+  auto& e = env["hostA:0.0"];
+  CHECK(e["EDL_ELASTIC"] == "1");
+  CHECK(e["EDL_MIN_NP"] == "1");
+  CHECK(e["EDL_MAX_NP"] == "3");
+  CHECK(e["EDL_WORKER_ID"] == "hostA:0.0");
+  CHECK(e.count("EDL_RANK") == 0);
+  CHECK(e.count("EDL_SIZE") == 0);
+  CHECK(e["EDL_STORE"].rfind("tcp://", 0) == 0);
+}
+
+TEST_CASE("edl-run elastic: failed workers are restarted within --reset-limit", "[launcher][elastic]") {
+  // Incarnation 0 and 1 fail with 3, incarnation 2 succeeds: two restarts needed.
+  auto ok = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "2", kHelper, "incarnation-exit", "3", "3", "0"},
+                    30s);
+  CHECK(ok.code == 0);
+  CHECK(count_of(ok.err, "event=started") == 3);
+  CHECK(count_of(ok.err, "event=failed") == 2);
+  CHECK(count_of(ok.out, "incarnation 2 exits with 0") == 1);
+  // One restart allowed: the second failure fails the job with the worker's code.
+  auto fail = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "1", kHelper, "incarnation-exit", "3", "3", "0"},
+                      30s);
+  CHECK(fail.code == 3);
+  CHECK(count_of(fail.err, "event=started") == 2);
+  CHECK(fail.err.find("reset limit reached") != std::string::npos);
+}
+
+TEST_CASE("edl-run elastic: a failed slot rests for the blacklist cooldown, growing exponentially",
+          "[launcher][elastic]") {
+  auto r = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "3", "--blacklist-cooldown-range", "1,2", kHelper,
+                    "incarnation-exit", "3", "3", "0"},
+                   30s);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("cooldown_ms=1000") != std::string::npos);
+  CHECK(r.err.find("cooldown_ms=2000") != std::string::npos);
+  // The restart times in the event log honour the cooldowns.
+  std::map<std::string, double> started, failed;
+  std::regex re(R"(t=([0-9.]+) event=(started|failed) slot=0 worker=[^ ]+:0\.([0-9]+))");
+  for (const auto& line : lines_of(r.err)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) (m[2] == "started" ? started : failed)[m[3]] = std::stod(m[1]);
+  }
+  REQUIRE(started.size() == 3);
+  REQUIRE(failed.size() == 2);
+  CHECK(started["1"] - failed["0"] >= 0.95);
+  CHECK(started["2"] - failed["1"] >= 1.95);
+}
+
+TEST_CASE("edl-run elastic: the discovery script adds and removes local slots", "[launcher][elastic]") {
+  char tmpl[] = "/tmp/edl-disc-XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  std::string dir = tmpl, hosts = dir + "/hosts";
+  auto write_hosts = [&](const std::string& text) {
+    std::ofstream(hosts + ".tmp") << text;
+    std::rename((hosts + ".tmp").c_str(), hosts.c_str());
+  };
+  write_hosts("localhost:1\nremote-node:4\n");
+  {
+    Launch l({"--min-np", "1", "--max-np", "4", "--host-discovery-script", "cat " + hosts, "--discovery-interval-ms",
+              "100", "--grace-period", "2", kHelper, "sleep-ms", "30000"});
+    auto has = [&](const std::string& s, size_t n) {
+      return l.wait_for([&](const std::string&, const std::string& err) { return count_of(err, s) >= n; }, 20s);
+    };
+    REQUIRE(has("event=started slot=0", 1));
+    CHECK(l.err().find("remote-node:4") != std::string::npos);
+    write_hosts("localhost:3\nremote-node:4\n");
+    REQUIRE(has("event=started slot=2", 1));
+    CHECK(count_of(l.err(), "event=started slot=1") == 1);
+    write_hosts("localhost:1\n");
+    REQUIRE(has("event=left slot=2", 1));
+    REQUIRE(has("event=left slot=1", 1));
+    CHECK(count_of(l.err(), "event=left slot=0") == 0);
+    CHECK(count_of(l.err(), "event=failed") == 0);
+    kill(l.pid(), SIGTERM);
+    auto r = l.wait(20s);
+    CHECK(r.code == 128 + SIGTERM);
+    CHECK(count_of(r.err, "event=left slot=0") == 1);
+  }
+  std::remove(hosts.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("edl-run elastic: fewer than --min-np live workers past the timeout fails the job", "[launcher][elastic]") {
+  // The helper never joins the store, so no worker is live from the launcher's point of view.
+  auto r = run_edl({"--min-np", "2", "-np", "2", "--rendezvous-timeout", "0.5", "--grace-period", "2", kHelper,
+                    "sleep-ms", "20000"},
+                   30s);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("fewer than --min-np 2") != std::string::npos);
+}

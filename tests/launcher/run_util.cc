@@ -1,0 +1,114 @@
+#include "launcher/run_util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace edl::test {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  return n;
+}
+
+Launch::Launch(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  char tmpl[] = "/tmp/edl-launch-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  std::vector<std::string> argv{EDL_RUN_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::string out = dir_ + "/out", err = dir_ + "/err";
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.push_back(*e);
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> cenv;
+  for (auto& e : envs) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  pid_t parent = getpid();
+  pid_ = fork();
+  if (pid_ == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    execve(cargv[0], cargv.data(), cenv.data());
+    _exit(126);
+  }
+}
+
+Launch::~Launch() {
+  if (!reaped_ && pid_ > 0) {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string Launch::out() const { return read_file(dir_ + "/out"); }
+std::string Launch::err() const { return read_file(dir_ + "/err"); }
+
+RunResult Launch::wait(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!reaped_) {
+    int st = 0;
+    pid_t r = waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &st, 0);
+      reaped_ = true;
+      code_ = -1;
+      break;
+    }
+    usleep(10000);
+  }
+  return RunResult{code_, out(), err()};
+}
+
+RunResult run_edl(const std::vector<std::string>& args, std::chrono::milliseconds timeout,
+                  const std::vector<std::string>& env) {
+  Launch l(args, env);
+  return l.wait(timeout);
+}
+
+}  // namespace edl::test

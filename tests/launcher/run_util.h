@@ -1,0 +1,60 @@
+// Test helper: runs the real edl-run binary in the background with its output in temp files;
+// every wait is bounded and the process (group) is SIGKILLed when the object dies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace edl::test {
+
+struct RunResult {
+  int code = -1;        // exit code, 128+signal, or -1 when it timed out (then it was killed)
+  std::string out, err;
+};
+
+class Launch {
+ public:
+  // argv excludes the edl-run path itself; env entries "NAME=value" are added.
+  explicit Launch(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+  ~Launch();
+  Launch(const Launch&) = delete;
+  Launch& operator=(const Launch&) = delete;
+
+  pid_t pid() const { return pid_; }
+  std::string out() const;
+  std::string err() const;
+  // Waits until pred(out, err) holds; false on timeout.
+  template <typename Pred>
+  bool wait_for(Pred pred, std::chrono::milliseconds timeout) const;
+  RunResult wait(std::chrono::milliseconds timeout);
+  const std::string& dir() const { return dir_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_;
+  bool reaped_ = false;
+  int code_ = -1;
+};
+
+RunResult run_edl(const std::vector<std::string>& args, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                  const std::vector<std::string>& env = {});
+
+std::vector<std::string> lines_of(const std::string& text);
+size_t count_of(const std::string& text, const std::string& needle);
+std::string read_file(const std::string& path);
+
+template <typename Pred>
+bool Launch::wait_for(Pred pred, std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred(out(), err())) return true;
+    struct timespec ts{0, 20 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+  return pred(out(), err());
+}
+
+}  // namespace edl::test
