@@ -14,8 +14,9 @@
 //   no_overlap    buckets are launched by step(), after backward;
 //   overlap       buckets are launched as soon as backward completes them.
 // Rows: {"ranks","mode","step_ms"} per mode and {"ranks","overlap_fraction"}: the share of the
-// allreduce time hidden behind backward = 1 - (time step() waited for buckets) / (communication
-// thread busy time), median over ranks and steps of the overlap mode. The summary line adds the
+// allreduce time hidden behind backward = (part of each bucket's launch-to-completion interval
+// that lies before the last grad_ready() of the step) / (sum of those intervals), from the
+// optimizer's OptimizerStepStats, median over ranks and steps of the overlap mode. The summary line adds the
 // end-to-end view: exposed communication (mode - compute_only) with and without overlap, and the
 // best ratio perfect overlap could reach (compute_only / no_overlap).
 // Correctness ("wrong" column): every rank fills gradient element i with (rank + 1) * f(i); after
@@ -101,7 +102,7 @@ float grad_value(size_t i) { return 0.001f * static_cast<float>((i * 37) % 101) 
 
 struct ModeResult {
   std::vector<double> steps_ms;  // per timed step: the slowest rank's step time
-  std::vector<double> overlap;  // optimizer's measure per rank and step: 1 - wait / comm
+  std::vector<double> overlap;  // optimizer's measure per rank and step: hidden / comm
   std::vector<double> comm_ms;  // communication thread busy time per rank and step
   size_t buckets = 0;
   long wrong = 0;
@@ -338,8 +339,8 @@ int main(int argc, char** argv) {
                std::to_string(wrong[m])});
     json.write(Json{{"ranks", cfg.ranks}, {"mode", mode_name(modes[m])}, {"step_ms", med[m]}});
   }
-  // overlap_fraction: the share of the communication thread's allreduce time that step() did not
-  // have to wait for, i.e. that ran while backward was still computing (median over ranks and steps).
+  // overlap_fraction: the share of the allreduce time that ran while backward was still computing
+  // (median over ranks and steps).
   const double fraction = edl::bench::median(opt_overlap[2]);
   // The end-to-end view: how much of the exposed communication (no_overlap - compute_only) overlap
   // removed. Noisy when the exposed part is small next to the machine's load changes.

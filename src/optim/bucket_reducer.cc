@@ -79,7 +79,9 @@ void BucketReducer::run(ReduceJob* job) {
   } catch (...) {
     job->error = std::current_exception();
   }
-  job->busy_s = now_s() - t0;
+  job->start_s = t0;
+  job->end_s = now_s();
+  job->busy_s = job->end_s - t0;
 }
 
 void to_half(const float* in, float scale, uint16_t* out, size_t n) {
@@ -97,6 +99,7 @@ EngineReducer::EngineReducer(std::shared_ptr<collective::Engine> engine) : engin
 void EngineReducer::launch(ReduceJob* job) {
 #if EDL_OPTIM_HAVE_ENGINE
   double t0 = now_s();
+  job->start_s = t0;
   try {
     if (job->half != nullptr) {
       to_half(job->data, job->prescale, job->half, job->count);
@@ -117,7 +120,6 @@ void EngineReducer::launch(ReduceJob* job) {
 
 void EngineReducer::wait(ReduceJob* job) {
   if (job->done) return;
-  double t0 = now_s();
   try {
     job->handle.wait();
     if (job->half != nullptr) from_half(job->half, job->data, job->count);
@@ -126,7 +128,9 @@ void EngineReducer::wait(ReduceJob* job) {
   }
   job->done = true;
   job->handle = Handle();
-  job->busy_s += now_s() - t0;  // only the part the caller waited: the engine's time is not visible
+  job->end_s = now_s();
+  // The engine's own start and end are not visible: the job spans launch .. the end of wait().
+  job->busy_s = job->end_s - job->start_s;
 }
 
 }  // namespace edl::optim::detail

@@ -43,6 +43,8 @@ struct ReduceJob {
   bool done = false;
   std::exception_ptr error;
   double busy_s = 0;
+  double start_s = 0;  // steady-clock seconds: when the reduction started / finished
+  double end_s = 0;
 };
 
 class Reducer {

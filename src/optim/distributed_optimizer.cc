@@ -22,7 +22,7 @@ using optim::detail::Reducer;
 
 double OptimizerStepStats::overlap_fraction() const {
   if (comm_s <= 0) return 0.0;
-  return std::clamp(1.0 - wait_s / comm_s, 0.0, 1.0);
+  return std::clamp(hidden_s / comm_s, 0.0, 1.0);
 }
 
 namespace {
@@ -119,6 +119,7 @@ struct DistributedOptimizer::Impl {
   size_t reported = 0;
   size_t next_launch = 0;
   double step_start = 0;
+  double backward_end = 0;  // entry of the last grad_ready(), or of step() when it ended the pass
   int64_t comp_t0 = -1;  // resize step whose compensation buffer was taken
   OptimizerStepStats stats;
 
@@ -294,6 +295,7 @@ struct DistributedOptimizer::Impl {
               "DistributedOptimizer::grad_ready: parameter index " + std::to_string(index) + " out of range (" +
                   std::to_string(params.size()) + " registered)");
     begin_step();
+    backward_end = now_s();
     EDL_CHECK(pass < passes, InvalidArgument,
               "DistributedOptimizer::grad_ready(" + std::to_string(index) + "): all " + std::to_string(passes) +
                   " backward passes of this step are done; call step()");
@@ -320,7 +322,10 @@ struct DistributedOptimizer::Impl {
 
   void step() {
     begin_step();
-    if (pass < passes) end_pass();
+    if (pass < passes) {
+      backward_end = now_s();
+      end_pass();
+    }
     if (pass < passes) {
       int done = pass;
       discard();
@@ -335,6 +340,7 @@ struct DistributedOptimizer::Impl {
       for (auto& b : buckets) {
         reducer->wait(&b.job);
         stats.comm_s += b.job.busy_s;
+        stats.hidden_s += std::max(0.0, std::min(b.job.end_s, backward_end) - b.job.start_s);
         if (b.job.error && !error) error = b.job.error;
       }
     }
