@@ -15,3 +15,13 @@ target_link_libraries(edl_netns PUBLIC Threads::Threads)
 target_compile_options(edl_netns PRIVATE ${EDL_COMPILE_OPTIONS})
 edl_add_bench(netns_check netns_check.cc)
 target_link_libraries(netns_check PRIVATE edl_netns)
+
+# scaling_bench: the FTlib scaling table (real models, distributed optimizer, edl-run; loopback + emulated links).
+if(TARGET edl_models)
+  edl_add_bench(scaling_bench scaling_bench.cc)
+  target_link_libraries(scaling_bench PRIVATE edl_models edl_netns)
+  if(TARGET edl-run)
+    target_compile_definitions(scaling_bench PRIVATE EDL_RUN_PATH="$<TARGET_FILE:edl-run>")
+    add_dependencies(scaling_bench edl-run)
+  endif()
+endif()

@@ -1,0 +1,299 @@
+// scaling_bench: data-parallel training throughput of the reference models under edl-run at 1, 2 and
+// 4 workers (1 thread each), over loopback and over emulated cluster links (bench/netns.h), with
+// the distributed optimizer's overlapped, fused gradient allreduce (issue 7 item 1).
+//
+//   scaling_bench [--models resnet20,mobilenetv2] [--workers 1,2,4] [--links loopback,10gbit+0.1ms,1gbit+0.1ms]
+//                 [--batch 64] [--steps 20] [--warmup 3] [--json PATH]
+//
+// Rows: {"model","workers","link","images_per_s","speedup","comm_share"} plus "step_ms",
+// "oversubscribed" (more workers than cores) and "effective_link" (what tc could emulate).
+// speedup = images/s / images/s of 1 worker; comm_share = share of the step that step() spent
+// waiting for gradient buckets (communication not hidden behind backward), rank 0's median.
+// A single worker does no communication, so its loopback run is reported for every link.
+// Emulated links need root; without it they are skipped with a message.
+//
+// The same executable is the worker: `scaling_bench --worker ...` (started by edl-run).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <cxxopts.hpp>
+
+#include <edl/edl.h>
+#include <edl/error.h>
+#include <edl/optim.h>
+
+#include "common/bench_util.h"
+#include "models/mobilenetv2/mobilenetv2.h"
+#include "models/resnet20/resnet20.h"
+#include "netns.h"
+
+#ifndef EDL_RUN_PATH
+#define EDL_RUN_PATH "edl-run"
+#endif
+
+namespace {
+
+using edl::bench::Json;
+using edl::bench::fmt;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// --- worker ----------------------------------------------------------------------------------
+
+std::unique_ptr<edl::models::Model> make_model(const std::string& name) {
+  edl::models::ModelConfig c;
+  c.threads = 1;
+  if (name == "resnet20") return std::make_unique<edl::models::ResNet20>(c);
+  if (name == "mobilenetv2") return std::make_unique<edl::models::MobileNetV2>(c);
+  throw std::invalid_argument("unknown model '" + name + "' (resnet20, mobilenetv2)");
+}
+
+// With emulated links the worker moves itself into the first free namespace of --netns (claimed by
+// creating <slot-dir>/<i> exclusively) and tells EDL to publish that namespace's address to peers.
+void enter_claimed_namespace(const std::string& list, const std::string& slot_dir) {
+  std::vector<std::string> names = split(list);
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string slot = slot_dir + "/" + std::to_string(i);
+    int fd = open(slot.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) continue;
+    close(fd);
+    edl::bench::NetnsCluster::enter(names[i]);
+    std::string addr = "10.77.0." + std::to_string(i + 1);
+    setenv("EDL_BIND_ADDR", addr.c_str(), 1);  // read by edl::init() (Config::from_env)
+    return;
+  }
+  throw std::runtime_error("no free namespace slot in " + slot_dir);
+}
+
+int run_worker(const cxxopts::ParseResult& a) {
+  if (!a["netns"].as<std::string>().empty()) enter_claimed_namespace(a["netns"].as<std::string>(), a["slot-dir"].as<std::string>());
+  edl::init();
+  const int batch = a["batch"].as<int>(), steps = a["steps"].as<int>(), warmup = a["warmup"].as<int>();
+  auto model = make_model(a["model"].as<std::string>());
+  edl::DistributedOptimizerOptions o;
+  o.scaling.base_lr = 0.01;
+  edl::DistributedOptimizer opt(o);
+  for (const auto& p : model->parameters()) opt.add_parameter(p.name, p.data, p.grad, p.count);
+  const auto& mc = model->config();
+  std::mt19937 rng(1234 + edl::rank());
+  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
+  std::vector<float> images(static_cast<size_t>(batch) * mc.channels * mc.height * mc.width);
+  std::vector<int32_t> labels(batch);
+  for (float& v : images) v = pixel(rng);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % mc.classes);
+  std::vector<double> step_s, wait_s;
+  bool finite = true;
+  for (int i = 0; i < warmup + steps; ++i) {
+    double t0 = edl::bench::now_s();
+    auto loss = model->forward(images.data(), labels.data(), batch, true);
+    model->backward([&](size_t k) { opt.grad_ready(k); });
+    opt.step();
+    double t1 = edl::bench::now_s();
+    finite = finite && std::isfinite(loss.loss);
+    if (i >= warmup) {
+      step_s.push_back(t1 - t0);
+      wait_s.push_back(opt.last_step_stats().wait_s);
+    }
+  }
+  if (edl::rank() == 0) {
+    double step = edl::bench::median(step_s);
+    Json r{{"size", edl::size()}, {"step_s", step}, {"wait_s", edl::bench::median(wait_s)},
+           {"images_per_s", edl::size() * batch / step}, {"finite", finite}};
+    std::ofstream(a["out"].as<std::string>()) << r.dump() << "\n";
+  }
+  edl::shutdown();
+  return finite ? 0 : 3;
+}
+
+// --- driver ----------------------------------------------------------------------------------
+
+// Runs argv in its own process group with output to `log`; kills the group after `timeout_s`.
+int run_bounded(const std::vector<std::string>& argv, const std::string& log, double timeout_s) {
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    setpgid(0, 0);
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::perror("exec");
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int st = 0;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGTERM);
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      kill(-pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return 124;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string tail(const std::string& path, size_t bytes) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), {});
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+
+struct Measurement {
+  double images_per_s = 0, step_s = 0, wait_s = 0;
+  std::string effective_link;
+};
+
+Measurement measure(const cxxopts::ParseResult& a, const std::string& model, int workers,
+                    const edl::bench::LinkSpec& link, const std::string& dir) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  std::string out = dir + "/result.json", log = dir + "/run.log";
+  std::filesystem::remove(out);
+  std::vector<std::string> worker = {self, "--worker", "--model", model, "--batch", std::to_string(a["batch"].as<int>()),
+                                     "--steps", std::to_string(a["steps"].as<int>()), "--warmup",
+                                     std::to_string(a["warmup"].as<int>()), "--out", out};
+  std::vector<std::string> argv;
+  std::unique_ptr<edl::bench::NetnsCluster> cluster;
+  Measurement m;
+  m.effective_link = link.name;
+  if (link.name == "loopback") {
+    argv = {EDL_RUN_PATH, "-np", std::to_string(workers)};
+  } else {
+    cluster = std::make_unique<edl::bench::NetnsCluster>(workers, link);
+    m.effective_link = cluster->effective_label();
+    std::string slots = dir + "/slots";
+    std::filesystem::remove_all(slots);
+    std::filesystem::create_directories(slots);
+    std::string names;
+    for (int i = 0; i < workers; ++i) names += (i ? "," : "") + cluster->ns(i);
+    argv = {"ip", "netns", "exec", cluster->switch_ns(), EDL_RUN_PATH, "-np", std::to_string(workers),
+            "--store-bind", edl::bench::NetnsCluster::switch_address()};
+    worker.insert(worker.end(), {"--netns", names, "--slot-dir", slots});
+  }
+  argv.insert(argv.end(), worker.begin(), worker.end());
+  int rc = run_bounded(argv, log, a["timeout-s"].as<double>());
+  if (rc != 0 || !std::filesystem::exists(out)) {
+    throw std::runtime_error(model + " x" + std::to_string(workers) + " over " + link.name + " failed (status " +
+                             std::to_string(rc) + "); log tail:\n" + tail(log, 2000));
+  }
+  Json r = Json::parse(std::ifstream(out));
+  if (!r.at("finite").get<bool>()) throw std::runtime_error(model + ": training loss became non-finite");
+  m.images_per_s = r.at("images_per_s").get<double>();
+  m.step_s = r.at("step_s").get<double>();
+  m.wait_s = r.at("wait_s").get<double>();
+  return m;
+}
+
+int run_driver(const cxxopts::ParseResult& a) {
+  std::vector<std::string> links = split(a["links"].as<std::string>());
+  std::vector<int> counts;
+  for (const auto& w : split(a["workers"].as<std::string>())) counts.push_back(std::stoi(w));
+  std::string why;
+  bool need_netns = std::any_of(links.begin(), links.end(), [](const std::string& l) { return l != "loopback"; });
+  if (need_netns) {
+    why = edl::bench::NetnsCluster::unsupported_reason();
+    if (!why.empty()) std::cout << "note: emulated links skipped: " << why << "\n";
+    edl::bench::NetnsCluster::remove_stale();
+  }
+  unsigned cores = std::thread::hardware_concurrency();
+  std::string dir = std::filesystem::temp_directory_path() / ("edl_scaling_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  edl::bench::JsonRows json(a["json"].as<std::string>());
+  edl::bench::Table t({"model", "workers", "link", "images/s", "speedup", "comm_share", "step_ms", "note"}, 13);
+  t.header();
+  int failures = 0;
+  for (const std::string& model : split(a["models"].as<std::string>())) {
+    Measurement base = measure(a, model, 1, edl::bench::LinkSpec{}, dir);
+    for (const std::string& ln : links) {
+      edl::bench::LinkSpec link = edl::bench::parse_link(ln);
+      if (link.name != "loopback" && !why.empty()) continue;
+      for (int k : counts) {
+        Measurement m;
+        try {
+          m = k == 1 ? base : measure(a, model, k, link, dir);
+        } catch (const std::exception& e) {
+          std::cerr << "scaling_bench: " << e.what() << "\n";
+          ++failures;
+          continue;
+        }
+        std::string eff = k == 1 ? (link.name == "loopback" ? "loopback" : link.name) : m.effective_link;
+        bool over = static_cast<unsigned>(k) > cores;
+        double speedup = m.images_per_s / base.images_per_s;
+        double share = m.step_s > 0 ? m.wait_s / m.step_s : 0;
+        std::string note = over ? "oversubscribed" : "";
+        if (eff != link.name) note += (note.empty() ? "" : ",") + std::string("as ") + eff;
+        t.row({model, std::to_string(k), link.name, fmt(m.images_per_s, 1), fmt(speedup, 3), fmt(share, 3),
+               fmt(1000 * m.step_s, 1), note});
+        json.write({{"model", model}, {"workers", k}, {"link", link.name}, {"images_per_s", m.images_per_s},
+                    {"speedup", speedup}, {"comm_share", share}, {"step_ms", 1000 * m.step_s},
+                    {"oversubscribed", over}, {"effective_link", eff}, {"cores", cores}});
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("scaling_bench", "Data-parallel training throughput at 1/2/4 workers, loopback and emulated links");
+  opts.add_options()
+    ("models", "models", cxxopts::value<std::string>()->default_value("resnet20,mobilenetv2"))
+    ("workers", "worker counts", cxxopts::value<std::string>()->default_value("1,2,4"))
+    ("links", "loopback and/or emulated links (<N>gbit[+<D>ms], root only)",
+     cxxopts::value<std::string>()->default_value("loopback,10gbit+0.1ms,1gbit+0.1ms"))
+    ("batch", "images per worker per step", cxxopts::value<int>()->default_value("64"))
+    ("steps", "timed steps", cxxopts::value<int>()->default_value("20"))
+    ("warmup", "untimed steps first", cxxopts::value<int>()->default_value("3"))
+    ("timeout-s", "limit for one run", cxxopts::value<double>()->default_value("600"))
+    ("json", "append JSON rows here", cxxopts::value<std::string>()->default_value(""))
+    ("worker", "internal: run as a worker under edl-run")
+    ("model", "internal (worker): model", cxxopts::value<std::string>()->default_value("resnet20"))
+    ("out", "internal (worker): result file", cxxopts::value<std::string>()->default_value(""))
+    ("netns", "internal (worker): namespaces to claim", cxxopts::value<std::string>()->default_value(""))
+    ("slot-dir", "internal (worker): claim directory", cxxopts::value<std::string>()->default_value(""))
+    ("h,help", "help");
+  try {
+    auto a = opts.parse(argc, argv);
+    if (a.count("help")) {
+      std::cout << opts.help() << std::endl;
+      return 0;
+    }
+    return a.count("worker") ? run_worker(a) : run_driver(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "scaling_bench: %s\n", e.what());
+    return 2;
+  }
+}
