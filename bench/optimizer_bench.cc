@@ -28,17 +28,26 @@
 #include <mutex>
 #include <cstdio>
 #include <exception>
+#include <functional>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cxxopts.hpp>
 
 #include "common/bench_util.h"
 #include "edl/communicator.h"
+#include "edl/edl.h"
 #include "edl/optim.h"
 #include "edl/store.h"
+#include "edl/store_server.h"
 
 namespace {
 
@@ -115,6 +124,7 @@ struct BenchConfig {
   double backward_ms = 120;
   size_t bucket_bytes = 256 << 10;
   bool fp16 = false;
+  bool processes = false;
 };
 
 enum class Mode { kComputeOnly, kNoOverlap, kOverlap };
@@ -153,8 +163,15 @@ const char* mode_name(Mode m) {
   return "?";
 }
 
+// How a rank reaches its peers: its own Communicator (threads), or the edl::init() world (processes).
+struct RankEnv {
+  std::shared_ptr<edl::Communicator> comm;  // threads mode
+  bool global_world = false;                // processes mode: the Runtime generation's engine
+  std::function<void()> lockstep;           // compute_only: start every step together
+};
+
 // One rank: builds the synthetic model in the optimizer's gradient arena and runs the steps.
-void run_rank(const BenchConfig& cfg, Mode mode, std::shared_ptr<edl::Communicator> comm, StepBarrier* barrier, int rank,
+void run_rank(const BenchConfig& cfg, Mode mode, const RankEnv& env, int rank,
               const std::vector<Layer>& layers, const std::vector<long>& reps, std::vector<double>* step_ms,
               std::vector<double>* overlap, std::vector<double>* comm_ms, size_t* buckets, long* wrong) {
   edl::DistributedOptimizerOptions o;
@@ -166,8 +183,8 @@ void run_rank(const BenchConfig& cfg, Mode mode, std::shared_ptr<edl::Communicat
   o.fp16_compression = cfg.fp16;
   if (mode == Mode::kComputeOnly) {
     o.local = true;
-  } else {
-    o.comm = std::move(comm);
+  } else if (!env.global_world) {
+    o.comm = env.comm;
   }
   edl::DistributedOptimizer opt(o);
   std::vector<std::vector<float>> params;
@@ -184,6 +201,9 @@ void run_rank(const BenchConfig& cfg, Mode mode, std::shared_ptr<edl::Communicat
   const int world = mode == Mode::kComputeOnly ? 1 : cfg.ranks;
   const float factor = cfg.fp16 && world > 1 ? (world + 1) / 2.0f : world * (world + 1) / 2.0f;
   for (int s = 0; s < cfg.warmup + cfg.steps; ++s) {
+    // The communicating modes are kept in lockstep by their allreduces; compute_only ranks start
+    // every step together so that the per-step maximum over ranks compares like with like.
+    if (mode == Mode::kComputeOnly && env.lockstep) env.lockstep();
     double t0 = edl::bench::now_s();
     for (size_t l = layers.size(); l-- > 0;) {  // backward: last layer first
       compute.run(reps[l]);
@@ -197,7 +217,6 @@ void run_rank(const BenchConfig& cfg, Mode mode, std::shared_ptr<edl::Communicat
       }
     }
     opt.step();
-    if (mode == Mode::kComputeOnly) barrier->arrive_and_wait();
     double ms = (edl::bench::now_s() - t0) * 1e3;
     {
       for (size_t p = 0; p < params.size(); p += 7) {
@@ -217,6 +236,10 @@ void run_rank(const BenchConfig& cfg, Mode mode, std::shared_ptr<edl::Communicat
   }
 }
 
+ModeResult merge(const std::vector<std::vector<double>>& step_ms, const std::vector<std::vector<double>>& overlap,
+                 const std::vector<std::vector<double>>& comm_ms, const std::vector<size_t>& buckets,
+                 const std::vector<long>& wrong);
+
 ModeResult run_mode(const BenchConfig& cfg, Mode mode, const std::vector<Layer>& layers, const std::vector<long>& reps,
                     int round) {
   const int n = cfg.ranks;  // compute_only runs as many ranks too: same CPU load, no communication
@@ -231,9 +254,10 @@ ModeResult run_mode(const BenchConfig& cfg, Mode mode, const std::vector<Layer>&
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        std::shared_ptr<edl::Communicator> comm;
-        if (mode != Mode::kComputeOnly) comm = edl::Communicator::create(store, prefix, r, n);
-        run_rank(cfg, mode, comm, &barrier, r, layers, reps, &step_ms[r], &overlap[r], &comm_ms[r], &buckets[r], &wrong[r]);
+        RankEnv env;
+        if (mode != Mode::kComputeOnly) env.comm = edl::Communicator::create(store, prefix, r, n);
+        env.lockstep = [&barrier] { barrier.arrive_and_wait(); };
+        run_rank(cfg, mode, env, r, layers, reps, &step_ms[r], &overlap[r], &comm_ms[r], &buckets[r], &wrong[r]);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -242,6 +266,13 @@ ModeResult run_mode(const BenchConfig& cfg, Mode mode, const std::vector<Layer>&
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+  return merge(step_ms, overlap, comm_ms, buckets, wrong);
+}
+
+ModeResult merge(const std::vector<std::vector<double>>& step_ms, const std::vector<std::vector<double>>& overlap,
+                 const std::vector<std::vector<double>>& comm_ms, const std::vector<size_t>& buckets,
+                 const std::vector<long>& wrong) {
+  const int n = static_cast<int>(step_ms.size());
   ModeResult res;
   // A step ends when the slowest rank ends it: take the per-step maximum over ranks.
   std::vector<double> per_step(step_ms[0].size(), 0.0);
@@ -257,6 +288,135 @@ ModeResult run_mode(const BenchConfig& cfg, Mode mode, const std::vector<Layer>&
   return res;
 }
 
+// --- processes mode: each rank is a forked process in an edl::init() world (the default setting
+// of DistributedOptimizer: buckets go through the generation's collective engine) ----------------
+
+bool read_all(int fd, void* buf, size_t n, double deadline_s) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const int left_ms = static_cast<int>((deadline_s - edl::bench::now_s()) * 1e3);
+    if (left_ms <= 0) return false;
+    pollfd pfd{fd, POLLIN, 0};
+    if (poll(&pfd, 1, left_ms) <= 0) continue;
+    ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* buf, size_t n) {
+  auto* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Wire record per (round, mode): steps, buckets, wrong, then steps x {step_ms, overlap, comm_ms}.
+[[noreturn]] void child_main(const BenchConfig& cfg, int rank, int url_fd, int out_fd, const std::vector<Layer>& layers,
+                             const std::vector<long>& reps, int rounds, const std::vector<Mode>& order) {
+  int code = 1;
+  try {
+    char url[256] = {0};
+    if (!read_all(url_fd, url, sizeof url, edl::bench::now_s() + 60)) _exit(3);
+    setenv("EDL_STORE", url, 1);
+    setenv("EDL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("EDL_SIZE", std::to_string(cfg.ranks).c_str(), 1);
+    setenv("EDL_LOG_LEVEL", "0", 1);
+    edl::init();
+    RankEnv env;
+    env.global_world = true;
+    env.lockstep = [] { edl::barrier(); };
+    for (Mode mode : order) {
+      std::vector<double> step_ms, overlap, comm_ms;
+      size_t buckets = 0;
+      long wrong = 0;
+      run_rank(cfg, mode, env, rank, layers, reps, &step_ms, &overlap, &comm_ms, &buckets, &wrong);
+      uint64_t head[3] = {step_ms.size(), buckets, static_cast<uint64_t>(wrong)};
+      bool ok = write_all(out_fd, head, sizeof head);
+      for (size_t i = 0; ok && i < step_ms.size(); ++i) {
+        double row[3] = {step_ms[i], overlap[i], comm_ms[i]};
+        ok = write_all(out_fd, row, sizeof row);
+      }
+      if (!ok) _exit(4);
+    }
+    (void)rounds;
+    edl::shutdown();
+    code = 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "optimizer_bench rank %d: %s\n", rank, e.what());
+    code = 2;
+  }
+  _exit(code);
+}
+
+// Forks the ranks (before this process starts any thread), hosts the store, collects the rows.
+std::vector<ModeResult> run_processes(const BenchConfig& cfg, const std::vector<Layer>& layers,
+                                      const std::vector<long>& reps, int rounds, const std::vector<Mode>& order) {
+  const int n = cfg.ranks;
+  std::vector<int> url_w(n), out_r(n);
+  std::vector<pid_t> pids(n);
+  for (int r = 0; r < n; ++r) {
+    int up[2], op[2];
+    if (pipe(up) != 0 || pipe(op) != 0) throw std::runtime_error("pipe failed");
+    pids[r] = fork();
+    if (pids[r] < 0) throw std::runtime_error("fork failed");
+    if (pids[r] == 0) {
+      close(up[1]);
+      close(op[0]);
+      child_main(cfg, r, up[0], op[1], layers, reps, rounds, order);
+    }
+    close(up[0]);
+    close(op[1]);
+    url_w[r] = up[1];
+    out_r[r] = op[0];
+  }
+  std::vector<ModeResult> results;
+  bool ok = true;
+  {
+    edl::StoreServer server;
+    char url[256] = {0};
+    std::snprintf(url, sizeof url, "%s", server.url().c_str());
+    for (int r = 0; r < n; ++r) ok = ok && write_all(url_w[r], url, sizeof url);
+    // Bounded: every run of a mode gets a generous deadline; a stuck rank is killed below.
+    const double deadline = edl::bench::now_s() + 60 + order.size() * (cfg.warmup + cfg.steps) * 5.0;
+    for (size_t k = 0; ok && k < order.size(); ++k) {
+      std::vector<std::vector<double>> step_ms(n), overlap(n), comm_ms(n);
+      std::vector<size_t> buckets(n);
+      std::vector<long> wrong(n);
+      for (int r = 0; ok && r < n; ++r) {
+        uint64_t head[3];
+        ok = read_all(out_r[r], head, sizeof head, deadline);
+        buckets[r] = ok ? head[1] : 0;
+        wrong[r] = ok ? static_cast<long>(head[2]) : 0;
+        for (uint64_t i = 0; ok && i < head[0]; ++i) {
+          double row[3];
+          ok = read_all(out_r[r], row, sizeof row, deadline);
+          step_ms[r].push_back(row[0]);
+          overlap[r].push_back(row[1]);
+          comm_ms[r].push_back(row[2]);
+        }
+      }
+      if (ok) results.push_back(merge(step_ms, overlap, comm_ms, buckets, wrong));
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!ok) kill(pids[r], SIGKILL);
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    close(url_w[r]);
+    close(out_r[r]);
+  }
+  if (!ok) throw std::runtime_error("a rank process failed or timed out (see its message above)");
+  return results;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -267,7 +427,8 @@ int main(int argc, char** argv) {
       "backward-ms", "single-thread compute of one backward pass", cxxopts::value<double>()->default_value("120"))(
       "bucket-kb", "bucket capacity in KiB", cxxopts::value<int>()->default_value("256"))(
       "rounds", "interleave the modes this many times", cxxopts::value<int>()->default_value("8"))(
-      "fp16", "fp16 compression on the wire")("json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))(
+      "fp16", "fp16 compression on the wire")(
+      "processes", "ranks as forked processes in an edl::init() world (the collective engine path)")("json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))(
       "h,help", "help");
   BenchConfig cfg;
   std::string json_path;
@@ -284,6 +445,7 @@ int main(int argc, char** argv) {
     cfg.backward_ms = args["backward-ms"].as<double>();
     cfg.bucket_bytes = static_cast<size_t>(args["bucket-kb"].as<int>()) << 10;
     cfg.fp16 = args.count("fp16") > 0;
+    cfg.processes = args.count("processes") > 0;
     rounds = args["rounds"].as<int>();
     json_path = args["json"].as<std::string>();
     if (cfg.ranks < 2 || cfg.steps < 1 || cfg.warmup < 0 || cfg.backward_ms <= 0 || cfg.bucket_bytes == 0 ||
@@ -319,16 +481,24 @@ int main(int argc, char** argv) {
   long wrong[3] = {0, 0, 0};
   // Short runs of each mode, interleaved and in rotating order, so that load changes on the shared
   // machine hit every mode alike; the medians are over all timed steps of all rounds.
-  for (int round = 0; round < rounds; ++round) {
-    for (int j = 0; j < 3; ++j) {
-      const int m = (round + j) % 3;
-      ModeResult r = run_mode(cfg, modes[m], layers, reps, round);
-      step[m].insert(step[m].end(), r.steps_ms.begin(), r.steps_ms.end());
-      comm[m].insert(comm[m].end(), r.comm_ms.begin(), r.comm_ms.end());
-      opt_overlap[m].insert(opt_overlap[m].end(), r.overlap.begin(), r.overlap.end());
-      wrong[m] += r.wrong;
-      if (modes[m] != Mode::kComputeOnly) buckets = r.buckets;
-    }
+  std::vector<Mode> order;
+  for (int round = 0; round < rounds; ++round)
+    for (int j = 0; j < 3; ++j) order.push_back(modes[(round + j) % 3]);
+  std::vector<ModeResult> results;
+  if (cfg.processes) {
+    results = run_processes(cfg, layers, reps, rounds, order);
+  } else {
+    for (size_t k = 0; k < order.size(); ++k)
+      results.push_back(run_mode(cfg, order[k], layers, reps, static_cast<int>(k)));
+  }
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int m = static_cast<int>(order[k]);
+    const ModeResult& r = results[k];
+    step[m].insert(step[m].end(), r.steps_ms.begin(), r.steps_ms.end());
+    comm[m].insert(comm[m].end(), r.comm_ms.begin(), r.comm_ms.end());
+    opt_overlap[m].insert(opt_overlap[m].end(), r.overlap.begin(), r.overlap.end());
+    wrong[m] += r.wrong;
+    if (order[k] != Mode::kComputeOnly) buckets = r.buckets;
   }
   double med[3];
   for (int m = 0; m < 3; ++m) {
