@@ -121,10 +121,35 @@ class Log {
   std::streamoff offset_ = 0;
 };
 
+// edl-run processes of the running jobs: a SIGINT/SIGTERM of the bench kills them (their workers die
+// with them: edl-run sets PR_SET_PDEATHSIG).
+constexpr int kMaxJobs = 8;
+volatile sig_atomic_t g_job_pids[kMaxJobs] = {0};
+
+void on_signal(int sig) {
+  for (int i = 0; i < kMaxJobs; ++i)
+    if (g_job_pids[i] > 0) ::kill(g_job_pids[i], SIGKILL);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void track(pid_t pid, bool add) {
+  for (int i = 0; i < kMaxJobs; ++i) {
+    if (add && g_job_pids[i] == 0) {
+      g_job_pids[i] = pid;
+      return;
+    }
+    if (!add && g_job_pids[i] == pid) {
+      g_job_pids[i] = 0;
+      return;
+    }
+  }
+}
+
 class Job {
  public:
   Job(const std::string& edl_run, const std::string& worker, const std::string& dir, int np, int min_np, int max_np,
-      double step_ms, size_t params, const std::string& tag)
+      double step_ms, size_t params, const std::string& tag, int restart_cooldown_s = 0)
       : log_(dir + "/" + tag + ".log"), slots_path_(dir + "/" + tag + ".slots") {
     write_slots(np);
     std::string script = dir + "/" + tag + ".sh";
@@ -135,9 +160,16 @@ class Job {
     ::chmod(script.c_str(), 0755);
     std::vector<std::string> args = {edl_run, "--min-np", std::to_string(min_np), "--max-np", std::to_string(max_np),
                                      "-np", std::to_string(np), "--host-discovery-script", script,
-                                     "--discovery-interval-ms", "200", "--hostname", "localhost", "--job-id", tag,
-                                     worker, "--steps", "100000000", "--step-ms", std::to_string(step_ms),
-                                     "--params", std::to_string(params), "--log", dir + "/" + tag + ".log"};
+                                     "--discovery-interval-ms", "200", "--hostname", "localhost", "--job-id", tag};
+    if (restart_cooldown_s > 0) {
+      // Restart killed workers only after a pause, so a kill shows the shrink (3 -> 2) before the
+      // replacement joins again.
+      args.push_back("--blacklist-cooldown-range");
+      args.push_back(std::to_string(restart_cooldown_s) + "," + std::to_string(restart_cooldown_s));
+    }
+    for (std::string x : {worker, std::string("--steps"), std::string("100000000"), std::string("--step-ms"), std::to_string(step_ms),
+                          std::string("--params"), std::to_string(params), std::string("--log"), dir + "/" + tag + ".log"})
+      args.push_back(x);
     std::string out = dir + "/" + tag + ".edl-run.out";
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
@@ -155,6 +187,7 @@ class Job {
       std::_Exit(127);
     }
     ::setpgid(pid_, pid_);
+    track(pid_, true);
   }
   ~Job() { stop(); }
 
@@ -169,6 +202,7 @@ class Job {
 
   void stop() {
     if (pid_ <= 0) return;
+    track(pid_, false);
     ::kill(pid_, SIGTERM);
     for (int i = 0; i < 300; ++i) {  // 15 s for a graceful stop
       if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
@@ -209,6 +243,8 @@ class Job {
       if (log_.steps.empty()) return false;
       const auto& last = log_.steps.back();
       if (last.size != size) return false;
+      for (const auto& g : log_.gens)  // the newest generation must be the one training
+        if (g.gen > last.gen) return false;
       int n = 0;
       for (auto it = log_.steps.rbegin(); it != log_.steps.rend() && it->gen == last.gen; ++it) n += it->rank == 0;
       gen = last.gen;
@@ -353,6 +389,7 @@ int main(int argc, char** argv) {
     ("reps", "joins per re-rendezvous size", cxxopts::value<int>()->default_value("3"))
     ("step-ms", "compute time of one step", cxxopts::value<double>()->default_value("20"))
     ("params", "model size (floats)", cxxopts::value<size_t>()->default_value("65536"))
+    ("restart-cooldown-s", "edl-run restarts a killed worker after this pause", cxxopts::value<int>()->default_value("2"))
     ("seed", "random seed", cxxopts::value<unsigned>()->default_value("7"))
     ("json", "write JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))
     ("h,help", "help");
@@ -362,6 +399,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGINT, on_signal);
+  ::signal(SIGTERM, on_signal);
   JsonRows json(a["json"].as<std::string>());
   std::mt19937 rng(a["seed"].as<unsigned>());
   std::string dir = temp_dir();
@@ -375,7 +414,7 @@ int main(int argc, char** argv) {
   try {
     Table t({"event", "ranks_before", "ranks_after", "recovery_ms", "lost_steps"});
     t.header();
-    Job job(edl_run, worker, dir, W, 2, W + 1, step_ms, params, "faults");
+    Job job(edl_run, worker, dir, W, 2, W + 1, step_ms, params, "faults", a["restart-cooldown-s"].as<int>());
     auto emit = [&](const EventRow& r) {
       t.row({r.event, std::to_string(r.before), std::to_string(r.after), fmt(r.recovery_ms, 1), std::to_string(r.lost)});
       json.write(Json{{"event", r.event}, {"ranks_before", r.before}, {"ranks_after", r.after},

@@ -47,7 +47,8 @@ void Runtime::set_generation(std::shared_ptr<Generation> next) {
 }
 
 std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::string& prefix, int rank, int size,
-                                                     int local_rank, int local_size) const {
+                                                     int local_rank, int local_size,
+                                                     std::chrono::milliseconds connect_timeout) const {
 #if !EDL_HAVE_ENGINE
   throw InternalError("this build has no collective engine yet");
 #else
@@ -60,6 +61,7 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   CommunicatorOptions co;
   co.timeout = std::chrono::milliseconds(config_.timeout_ms);
   co.connect_timeout = std::chrono::milliseconds(config_.connect_timeout_ms);
+  if (connect_timeout.count() > 0 && connect_timeout < co.connect_timeout) co.connect_timeout = connect_timeout;
   co.bind_address = config_.bind_address;
   co.generation = id;
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();

@@ -9,6 +9,7 @@
 // Thread-safety: all methods are safe from any thread; init()/shutdown() are serialised.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 
@@ -49,8 +50,11 @@ class Runtime {
   void set_generation(std::shared_ptr<Generation> next);
 
   // Builds a generation: communicator under `prefix` + engine, from the runtime's config.
+  // connect_timeout: deadline for the mesh (0 = EDL_CONNECT_TIMEOUT_MS); the elastic runtime passes a
+  // shorter one so a member that died right after the rendezvous costs seconds, not 30 s.
   std::shared_ptr<Generation> make_generation(uint64_t id, const std::string& prefix, int rank, int size,
-                                              int local_rank, int local_size) const;
+                                              int local_rank, int local_size,
+                                              std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(0)) const;
 
  private:
   Runtime() = default;

@@ -83,9 +83,12 @@ WorkerOptions worker_options_from(const Config& c) {
 
 void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   g_commit_every = config.commit_every;
-  auto factory = [](const GenerationView& v, const std::string& prefix) -> std::shared_ptr<Group> {
+  // Members of a fresh generation connect within seconds; one that died right after the decision
+  // must not hold the others for the full EDL_CONNECT_TIMEOUT_MS.
+  auto connect = std::chrono::milliseconds(config.lease_ms + config.rendezvous_grace_ms + 2000);
+  auto factory = [connect](const GenerationView& v, const std::string& prefix) -> std::shared_ptr<Group> {
     auto& rt = edl::detail::Runtime::instance();
-    auto gen = rt.make_generation(v.id, prefix, v.rank, v.size, v.local_rank, v.local_size);
+    auto gen = rt.make_generation(v.id, prefix, v.rank, v.size, v.local_rank, v.local_size, connect);
     rt.set_generation(gen);
     return std::make_shared<RuntimeGroup>(gen);
   };

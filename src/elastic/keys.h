@@ -3,7 +3,7 @@
 //   <job>/gen                  latest decided generation G (decimal), advanced monotonically by CAS
 //   <job>/finished             set when training finished (late joiners leave quietly)
 //   <job>/seq                  counter: arrival order across rounds (newcomers are appended in this order)
-//   <job>/lease/<worker>       liveness lease "<beat> <host>", refreshed every heartbeat, expires after lease
+//   <job>/lease/<worker>       liveness lease "<beat> <host> <wall ms>", refreshed every heartbeat, expires after lease
 //   <job>/g<G>/n               arrivals counter of the round that forms generation G
 //   <job>/g<G>/in/<worker>     arrival of <worker> at round G: "<seq> <host>"
 //   <job>/g<G>/decider         worker deciding round G (compare_set from absent; taken over if its lease dies)

@@ -34,6 +34,22 @@ int64_t parse_i64(const std::optional<std::string>& v) {
   }
 }
 
+int64_t wall_ms() {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Age of a lease value "<beat> <host> <wall ms>" by this machine's wall clock (0 when unknown).
+milliseconds beat_age(const std::string& v) {
+  auto sp = v.rfind(' ');
+  if (sp == std::string::npos) return milliseconds(0);
+  try {
+    int64_t t = std::stoll(v.substr(sp + 1));
+    return milliseconds(std::max<int64_t>(0, wall_ms() - t));
+  } catch (const std::exception&) {
+    return milliseconds(0);
+  }
+}
+
 milliseconds left_until(Clock::time_point t) {
   auto d = std::chrono::duration_cast<milliseconds>(t - Clock::now());
   return d.count() > 0 ? d : milliseconds(0);
@@ -131,7 +147,8 @@ void Membership::thaw() {
 }
 
 void Membership::heartbeat() {
-  store_->set_lease(keys_.lease(opt_.worker_id), std::to_string(++beat_) + " " + opt_.hostname, opt_.lease);
+  store_->set_lease(keys_.lease(opt_.worker_id),
+                    std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall_ms()), opt_.lease);
 }
 
 void Membership::loop() {
@@ -152,6 +169,14 @@ void Membership::loop() {
       }
       Watch w = watch_;  // copy: the store calls below run unlocked
       bool watching = w.active && !frozen_;
+      if (watching && cleanup_below_ > cleaned_below_) {
+        uint64_t from = cleaned_below_, to = cleanup_below_;
+        cleaned_below_ = to;
+        lock.unlock();
+        cleanup(from, to);
+        lock.lock();
+        continue;
+      }
       if (watching && Clock::now() >= next_check) {
         next_check = Clock::now() + opt_.heartbeat;
         lock.unlock();
@@ -222,8 +247,16 @@ void Membership::report_failure(uint64_t epoch, const std::string& reason) {
   if (cb) cb(reason);
 }
 
+// Deletes the keys of generations [from, to): rank 0 of each generation keeps the store small by
+// dropping generations older than the previous two (stragglers of those find <job>/gen moved on).
+void Membership::cleanup(uint64_t from, uint64_t to) {
+  for (uint64_t g = std::max<uint64_t>(from, 1); g < to; ++g)
+    for (const auto& k : store_->keys(keys_.g(g))) store_->del(k);
+}
+
 void Membership::watch(const GenerationView& g, std::function<void(const std::string&)> on_failure) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (g.rank == 0 && g.id > 3) cleanup_below_ = std::max(cleanup_below_, g.id - 2);
   watch_.epoch++;
   watch_.active = true;
   watch_.view = g;
@@ -348,6 +381,7 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
 
 void Membership::decide(uint64_t round, bool member) {
   fault("rendezvous:decide");
+  if (latest_generation() >= round) return;  // a stale round (we were stopped or slow): never re-decide it
   if (round == 1 || !store_->get(keys_.members(round - 1))) decide_first(round);
   else decide_next(round);
 }
@@ -421,28 +455,34 @@ void Membership::decide_next(uint64_t round) {
     return s;
   };
   auto arrived = arrived_ids();
+  // A missing member is dead when its lease is gone (expired, or removed by the launcher when the
+  // process exited) or its last refresh is older than `stale` — by the beat's wall-clock stamp, or,
+  // whatever the clocks say, when the beat did not change for `stale` while we watched.
+  const milliseconds stale = opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(30);
+  std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
   for (;;) {
     std::vector<std::string> missing;
     for (const auto& id : expected)
       if (!arrived.count(id)) missing.push_back(id);
     if (missing.empty() || Clock::now() >= grace_end) break;
-    std::map<std::string, std::optional<std::string>> beat;
-    std::vector<std::string> wait_keys;
     for (const auto& id : missing) {
-      beat[id] = store_->get(keys_.lease(id));
-      wait_keys.push_back(keys_.in(round, id));
-    }
-    auto probe = std::min(grace_end, Clock::now() + opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(20));
-    store_->wait(wait_keys, left_until(probe));
-    arrived = arrived_ids();
-    for (const auto& id : missing) {
-      if (arrived.count(id)) continue;
-      auto now_beat = store_->get(keys_.lease(id));
-      if (!now_beat || now_beat == beat[id]) {
+      auto beat = store_->get(keys_.lease(id));
+      auto now = Clock::now();
+      auto it = seen.find(id);
+      if (it == seen.end() || it->second.first != beat) seen[id] = {beat, now};
+      bool dead = !beat || now - seen[id].second >= stale || beat_age(*beat) >= stale;
+      if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
         expected.erase(id);
       }
     }
+    std::vector<std::string> wait_keys;
+    for (const auto& id : expected)
+      if (!arrived.count(id)) wait_keys.push_back(keys_.in(round, id));
+    if (wait_keys.empty()) break;
+    // Short probes: arrivals wake us at once; liveness is re-checked every probe.
+    store_->wait(wait_keys, std::min(left_until(grace_end), milliseconds(50)));
+    arrived = arrived_ids();
   }
 
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
@@ -482,6 +522,7 @@ void Membership::decide_next(uint64_t round) {
 
 void Membership::publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error) {
   fault("rendezvous:publish");
+  if (latest_generation() >= round) return;  // stale: a newer generation exists
   std::string value = job_error.empty() ? format_members(members) : std::string(kJobErrorTag) + job_error;
   if (!store_->compare_set(keys_.members(round), std::nullopt, value)) return;  // someone else decided
   if (!job_error.empty()) {

@@ -131,6 +131,7 @@ class EDL_API Membership {
   void check_peers(const Watch& w);
   void handle_event(const Watch& w);
   void report_failure(uint64_t epoch, const std::string& reason);
+  void cleanup(uint64_t from, uint64_t to);
 
   std::shared_ptr<Store> store_;
   MembershipOptions opt_;
@@ -144,6 +145,8 @@ class EDL_API Membership {
   bool frozen_ = false;
   bool stopped_ = false;
   uint64_t beat_ = 0;
+  uint64_t cleanup_below_ = 0;  // generations below this may be deleted (rank 0 only)
+  uint64_t cleaned_below_ = 1;
   Watch watch_;
   std::atomic<bool> pending_{false};
 };
