@@ -5,6 +5,4 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 BUILD_DIR=${EDL_BUILD_DIR:-build}
-NP=${EDL_MAIN_NP:-3}
-echo "== main job: edl-run -np $NP edl-hello (collectives across $NP processes, verified) =="
-exec "$BUILD_DIR/src/elastic/edl-run" -np "$NP" "$BUILD_DIR/examples/edl-hello"
+exec scripts/main-job.sh "$BUILD_DIR"

@@ -1,0 +1,60 @@
+// The elastic training program shared by the reference-model binaries (edl-resnet20,
+// edl-mobilenetv2): the complete example of how a user program puts EDL together.
+//
+//   edl::init()                         join the job edl-run started (or a world of 1)
+//   DistributedOptimizer                gradient-ready calls from the model's backward pass start
+//                                       fused allreduces that overlap the rest of backward
+//   data::ShardGenerator                every record of an epoch trained exactly once, elastically
+//   elastic::State + elastic::run       model, BN statistics, optimizer and shard progress are
+//                                       committed every batch and restored / synced on failures
+//   edl::notify_batch_end()             joins and graceful leaves take effect at batch boundaries
+//
+// Rank 0 prints one progress line per epoch (records done, images/s, loss, accuracy) and the test
+// accuracy; other ranks are quiet unless verbose. With json_path, rank 0 appends one JSON row per
+// epoch: {"run","epoch","test_acc","train_loss","train_acc","images_per_s","workers","seconds"}.
+//
+// Thread-safety: run_training is called once, from main().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace edl::trainer {
+
+struct TrainerOptions {
+  std::string model = "resnet20";        // resnet20 | mobilenetv2
+  std::string dataset = "fashion-mnist";  // fashion-mnist | cifar10 | synthetic
+  std::string data_path;                 // fashion-mnist: directory (default Debian's); cifar10: directory of *.bin
+  int64_t train_records = 0;             // use the first N training records (0 = all)
+  int64_t test_records = 0;              // evaluate on the first N test records (0 = all)
+  int epochs = 5;
+  int batch = 64;                        // local batch per worker
+  double lr = 0.05;                      // learning rate at base_size workers
+  int base_size = 1;                     // world size `lr` is tuned for
+  std::string lr_schedule = "cosine";    // cosine | step | const (per epoch)
+  std::string lr_scaling = "linear";     // linear | sqrt | none
+  int warmup_steps = 0;                  // ramp after a resize that raises the LR
+  bool momentum_compensation = true;     // Lin et al. 2019 eq. 6
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  bool nesterov = false;
+  int threads = 1;                       // threads inside forward / backward
+  int records_per_shard = 1024;
+  bool augment = false;                  // CIFAR crop + flip
+  std::string checkpoint_dir;            // persist commits (whole-job restart resumes)
+  uint64_t seed = 1;
+  int eval_every = 1;                    // evaluate every N epochs (and always after the last)
+  bool verbose = false;                  // every rank prints
+  std::string json_path;                 // per-epoch rows (rank 0)
+  std::string run_name = "train";        // "run" field of the JSON rows
+  double step_delay_ms = 0;              // sleep per step (demos: slows training so events are visible)
+};
+
+// Parses argv (cxxopts; --help prints usage and returns false with *exit_code = 0; bad flags print
+// the problem and return false with *exit_code = 2).
+bool parse_flags(int argc, char** argv, const std::string& default_model, TrainerOptions* out, int* exit_code);
+
+// Runs the elastic training job; returns the process exit code.
+int run_training(const TrainerOptions& options);
+
+}  // namespace edl::trainer
