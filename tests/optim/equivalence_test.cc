@@ -212,3 +212,32 @@ TEST_CASE("a failing peer surfaces as a CommError from step(), and the optimizer
   if (survivor_error) std::rethrow_exception(survivor_error);
   CHECK(survivor_recovered);
 }
+
+TEST_CASE("ranks that registered different parameter sizes get MismatchError from step(), not a hang") {
+  auto store = make_memory_store();
+  std::vector<int> outcome(2, 0);  // 1 = MismatchError, 2 = another error, 3 = no error
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CommunicatorOptions co;
+        co.timeout = std::chrono::milliseconds(10000);
+        auto comm = Communicator::create(store, "mismatch/", r, 2, co);
+        DistributedOptimizerOptions o;
+        o.comm = comm;
+        DistributedOptimizer opt(o);
+        std::vector<float> w(r == 0 ? 10 : 12, 1.0f), g(w.size(), 0.1f);
+        opt.add_parameter("w", w.data(), g.data(), w.size());
+        opt.step();
+        outcome[r] = 3;
+      } catch (const MismatchError&) {
+        outcome[r] = 1;
+      } catch (...) {
+        outcome[r] = 2;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(outcome[0] == 1);
+  CHECK(outcome[1] == 1);
+}
