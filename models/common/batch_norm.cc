@@ -143,6 +143,54 @@ BatchNorm2d::BatchNorm2d(std::string name, BatchNormOptions options) : name_(std
   shift_.resize(c);
 }
 
+void BatchNorm2d::reset_partials(int threads) {
+  const int c = opt_.channels;
+  partial_.resize(threads);
+  image_sums_.resize(threads);
+  for (int t = 0; t < threads; ++t) {
+    partial_[t].assign(2 * c, 0.0);
+    image_sums_[t].resize(2 * c);
+  }
+}
+
+void BatchNorm2d::add_input_stats(const Tensor& x, int tid, int b, int e) {
+  const int c = opt_.channels;
+  const size_t pixels = static_cast<size_t>(x.shape().h) * x.shape().w;
+  std::vector<double>& acc = partial_[tid];
+  float* sums = image_sums_[tid].data();
+  for (int n = b; n < e; ++n) {
+    channel_sums(x.image(n), pixels, c, sums, sums + c);
+    for (int ch = 0; ch < 2 * c; ++ch) acc[ch] += sums[ch];
+  }
+}
+
+void BatchNorm2d::add_grad_stats(const Tensor& dy, int tid, int b, int e) {
+  const int c = opt_.channels;
+  const size_t pixels = static_cast<size_t>(dy.shape().h) * dy.shape().w;
+  std::vector<double>& acc = partial_[tid];
+  float* sums = image_sums_[tid].data();
+  for (int n = b; n < e; ++n) {
+    dispatch(opt_.activation, [&](auto kind) {
+      grad_sums<decltype(kind)::value>(in_->image(n), out_.image(n), dy.image(n), pixels, c, mean_.data(), sums,
+                                       sums + c);
+    });
+    for (int ch = 0; ch < 2 * c; ++ch) acc[ch] += sums[ch];
+  }
+}
+
+BlockHook BatchNorm2d::input_stats_hook(const Tensor& x, int threads) {
+  reset_partials(std::max(1, threads));
+  fused_input_ = &x;
+  return [this, &x](int tid, int b, int e) { add_input_stats(x, tid, b, e); };
+}
+
+BlockHook BatchNorm2d::grad_stats_hook(const Tensor& dy, int threads) {
+  if (in_ == nullptr) throw InvalidArgument("BatchNorm2d " + name_ + ": grad_stats_hook() before forward()");
+  reset_partials(std::max(1, threads));
+  fused_grad_ = &dy;
+  return [this, &dy](int tid, int b, int e) { add_grad_stats(dy, tid, b, e); };
+}
+
 const Tensor& BatchNorm2d::forward(const Tensor& in, bool train, int threads) {
   const Shape s = in.shape();
   if (s.c != opt_.channels) {
@@ -161,25 +209,17 @@ const Tensor& BatchNorm2d::forward(const Tensor& in, bool train, int threads) {
   float* rv = running_var_.value.data();
 
   if (train) {
-    if (static_cast<int>(partial_.size()) < nt) partial_.resize(nt);
-    run_chunks(nt, s.n, [&](int tid, int b, int e) {
-      std::vector<double>& acc = partial_[tid];
-      acc.assign(2 * c, 0.0);
-      std::vector<float> sums(2 * c);
-      for (int n = b; n < e; ++n) {
-        channel_sums(in.image(n), pixels, c, sums.data(), sums.data() + c);
-        for (int ch = 0; ch < c; ++ch) {
-          acc[ch] += sums[ch];
-          acc[c + ch] += sums[c + ch];
-        }
-      }
-    });
+    if (fused_input_ != &in) {
+      reset_partials(nt);
+      run_chunks(nt, s.n, [&](int tid, int b, int e) { add_input_stats(in, tid, b, e); });
+    }
+    fused_input_ = nullptr;
     const double m = static_cast<double>(s.n) * pixels;
     for (int ch = 0; ch < c; ++ch) {
       double s1 = 0, s2 = 0;
-      for (int t = 0; t < nt; ++t) {
-        s1 += partial_[t][ch];
-        s2 += partial_[t][c + ch];
+      for (const std::vector<double>& part : partial_) {
+        s1 += part[ch];
+        s2 += part[c + ch];
       }
       double mean = s1 / m;
       double var = std::max(0.0, s2 / m - mean * mean);
@@ -190,6 +230,7 @@ const Tensor& BatchNorm2d::forward(const Tensor& in, bool train, int threads) {
       rv[ch] = static_cast<float>((1.0 - opt_.momentum) * rv[ch] + opt_.momentum * unbiased);
     }
   } else {
+    fused_input_ = nullptr;
     for (int ch = 0; ch < c; ++ch) {
       mean_[ch] = rm[ch];
       invstd_[ch] = 1.0f / std::sqrt(rv[ch] + opt_.eps);
@@ -225,33 +266,21 @@ void BatchNorm2d::backward(const Tensor& dout, Tensor* dx, int threads, const Gr
   const size_t pixels = static_cast<size_t>(s.h) * s.w;
   const int nt = clamp_threads(threads, s.n);
   const ActivationKind act = opt_.activation;
-  if (static_cast<int>(partial_.size()) < nt) partial_.resize(nt);
-
-  // Pass 1: sum(g) and sum(g * x_hat) per channel, g = activation-masked output gradient.
-  run_chunks(nt, s.n, [&](int tid, int b, int e) {
-    std::vector<double>& acc = partial_[tid];
-    acc.assign(2 * c, 0.0);
-    std::vector<float> sums(2 * c);
-    for (int n = b; n < e; ++n) {
-      dispatch(act, [&](auto kind) {
-        grad_sums<decltype(kind)::value>(in.image(n), out_.image(n), dout.image(n), pixels, c, mean_.data(),
-                                         sums.data(), sums.data() + c);
-      });
-      for (int ch = 0; ch < c; ++ch) {
-        acc[ch] += sums[ch];
-        acc[c + ch] += sums[c + ch];
-      }
-    }
-  });
+  // Pass 1 (unless a hook did it): sum(g) and sum(g * (x - mean)) per channel, g = masked dout.
+  if (fused_grad_ != &dout) {
+    reset_partials(nt);
+    run_chunks(nt, s.n, [&](int tid, int b, int e) { add_grad_stats(dout, tid, b, e); });
+  }
+  fused_grad_ = nullptr;
   float* dgamma = gamma_.grad.data();
   float* dbeta = beta_.grad.data();
   std::vector<float> k1(c), k2(c);
   const float m = static_cast<float>(static_cast<double>(s.n) * pixels);
   for (int ch = 0; ch < c; ++ch) {
     double s1 = 0, s2 = 0;
-    for (int t = 0; t < nt; ++t) {
-      s1 += partial_[t][ch];
-      s2 += partial_[t][c + ch];
+    for (const std::vector<double>& part : partial_) {
+      s1 += part[ch];
+      s2 += part[c + ch];
     }
     dbeta[ch] = static_cast<float>(s1);
     dgamma[ch] = static_cast<float>(s2 * invstd_[ch]);

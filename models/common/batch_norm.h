@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "models/common/activation.h"
+#include "models/common/parallel.h"
 #include "models/common/parameter.h"
 #include "models/common/tensor.h"
 
@@ -35,6 +36,14 @@ class BatchNorm2d {
   Buffer& running_mean() { return running_mean_; }
   Buffer& running_var() { return running_var_; }
 
+  // Fusion hooks (see BlockHook). input_stats_hook(x) returns a hook that accumulates the batch
+  // statistics of x, the tensor the next train-mode forward(x) will normalise, while its producer
+  // writes it; that forward then skips its own statistics pass. grad_stats_hook(dy) does the same
+  // for the two gradient reductions of the next backward(dy). Every image must pass through the
+  // hook exactly once before the consuming call.
+  BlockHook input_stats_hook(const Tensor& x, int threads);
+  BlockHook grad_stats_hook(const Tensor& dy, int threads);
+
   const Tensor& forward(const Tensor& in, bool train, int threads);
   // Writes bias().grad and weight().grad, reports them (bias first: reverse registration order), then
   // writes the input gradient into *dx when dx is not null.
@@ -51,7 +60,14 @@ class BatchNorm2d {
   Tensor out_;
   bool train_ = false;
   std::vector<float> mean_, invstd_, scale_, shift_;
+  void reset_partials(int threads);
+  void add_input_stats(const Tensor& x, int tid, int b, int e);
+  void add_grad_stats(const Tensor& dy, int tid, int b, int e);
+
   std::vector<std::vector<double>> partial_;  // per thread: 2 * channels sums
+  std::vector<std::vector<float>> image_sums_;  // per thread scratch: 2 * channels
+  const Tensor* fused_input_ = nullptr;  // statistics of this tensor were accumulated by a hook
+  const Tensor* fused_grad_ = nullptr;
 };
 
 }  // namespace edl::models

@@ -108,7 +108,7 @@ void Conv2d::col2im(const float* col, const Shape& in, float* img) const {
   }
 }
 
-const Tensor& Conv2d::forward(const Tensor& in, int threads) {
+const Tensor& Conv2d::forward(const Tensor& in, int threads, const BlockHook& out_hook) {
   const Shape is = in.shape();
   const Shape os = output_shape(is);
   in_ = &in;
@@ -120,9 +120,13 @@ const Tensor& Conv2d::forward(const Tensor& in, int threads) {
   const float* w = weight_.value.data();
 
   if (is_pointwise()) {
-    run_chunks(nt, is.n, [&](int, int b, int e) {
-      gemm(Trans::kNo, Trans::kNo, static_cast<int>((e - b) * rows), co, ci, in.image(b), ci, w, co,
-           out_.image(b), co, false);
+    run_chunks(nt, is.n, [&](int tid, int b, int e) {
+      for (int i = b; i < e; i += block) {
+        int nb = std::min(block, e - i);
+        gemm(Trans::kNo, Trans::kNo, static_cast<int>(nb * rows), co, ci, in.image(i), ci, w, co, out_.image(i), co,
+             false);
+        if (out_hook) out_hook(tid, i, i + nb);
+      }
     });
   } else if (use_winograd()) {
     winograd_weight_.resize(16 * static_cast<size_t>(ci) * co);
@@ -133,6 +137,7 @@ const Tensor& Conv2d::forward(const Tensor& in, int threads) {
         int nb = std::min(block, e - i);
         winograd::conv3x3(in.image(i), nb, is.h, is.w, ci, co, winograd_weight_.data(), out_.image(i),
                           scratch_[tid].data());
+        if (out_hook) out_hook(tid, i, i + nb);
       }
     });
   } else {
@@ -145,13 +150,15 @@ const Tensor& Conv2d::forward(const Tensor& in, int threads) {
         for (int j = 0; j < nb; ++j) im2col(in.image(i + j), is, col + j * rows * krow);
         gemm(Trans::kNo, Trans::kNo, static_cast<int>(nb * rows), co, static_cast<int>(krow), col,
              static_cast<int>(krow), w, co, out_.image(i), co, false);
+        if (out_hook) out_hook(tid, i, i + nb);
       }
     });
   }
   return out_;
 }
 
-void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready) {
+void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready,
+                      const BlockHook& dx_hook) {
   if (in_ == nullptr) throw InvalidArgument("Conv2d " + name_ + ": backward() before forward()");
   const Tensor& in = *in_;
   const Shape is = in.shape();
@@ -196,9 +203,14 @@ void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradRea
   // 2. Input gradient.
   dx->reshape(is);
   if (is_pointwise()) {
-    run_chunks(nt, is.n, [&](int, int b, int e) {
-      gemm(Trans::kNo, Trans::kYes, static_cast<int>((e - b) * rows), ci, co, dout.image(b), co, w, co,
-           dx->image(b), ci, false);
+    const int pblock = block_images(is);
+    run_chunks(nt, is.n, [&](int tid, int b, int e) {
+      for (int i = b; i < e; i += pblock) {
+        int nb = std::min(pblock, e - i);
+        gemm(Trans::kNo, Trans::kYes, static_cast<int>(nb * rows), ci, co, dout.image(i), co, w, co, dx->image(i), ci,
+             false);
+        if (dx_hook) dx_hook(tid, i, i + nb);
+      }
     });
   } else if (use_winograd()) {
     // dx = conv3x3(dout, weight rotated by 180 degrees with ci and co swapped).
@@ -218,6 +230,7 @@ void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradRea
         int nb = std::min(wblock, e - i);
         winograd::conv3x3(dout.image(i), nb, is.h, is.w, co, ci, winograd_weight_t_.data(), dx->image(i),
                           scratch_[tid].data());
+        if (dx_hook) dx_hook(tid, i, i + nb);
       }
     });
   } else {
@@ -228,6 +241,7 @@ void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradRea
         gemm(Trans::kNo, Trans::kYes, static_cast<int>(nb * rows), static_cast<int>(krow), co, dout.image(i), co,
              w, co, col, static_cast<int>(krow), false);
         for (int j = 0; j < nb; ++j) col2im(col + j * rows * krow, is, dx->image(i + j));
+        if (dx_hook) dx_hook(tid, i, i + nb);
       }
     });
   }

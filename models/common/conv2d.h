@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "models/common/parallel.h"
 #include "models/common/parameter.h"
 #include "models/common/tensor.h"
 
@@ -39,10 +40,12 @@ class Conv2d {
   // Multiply-accumulates of one forward pass over one image of `in` (for FLOP accounting).
   double macs_per_image(const Shape& in) const;
 
-  const Tensor& forward(const Tensor& in, int threads);
+  // out_hook, when set, runs on the worker threads after each block of output images is written.
+  const Tensor& forward(const Tensor& in, int threads, const BlockHook& out_hook = {});
   // Writes weight().grad, calls ready(weight().index), then, when dx is not null, writes the input
-  // gradient into *dx (reshaped to the input's shape).
-  void backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready);
+  // gradient into *dx (reshaped to the input's shape), calling dx_hook after each block of images.
+  void backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready,
+                const BlockHook& dx_hook = {});
 
   const Tensor& output() const { return out_; }
 

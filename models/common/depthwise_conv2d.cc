@@ -33,41 +33,48 @@ double DepthwiseConv2d::macs_per_image(const Shape& in) const {
   return static_cast<double>(o.h) * o.w * o.c * opt_.kernel * opt_.kernel;
 }
 
-const Tensor& DepthwiseConv2d::forward(const Tensor& in, int threads) {
+const Tensor& DepthwiseConv2d::forward(const Tensor& in, int threads, const BlockHook& out_hook) {
   const Shape is = in.shape();
   const Shape os = output_shape(is);
   in_ = &in;
   out_.reshape(os);
-  const int k = opt_.kernel, s = opt_.stride, p = opt_.padding, c = is.c;
   const float* w = weight_.value.data();
-  run_chunks(threads, is.n, [&](int, int b, int e) {
+  run_chunks(threads, is.n, [&](int tid, int b, int e) {
     for (int n = b; n < e; ++n) {
       const float* src = in.image(n);
       float* dst = out_.image(n);
-      for (int oy = 0; oy < os.h; ++oy) {
-        for (int ox = 0; ox < os.w; ++ox) {
-          float* o = dst + (static_cast<size_t>(oy) * os.w + ox) * c;
-          std::fill(o, o + c, 0.0f);
-          for (int ky = 0; ky < k; ++ky) {
-            int y = oy * s - p + ky;
-            if (y < 0 || y >= is.h) continue;
-            for (int kx = 0; kx < k; ++kx) {
-              int x = ox * s - p + kx;
-              if (x < 0 || x >= is.w) continue;
-              const float* i = src + (static_cast<size_t>(y) * is.w + x) * c;
-              const float* wk = w + (static_cast<size_t>(ky) * k + kx) * c;
-#pragma omp simd
-              for (int ch = 0; ch < c; ++ch) o[ch] += i[ch] * wk[ch];
-            }
-          }
-        }
-      }
+      forward_image(src, w, dst, is, os);
+      if (out_hook) out_hook(tid, n, n + 1);
     }
   });
   return out_;
 }
 
-void DepthwiseConv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready) {
+void DepthwiseConv2d::forward_image(const float* src, const float* w, float* dst, const Shape& is,
+                                    const Shape& os) const {
+  const int k = opt_.kernel, s = opt_.stride, p = opt_.padding, c = is.c;
+  for (int oy = 0; oy < os.h; ++oy) {
+    for (int ox = 0; ox < os.w; ++ox) {
+      float* o = dst + (static_cast<size_t>(oy) * os.w + ox) * c;
+      std::fill(o, o + c, 0.0f);
+      for (int ky = 0; ky < k; ++ky) {
+        int y = oy * s - p + ky;
+        if (y < 0 || y >= is.h) continue;
+        for (int kx = 0; kx < k; ++kx) {
+          int x = ox * s - p + kx;
+          if (x < 0 || x >= is.w) continue;
+          const float* i = src + (static_cast<size_t>(y) * is.w + x) * c;
+          const float* wk = w + (static_cast<size_t>(ky) * k + kx) * c;
+#pragma omp simd
+          for (int ch = 0; ch < c; ++ch) o[ch] += i[ch] * wk[ch];
+        }
+      }
+    }
+  }
+}
+
+void DepthwiseConv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready,
+                               const BlockHook& dx_hook) {
   if (in_ == nullptr) throw InvalidArgument("DepthwiseConv2d " + name_ + ": backward() before forward()");
   const Tensor& in = *in_;
   const Shape is = in.shape();
@@ -115,6 +122,7 @@ void DepthwiseConv2d::backward(const Tensor& dout, Tensor* dx, int threads, cons
           }
         }
       }
+      if (di != nullptr && dx_hook) dx_hook(tid, n, n + 1);
     }
   });
   float* gw = weight_.grad.data();

@@ -2,6 +2,9 @@
 // activations. Weight layout weight[kh][kw][c]; the inner loops run along the contiguous channel
 // dimension, so they vectorise for any stride and padding.
 //
+// Both passes loop over pixels with the whole channel vector innermost; the backward pass scatters
+// each output pixel's gradient into its k x k input window and weight-gradient rows.
+//
 // Thread-safety: one forward/backward at a time per layer. forward() keeps a pointer to its input,
 // which must stay alive and unchanged until backward() returns.
 #pragma once
@@ -9,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "models/common/parallel.h"
 #include "models/common/parameter.h"
 #include "models/common/tensor.h"
 
@@ -29,14 +33,18 @@ class DepthwiseConv2d {
   Shape output_shape(const Shape& in) const;
   double macs_per_image(const Shape& in) const;
 
-  const Tensor& forward(const Tensor& in, int threads);
-  // Writes weight().grad, calls ready(weight().index), then writes the input gradient into *dx when
-  // dx is not null.
-  void backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready);
+  // out_hook / dx_hook: see Conv2d (called after each image).
+  const Tensor& forward(const Tensor& in, int threads, const BlockHook& out_hook = {});
+  // Writes weight().grad and, when dx is not null, the input gradient into *dx; then calls
+  // ready(weight().index).
+  void backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready,
+                const BlockHook& dx_hook = {});
 
   const Tensor& output() const { return out_; }
 
  private:
+  void forward_image(const float* src, const float* w, float* dst, const Shape& is, const Shape& os) const;
+
   std::string name_;
   DepthwiseConv2dOptions opt_;
   Parameter weight_;

@@ -1,19 +1,15 @@
 #include "models/common/gemm_small.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "models/common/simd.h"
 
 namespace edl::models {
 namespace {
 
-using v16 = float __attribute__((vector_size(64)));
-
-inline v16 load(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void store(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
+using simd::load;
+using simd::store;
+using simd::v16;
 
 // K is processed in blocks so the B panel (kKBlock x N floats) stays in L1.
 constexpr int kKBlock = 128;

@@ -14,6 +14,11 @@ namespace edl::models {
 // Calls fn(tid, begin, end) for each of min(threads, n) contiguous, near-equal chunks of [0, n).
 void run_chunks(int threads, int n, const std::function<void(int tid, int begin, int end)>& fn);
 
+// Called by a producer layer on its worker thread `tid` right after it wrote images [begin, end) of
+// its output, while they are still in cache: lets a consumer (batch norm) fuse its reductions into
+// the producer's pass instead of reading the tensor again. Empty = no hook.
+using BlockHook = std::function<void(int tid, int begin, int end)>;
+
 // Maximum thread count run_chunks() will use for `threads` (>= 1).
 inline int clamp_threads(int threads, int n) { return std::max(1, std::min(threads, n)); }
 

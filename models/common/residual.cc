@@ -40,12 +40,15 @@ const Tensor& ResidualAdd::forward(const Tensor& main, const Tensor& shortcut, i
   return out_;
 }
 
-void ResidualAdd::backward(const Tensor& dout, Tensor* dmain, int threads) {
+void ResidualAdd::backward(const Tensor& dout, Tensor* dmain, int threads, const BlockHook& dmain_hook) {
   if (dout.shape() != out_.shape()) throw InvalidArgument("ResidualAdd: output gradient has the wrong shape");
   dmain->reshape(out_.shape());
   const size_t per = out_.shape().image_size();
-  run_chunks(threads, out_.shape().n, [&](int, int b, int e) {
-    activation_backward(opt_.activation, out_.image(b), dout.image(b), dmain->image(b), per * (e - b));
+  run_chunks(threads, out_.shape().n, [&](int tid, int b, int e) {
+    for (int n = b; n < e; ++n) {
+      activation_backward(opt_.activation, out_.image(n), dout.image(n), dmain->image(n), per);
+      if (dmain_hook) dmain_hook(tid, n, n + 1);
+    }
   });
 }
 

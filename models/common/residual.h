@@ -8,6 +8,7 @@
 #pragma once
 
 #include "models/common/activation.h"
+#include "models/common/parallel.h"
 #include "models/common/tensor.h"
 
 namespace edl::models {
@@ -23,8 +24,8 @@ class ResidualAdd {
   explicit ResidualAdd(ResidualOptions options = {}) : opt_(options) {}
 
   const Tensor& forward(const Tensor& main, const Tensor& shortcut, int threads);
-  // *dmain = act'(out) * dout: the gradient of both branches' outputs.
-  void backward(const Tensor& dout, Tensor* dmain, int threads);
+  // *dmain = act'(out) * dout: the gradient of both branches' outputs; dmain_hook runs after each image.
+  void backward(const Tensor& dout, Tensor* dmain, int threads, const BlockHook& dmain_hook = {});
   // Adds the shortcut's input gradient for branch-output gradient `dmain` to *dx (same shape as the
   // shortcut input).
   void add_shortcut_grad(const Tensor& dmain, Tensor* dx, int threads) const;

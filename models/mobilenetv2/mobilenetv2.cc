@@ -80,15 +80,20 @@ MobileNetV2::MobileNetV2(ModelConfig config)
 
 const Tensor& MobileNetV2::run_forward(const Tensor& input, bool train) {
   const int t = threads();
-  const Tensor* x = &bn1_.forward(conv1_.forward(input, t), train, t);
+  // In training, each convolution accumulates the next batch norm's statistics as it writes.
+  auto conv_bn = [&](auto& conv, BatchNorm2d& bn, const Tensor& in) -> const Tensor& {
+    BlockHook hook = train ? bn.input_stats_hook(conv.output(), t) : BlockHook{};
+    return bn.forward(conv.forward(in, t, hook), train, t);
+  };
+  const Tensor* x = &conv_bn(conv1_, bn1_, input);
   for (auto& b : blocks_) {
     const Tensor* h = x;
-    if (b->expand) h = &b->expand_bn->forward(b->expand->forward(*h, t), train, t);
-    h = &b->dw_bn.forward(b->dw.forward(*h, t), train, t);
-    h = &b->project_bn.forward(b->project.forward(*h, t), train, t);
+    if (b->expand) h = &conv_bn(*b->expand, *b->expand_bn, *h);
+    h = &conv_bn(b->dw, b->dw_bn, *h);
+    h = &conv_bn(b->project, b->project_bn, *h);
     x = b->residual ? &b->add.forward(*h, *x, t) : h;
   }
-  const Tensor& f = bn2_.forward(conv2_.forward(*x, t), train, t);
+  const Tensor& f = conv_bn(conv2_, bn2_, *x);
   return classifier_.forward(pool_.forward(f, t), t);
 }
 
@@ -104,13 +109,15 @@ void MobileNetV2::run_backward(const Tensor& dlogits, const GradReadyFn& ready) 
     int p = (d + 1) % 3, q = (d + 2) % 3;
     // Without a nonlinearity after the join, both branches receive grad(d) unchanged.
     b.project_bn.backward(grad(d), &grad(p), t, ready);
-    b.project.backward(grad(p), &grad(q), t, ready);
+    b.project.backward(grad(p), &grad(q), t, ready, b.dw_bn.grad_stats_hook(grad(q), t));
     b.dw_bn.backward(grad(q), &grad(p), t, ready);
-    b.dw.backward(grad(p), &grad(q), t, ready);
     int out = q;
     if (b.expand) {
+      b.dw.backward(grad(p), &grad(q), t, ready, b.expand_bn->grad_stats_hook(grad(q), t));
       b.expand_bn->backward(grad(q), &grad(p), t, ready);
       b.expand->backward(grad(p), &grad(q), t, ready);
+    } else {
+      b.dw.backward(grad(p), &grad(q), t, ready);
     }
     if (b.residual) b.add.add_shortcut_grad(grad(d), &grad(out), t);
     d = out;

@@ -60,10 +60,15 @@ ResNet20::ResNet20(ModelConfig config)
 
 const Tensor& ResNet20::run_forward(const Tensor& input, bool train) {
   const int t = threads();
-  const Tensor* x = &bn1_.forward(conv1_.forward(input, t), train, t);
+  // In training, each convolution accumulates the next batch norm's statistics as it writes.
+  auto conv_bn = [&](Conv2d& conv, BatchNorm2d& bn, const Tensor& in) -> const Tensor& {
+    BlockHook hook = train ? bn.input_stats_hook(conv.output(), t) : BlockHook{};
+    return bn.forward(conv.forward(in, t, hook), train, t);
+  };
+  const Tensor* x = &conv_bn(conv1_, bn1_, input);
   for (auto& b : blocks_) {
-    const Tensor& h = b->bn1.forward(b->conv1.forward(*x, t), train, t);
-    const Tensor& m = b->bn2.forward(b->conv2.forward(h, t), train, t);
+    const Tensor& h = conv_bn(b->conv1, b->bn1, *x);
+    const Tensor& m = conv_bn(b->conv2, b->bn2, h);
     x = &b->add.forward(m, *x, t);
   }
   return linear_.forward(pool_.forward(*x, t), t);
@@ -78,9 +83,9 @@ void ResNet20::run_backward(const Tensor& dlogits, const GradReadyFn& ready) {
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
     BasicBlock& b = **it;
     int a = (d + 1) % 4, p = (d + 2) % 4, q = (d + 3) % 4;
-    b.add.backward(grad(d), &grad(a), t);  // a: gradient of both branch outputs
+    b.add.backward(grad(d), &grad(a), t, b.bn2.grad_stats_hook(grad(a), t));  // a: both branches' gradient
     b.bn2.backward(grad(a), &grad(p), t, ready);
-    b.conv2.backward(grad(p), &grad(q), t, ready);
+    b.conv2.backward(grad(p), &grad(q), t, ready, b.bn1.grad_stats_hook(grad(q), t));
     b.bn1.backward(grad(q), &grad(p), t, ready);
     b.conv1.backward(grad(p), &grad(q), t, ready);  // q: gradient of the block input
     b.add.add_shortcut_grad(grad(a), &grad(q), t);

@@ -111,20 +111,25 @@ TEST_CASE("Conv2d rejects a wrong channel count", "[models][conv2d]") {
   CHECK_THROWS_AS(Conv2d("bad", {0, 4, 3, 1, 1}), InvalidArgument);
 }
 
-TEST_CASE("DepthwiseConv2d finite differences", "[models][depthwise]") {
-  for (int stride : {1, 2}) {
+TEST_CASE("DepthwiseConv2d matches a dense reference and finite differences", "[models][depthwise]") {
+  struct Case {
+    int channels, kernel, stride;
+  };
+  // 21 channels = one 16-channel vector block + 5 remainder lanes; kernel 5 takes the generic path.
+  for (Case cs : {Case{5, 3, 1}, Case{21, 3, 1}, Case{21, 3, 2}, Case{5, 5, 2}}) {
     for (int threads : {1, 2}) {
-      DYNAMIC_SECTION("stride " << stride << " threads " << threads) {
+      DYNAMIC_SECTION("c " << cs.channels << " k " << cs.kernel << " s " << cs.stride << " threads " << threads) {
         std::mt19937 rng(11);
-        DepthwiseConv2d dw("dw", {5, 3, stride, 1});
+        const int c = cs.channels, k = cs.kernel;
+        DepthwiseConv2d dw("dw", {c, k, cs.stride, k / 2});
         test::fill_uniform(dw.weight().value.data(), dw.weight().count(), rng);
-        Tensor x = random_tensor({3, 7, 6, 5}, rng);
+        Tensor x = random_tensor({3, 7, 6, c}, rng);
         const Tensor& y = dw.forward(x, threads);
         // Against the dense reference with a diagonal weight.
-        std::vector<float> dense(9 * 5 * 5, 0.0f);
-        for (int k = 0; k < 9; ++k)
-          for (int c = 0; c < 5; ++c) dense[(k * 5 + c) * 5 + c] = dw.weight().value.data()[k * 5 + c];
-        Tensor ref = reference_conv(x, dense.data(), 5, 3, stride, 1);
+        std::vector<float> dense(static_cast<size_t>(k) * k * c * c, 0.0f);
+        for (int t = 0; t < k * k; ++t)
+          for (int ch = 0; ch < c; ++ch) dense[(t * c + ch) * c + ch] = dw.weight().value.data()[t * c + ch];
+        Tensor ref = reference_conv(x, dense.data(), c, k, cs.stride, k / 2);
         REQUIRE(y.shape() == ref.shape());
         for (size_t i = 0; i < y.size(); ++i) REQUIRE(y.data()[i] == Approx(ref.data()[i]).margin(1e-5));
         Tensor r = random_tensor(y.shape(), rng), dx;
