@@ -6,6 +6,8 @@
 // Every batch is checked against the dataset (labels and a pixel per record): the "wrong" column.
 //   mode prefetch  Prefetcher (background thread, bounded queue) — what training loops use
 //   mode inline    assemble_batch on the training thread (no overlap possible)
+//   mode shard-loader  ShardLoader: the elastic shard dispatcher (memory store, 1 worker, 512 records per
+//                  shard) + prefetching — the full path of an elastic training loop
 #include <sched.h>
 
 #include <cstdio>
@@ -55,13 +57,30 @@ size_t check_batch(const data::Dataset& ds, const data::Batch& b, const data::Ba
   return wrong;
 }
 
-Result run_epoch(const std::shared_ptr<data::Dataset>& ds, const data::BatchOptions& o, size_t batch, bool prefetch,
+enum class Mode { kPrefetch, kInline, kShardLoader };
+
+Result run_epoch(const std::shared_ptr<data::Dataset>& ds, const data::BatchOptions& o, size_t batch, Mode mode,
                  uint64_t seed) {
   std::vector<uint64_t> order = data::detail::permutation(ds->size(), seed);
   data::Batch b;
   size_t wrong = 0, images = 0;
   double t0 = now_s();
-  if (prefetch) {
+  if (mode == Mode::kShardLoader) {
+    data::ShardOptions so;
+    so.records = ds->size();
+    so.records_per_shard = 512;
+    so.batch_size = batch;
+    so.seed = seed;
+    so.epochs = 1;
+    data::ShardGenerator shards(make_memory_store(), so);
+    data::ShardLoader loader(ds, shards, o, 8);
+    for (;;) {
+      data::StepRecords s = loader.next(&b);
+      if (s.end_of_data) break;
+      wrong += check_batch(*ds, b, o) + (b.indices != s.records);
+      images += b.size;
+    }
+  } else if (mode == Mode::kPrefetch) {
     data::Prefetcher p(ds, o, 8);
     p.submit_all(order, batch, seed);
     while (p.next(&b)) {
@@ -124,16 +143,16 @@ int main(int argc, char** argv) {
   table.header();
   int failures = 0;
   for (const Case& c : cases) {
-    for (bool prefetch : {true, false}) {
+    for (Mode m : {Mode::kPrefetch, Mode::kInline, Mode::kShardLoader}) {
       std::vector<double> rates;
       size_t wrong = 0;
       for (int r = 0; r < repeats; ++r) {
-        Result res = run_epoch(c.ds, c.options, batch, prefetch, 1000 + r);
+        Result res = run_epoch(c.ds, c.options, batch, m, 1000 + r);
         rates.push_back(res.images_per_s);
         wrong += res.wrong;
       }
       double rate = median(rates);
-      const char* mode = prefetch ? "prefetch" : "inline";
+      const char* mode = m == Mode::kPrefetch ? "prefetch" : m == Mode::kInline ? "inline" : "shard-loader";
       table.row({c.dataset, mode, std::to_string(batch), fmt(rate, 0), std::to_string(wrong)});
       json.write({{"bench", "reader"}, {"dataset", c.dataset}, {"mode", mode}, {"batch", batch},
                   {"images_per_s", rate}, {"cores", 1}, {"wrong", wrong}});

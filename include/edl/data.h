@@ -4,4 +4,5 @@
 
 #include "edl/data/batch.h"
 #include "edl/data/dataset.h"
+#include "edl/data/loader.h"
 #include "edl/data/shards.h"

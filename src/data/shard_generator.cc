@@ -238,6 +238,26 @@ StepRecords ShardGenerator::next() {
   }
 }
 
+std::vector<StepRecords> ShardGenerator::lookahead(size_t steps) const {
+  const auto& s = *impl_;
+  std::vector<StepRecords> out;
+  if (s.held < 0 || s.ended) return out;
+  const uint64_t k = static_cast<uint64_t>(s.held), size = s.shard_size(k);
+  for (size_t i = 0; i < steps; ++i) {
+    const int64_t t = s.step + static_cast<int64_t>(i);
+    const uint64_t pos = s.offset_at(k, t);
+    if (pos >= size) break;
+    StepRecords r;
+    r.step = t;
+    r.epoch = s.epoch;
+    r.shard = s.held;
+    r.offset = pos;
+    r.records.assign(s.held_records.begin() + pos, s.held_records.begin() + std::min(size, pos + s.o.batch_size));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 int64_t ShardGenerator::epoch() const { return impl_->epoch; }
 int64_t ShardGenerator::step() const { return impl_->step; }
 uint64_t ShardGenerator::num_shards() const { return impl_->shards; }

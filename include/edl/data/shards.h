@@ -72,6 +72,11 @@ class EDL_API ShardGenerator : public elastic::Stateful {
   // store fails.
   StepRecords next();
 
+  // The steps that follow the last next(), as far as they are already decided: the rest of the shard
+  // this worker holds (at most `steps` entries; empty when it holds none). For prefetching — a rollback
+  // or a new generation may still change them (compare with what next() returns).
+  std::vector<StepRecords> lookahead(size_t steps) const;
+
   int64_t epoch() const;
   int64_t step() const;
   uint64_t num_shards() const;
