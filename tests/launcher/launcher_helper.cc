@@ -8,6 +8,8 @@
 //   incarnation-exit C0 C1 ...  the worker's incarnation k (EDL_WORKER_ID host:slot.k) exits with Ck
 //                        (the last code repeats); after a short sleep
 //   sleep-ms MS          sleep, exit 0
+//   elastic-train STEPS STEP_MS  train a toy model under edl::elastic::run (the real elastic runtime),
+//                        print "done STEP CHECKSUM" at the end
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +22,10 @@
 #include <thread>
 #include <vector>
 
+#include "edl/collectives.h"
+#include "edl/edl.h"
+#include "edl/elastic.h"
+#include "edl/state.h"
 #include "edl/store.h"
 
 extern char** environ;
@@ -116,6 +122,28 @@ int main(int argc, char** argv) {
   if (mode == "sleep-ms" && argc == 3) {
     signal(SIGTERM, on_signal);
     for (int i = 0; i < std::atoi(argv[2]) / 10 && !g_signal; ++i) usleep(10000);
+    return 0;
+  }
+  if (mode == "elastic-train" && argc == 4) {
+    int64_t steps = std::atoll(argv[2]);
+    int step_ms = std::atoi(argv[3]);
+    edl::init();
+    std::vector<float> w(1024, static_cast<float>(getpid() % 97)), grad(1024);  // differs per process until sync
+    edl::elastic::State state;
+    state.register_tensor("w", w.data(), w.size(), edl::DataType::kFloat32);
+    edl::elastic::run(state, [&] {
+      while (state.step < steps) {
+        for (size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>((state.step + i) % 7) * 0.01f;
+        edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kSum, "grad");
+        for (size_t i = 0; i < w.size(); ++i) w[i] -= grad[i];
+        usleep(step_ms * 1000);
+        edl::notify_batch_end();
+      }
+    });
+    double sum = 0;
+    for (size_t i = 0; i < w.size(); ++i) sum += w[i] * static_cast<double>(i + 1);
+    std::printf("done %lld %.6f\n", static_cast<long long>(state.step), sum);
+    edl::shutdown();
     return 0;
   }
   return 64;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <set>
 
 #include "elastic/launcher/discovery.h"
@@ -313,4 +314,35 @@ TEST_CASE("edl-run elastic: fewer than --min-np live workers past the timeout fa
                    30s);
   CHECK(r.code == 1);
   CHECK(r.err.find("fewer than --min-np 2") != std::string::npos);
+}
+
+TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced and training completes",
+          "[launcher][elastic]") {
+  std::string pidfile = "/tmp/edl-run-test-epids-" + std::to_string(getpid());
+  Launch l({"--min-np", "2", "--max-np", "3", "-np", "3", "--pid-file", pidfile, "--grace-period", "3", kHelper,
+            "elastic-train", "150", "10"});
+  REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return count_of(err, "event=generation") >= 1; },
+                     30s));
+  auto pids = lines_of(edl::test::read_file(pidfile));
+  REQUIRE(pids.size() == 3);
+  std::istringstream first(pids[1]);
+  int slot = 0;
+  pid_t victim = 0;
+  first >> slot >> victim;
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  auto r = l.wait(60s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(count_of(r.err, "event=failed slot=1") == 1);
+  CHECK(r.err.find(":1.1 pid=") != std::string::npos);  // slot 1 restarted as incarnation 1
+  CHECK(r.err.find("recover_ms=") != std::string::npos);
+  // Every worker that finished holds the same parameters.
+  std::set<std::string> finals;
+  for (const auto& line : lines_of(r.out)) {
+    auto p = line.find("] done ");
+    if (p != std::string::npos) finals.insert(line.substr(p + 2));
+  }
+  CHECK(finals.size() == 1);
+  CHECK(count_of(r.out, "] done 150 ") >= 2);
+  unlink(pidfile.c_str());
 }

@@ -55,6 +55,7 @@ class ElasticLauncher {
     if (target < 0) target = 0;
     resize(target);
     below_min_since_ = Clock::now();
+    start_due_slots();
 
     while (!done()) {
       std::vector<ExitEvent> exits;
