@@ -3,7 +3,8 @@
 // Register everything training needs to continue (model parameters, optimizer slots, BN running
 // statistics, epoch/step counters, RNG state, data-shard progress, user blobs). Then:
 //   commit()   snapshots every registered item in memory (and, with a checkpoint directory, on disk
-//              so a whole-job restart resumes). All members commit at the same step.
+//              so a whole-job restart resumes; written atomically with a checksum by rank 0 of the
+//              generation, in the background). All members commit at the same step.
 //   restore()  rolls every item back to the last commit (after a peer failure).
 //   sync()     collective on the current generation: every member takes the state of the member
 //              with the highest committed step (ties: lowest rank) — never blindly rank 0, which
@@ -74,8 +75,12 @@ class EDL_API State {
   void sync();
   // Step of the last commit (-1 before the first).
   int64_t committed_step() const;
-  // Where commits are persisted ("" = memory only). Default: EDL_CHECKPOINT_DIR.
+  // Where commits are persisted ("" = memory only). Default: EDL_CHECKPOINT_DIR. Files are written
+  // by a background thread (commit() never waits for the disk; when it falls behind only the newest
+  // commit is written); a write failure is rethrown as DataError by the next commit().
   void set_checkpoint_dir(const std::string& dir);
+  // Blocks until every commit handed to the checkpoint writer is on disk (the destructor does too).
+  void flush_checkpoint();
   // Loads the newest persisted commit, if any; returns whether one was loaded.
   bool load_checkpoint();
 

@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "common/logging.h"
 #include "edl/error.h"
@@ -27,6 +31,67 @@ struct State::Impl {
   std::string checkpoint_dir;
   bool persist = true;              // only one member of a job writes checkpoint files (rank 0)
   bool synced = false;              // false until the first sync: a fresh member never wins a tie
+
+  // Checkpoint files are written by a background thread so commit() (every batch by default) never
+  // waits for the disk; if it falls behind, only the newest commit is written.
+  std::mutex wmu;
+  std::condition_variable wcv;
+  std::thread writer;
+  std::optional<std::string> pending;
+  bool writing = false;
+  bool wstop = false;
+  std::string werror;  // the last write failure, rethrown by the next commit()
+
+  void persist_async(const std::string& bytes) {
+    std::unique_lock<std::mutex> lock(wmu);
+    if (!werror.empty()) {
+      std::string e = std::move(werror);
+      werror.clear();
+      throw DataError(e);
+    }
+    pending = bytes;
+    if (!writer.joinable()) writer = std::thread([this] { write_loop(); });
+    wcv.notify_all();
+  }
+
+  void write_loop() {
+    std::unique_lock<std::mutex> lock(wmu);
+    for (;;) {
+      wcv.wait(lock, [&] { return wstop || pending.has_value(); });
+      if (!pending) return;  // stopping and nothing left to write
+      std::string bytes = std::move(*pending);
+      pending.reset();
+      std::string dir = checkpoint_dir;
+      writing = true;
+      lock.unlock();
+      try {
+        write_checkpoint(dir, bytes);
+      } catch (const std::exception& e) {
+        EDL_LOG(1) << "edl: " << e.what();
+        lock.lock();
+        werror = e.what();
+        lock.unlock();
+      }
+      lock.lock();
+      writing = false;
+      wcv.notify_all();
+    }
+  }
+
+  // Blocks until every commit handed to the writer is on disk.
+  void flush() {
+    std::unique_lock<std::mutex> lock(wmu);
+    wcv.wait(lock, [&] { return !pending && !writing; });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(wmu);
+      wstop = true;
+      wcv.notify_all();
+    }
+    if (writer.joinable()) writer.join();
+  }
 
   void add(SnapshotItem item) {
     EDL_CHECK(!item.name.empty(), InvalidArgument, "State: an item name must not be empty");
@@ -87,7 +152,7 @@ void State::on_generation(std::function<void(const GenerationInfo&)> callback) {
 void State::commit() {
   impl_->committed = encode_snapshot(impl_->items, epoch, step);
   impl_->committed_step = step;
-  if (!impl_->checkpoint_dir.empty() && impl_->persist) write_checkpoint(impl_->checkpoint_dir, impl_->committed);
+  if (!impl_->checkpoint_dir.empty() && impl_->persist) impl_->persist_async(impl_->committed);
 }
 
 void State::restore() {
@@ -97,10 +162,17 @@ void State::restore() {
 
 int64_t State::committed_step() const { return impl_->committed_step; }
 
-void State::set_checkpoint_dir(const std::string& dir) { impl_->checkpoint_dir = dir; }
+void State::set_checkpoint_dir(const std::string& dir) {
+  impl_->flush();
+  std::lock_guard<std::mutex> lock(impl_->wmu);
+  impl_->checkpoint_dir = dir;
+}
+
+void State::flush_checkpoint() { impl_->flush(); }
 
 bool State::load_checkpoint() {
   if (impl_->checkpoint_dir.empty()) return false;
+  impl_->flush();
   std::string path;
   auto bytes = read_checkpoint(impl_->checkpoint_dir, &path);
   if (!bytes) return false;

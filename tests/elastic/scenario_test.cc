@@ -4,6 +4,9 @@
 // to the reference, and the committed history holds every step exactly once.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <random>
 
 #include "harness.h"
@@ -158,4 +161,30 @@ TEST_CASE("the reset limit stops the job with a JobError", "[scenario][reset-lim
   c.join_all();
   CHECK(c.outcomes[0].job_error);
   CHECK_THAT(c.outcomes[0].error, Catch::Contains("reset limit of 1"));
+}
+
+TEST_CASE("a whole-job restart resumes from the checkpoint directory", "[scenario][checkpoint]") {
+  char tmpl[] = "/tmp/edl_elastic_ckpt_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl;
+  {
+    Cluster c("s_ckpt_a", 2, 2);
+    c.base.checkpoint_dir = dir;
+    c.total = 20;
+    for (int i = 0; i < 2; ++i) c.start();
+    c.check_finishers(2);
+  }
+  Cluster c("s_ckpt_b", 3, 3);  // a new job (3 workers) over the same directory
+  c.base.checkpoint_dir = dir;
+  c.total = 40;
+  std::atomic<int64_t> first_step{-1};
+  c.on_step = [&](int, Worker&, int64_t step) {
+    int64_t none = -1;
+    first_step.compare_exchange_strong(none, step);
+  };
+  for (int i = 0; i < 3; ++i) c.start();
+  c.check_finishers(3);
+  CHECK(first_step == 20);  // resumed: steps 0..19 were not redone
+  std::remove((dir + "/state.edlckpt").c_str());
+  rmdir(dir.c_str());
 }

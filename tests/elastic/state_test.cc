@@ -107,6 +107,7 @@ TEST_CASE("a corrupt or truncated checkpoint is a DataError naming the file", "[
   s.register_tensor("w", w.data(), w.size(), DataType::kFloat32);
   s.set_checkpoint_dir(dir);
   s.commit();
+  s.flush_checkpoint();
   auto path = edl::elastic::checkpoint_path(dir);
   std::string bytes;
   {
@@ -137,4 +138,15 @@ TEST_CASE("a corrupt or truncated checkpoint is a DataError naming the file", "[
   CHECK(w == std::vector<float>(64, 1.0f));
   std::remove(path.c_str());
   rmdir(dir.c_str());
+}
+
+TEST_CASE("a checkpoint that cannot be written is a DataError at the next commit", "[state][checkpoint]") {
+  int64_t x = 1;
+  State s;
+  s.register_scalar("x", &x);
+  s.set_checkpoint_dir("/proc/edl-no-such-dir");
+  s.commit();  // written in the background
+  s.flush_checkpoint();
+  CHECK_THROWS_WITH(s.commit(), Catch::Contains("/proc/edl-no-such-dir"));
+  CHECK(s.committed_step() == 0);  // the in-memory commit itself happened
 }
