@@ -151,7 +151,15 @@ struct ShardGenerator::Impl {
       }
       EDL_CHECK(current.has_value(), StoreError,
                 "shard dispatcher: compare_set on '" + key + "' failed but the key is absent");
-      remember(k, decode_claim(key, *current));
+      Claim theirs = decode_claim(key, *current);
+      if (theirs.worker == worker && theirs.t0 == t && theirs.offset == base[k] && theirs.batch == o.batch_size) {
+        // Our own claim: an earlier attempt's compare_set was applied but its reply was lost (StoreError).
+        remember(k, theirs);
+        held = static_cast<int64_t>(k);
+        held_records = records_of(epoch, k);
+        return true;
+      }
+      remember(k, std::move(theirs));
     }
     return false;
   }

@@ -236,3 +236,48 @@ TEST_CASE("shard dispatcher bad input", "[data][shards][bad-input]") {
   ShardGenerator h(store, opts(100, 10, 4, "h"));
   CHECK_THROWS_WITH(h.next(), Contains("corrupt claim"));
 }
+
+TEST_CASE("a claim whose reply was lost is recognised as our own on retry", "[data][shards]") {
+  // A store whose first compare_set is applied but then reports a lost connection.
+  class LossyStore : public edl::Store {
+   public:
+    explicit LossyStore(std::shared_ptr<edl::Store> b) : b_(std::move(b)) {}
+    void set(const std::string& k, const std::string& v) override { b_->set(k, v); }
+    std::optional<std::string> get(const std::string& k) override { return b_->get(k); }
+    int64_t add(const std::string& k, int64_t d) override { return b_->add(k, d); }
+    bool compare_set(const std::string& k, const std::optional<std::string>& e, const std::string& d,
+                     std::optional<std::string>* c) override {
+      bool r = b_->compare_set(k, e, d, c);
+      if (!lost_) {
+        lost_ = true;
+        throw edl::StoreError("connection lost (test)");
+      }
+      return r;
+    }
+    bool wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override { return b_->wait(k, t); }
+    std::optional<std::string> wait_change(const std::string& k, const std::optional<std::string>& v,
+                                           std::chrono::milliseconds t) override {
+      return b_->wait_change(k, v, t);
+    }
+    bool del(const std::string& k) override { return b_->del(k); }
+    std::vector<std::string> keys(const std::string& p) override { return b_->keys(p); }
+    void set_lease(const std::string& k, const std::string& v, std::chrono::milliseconds t) override {
+      b_->set_lease(k, v, t);
+    }
+
+   private:
+    std::shared_ptr<edl::Store> b_;
+    bool lost_ = false;
+  };
+  auto o = opts(100, 10, 5);
+  o.epochs = 1;
+  ShardGenerator g(std::make_shared<LossyStore>(edl::make_memory_store()), o);
+  CHECK_THROWS_AS(g.next(), edl::StoreError);
+  std::vector<int> count(100, 0);
+  for (int i = 0; i < 100; ++i) {
+    StepRecords s = g.next();
+    if (s.end_of_data) break;
+    for (uint64_t r : s.records) ++count[r];
+  }
+  for (int c : count) REQUIRE(c == 1);
+}
