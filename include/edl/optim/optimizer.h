@@ -13,19 +13,21 @@
 // Buckets: parameters are packed in REVERSE registration order (the order backward produces them)
 // into flat float32 buckets of at most bucket_cap_bytes (a parameter larger than the cap gets a
 // bucket of its own). When the last gradient of a bucket arrives in the last accumulation pass, the
-// bucket is handed to the optimizer's communication thread, which sums it over all ranks while
-// backward goes on. Buckets are launched strictly in bucket order, so every rank issues the same
+// bucket is handed over for summing over all ranks (collective engine or the optimizer's own
+// communication thread, see below) while backward goes on. Buckets are launched strictly in bucket order, so every rank issues the same
 // collectives in the same order whatever order its gradients arrive in. step() waits for all
 // buckets, divides by size * accumulation_steps and applies the update.
 // Zero-copy: register a parameter with grad == nullptr and write its gradient to grad_slot(i),
-// which points into the bucket buffer (no packing copy); otherwise grad_ready(i) copies (first pass)
-// or adds (later passes) the user's gradient into the bucket.
+// which points into the bucket buffer (no packing copy; each backward pass overwrites it, the
+// optimizer keeps the sum of earlier accumulation passes aside); otherwise grad_ready(i) copies
+// (first pass) or adds (later passes) the user's gradient into the bucket.
 //
 // Where the collectives come from (DistributedOptimizerOptions::comm):
 //   - null (default): the process-global world of edl::init() — each bucket is a named asynchronous
 //     allreduce ("edl.optim.<n>.<bucket>", n = this optimizer's creation index in the process) on
 //     the current Runtime generation's collective engine, which owns that communicator; a new
-//     generation is picked up at the next step.
+//     generation is picked up at the next step. Every rank must create its optimizers in the same
+//     order (the names must match across ranks).
 //   - a Communicator: that group, reduced by the optimizer's own communication thread (tests run
 //     ranks as threads, each with its own Communicator over a shared memory store);
 //     set_communicator() installs the next generation's. That thread is the only user of the
