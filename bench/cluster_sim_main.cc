@@ -54,7 +54,7 @@ void write_series(const std::string& dir, const sim::Scenario& s, const sim::Cos
   if (!out) throw std::runtime_error("cannot write '" + path + "'");
   out << "# t_s";
   for (const auto& j : s.jobs) out << ' ' << j.name;
-  out << " serving busy_gpus utilization\n";
+  out << " serving busy_gpus utilization\n# gpus " << s.gpus << "\n";
   auto line = [&](double t, const sim::Sample& x) {
     out << t;
     for (int g : x.gpus) out << ' ' << g;

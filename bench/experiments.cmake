@@ -25,3 +25,8 @@ if(TARGET edl_models)
     add_dependencies(scaling_bench edl-run)
   endif()
 endif()
+
+# benchmarks_doc: docs/benchmarks.md + gnuplot scripts from every bench's JSON rows (scripts/run-benchmarks.sh).
+add_executable(benchmarks_doc benchmarks_doc.cc)
+target_link_libraries(benchmarks_doc PRIVATE nlohmann_json::nlohmann_json cxxopts::cxxopts)
+target_compile_options(benchmarks_doc PRIVATE ${EDL_COMPILE_OPTIONS})
