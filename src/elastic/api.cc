@@ -31,6 +31,10 @@ class RuntimeGroup final : public Group {
                   std::vector<size_t>* counts) override {
     gen_->engine->allgather(in, n, t, &out, counts, "edl.elastic.allgather").wait();
   }
+  std::function<void()> allreduce_max_async(int64_t* value) override {
+    Handle h = gen_->engine->allreduce(value, 1, DataType::kInt64, ReduceOp::kMax, "edl.elastic.flag");
+    return [h] { h.wait(); };
+  }
   void abort(const std::string& reason) override { gen_->comm->abort(reason); }
   std::shared_ptr<Communicator> communicator() const override { return gen_->comm; }
 

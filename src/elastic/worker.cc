@@ -66,6 +66,7 @@ void Worker::count_reset(const std::string& why) {
 void Worker::install(const GenerationView& v) {
   view_ = v;
   leave_announced_ = false;
+  flag_wait_ = nullptr;  // an agreement of the previous generation is void
   failed_.store(false);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -230,19 +231,24 @@ void Worker::notify_batch_end() {
   if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
   state_->step += 1;
   fault_point("batch_end");
-  // The batch-boundary agreement: one 8-byte max-allreduce. Every member contributes its pending
-  // bits and all see the same result, so all of them change membership at the same batch.
-  int64_t flag = 0;
+  // The batch-boundary agreement: one 8-byte max-allreduce of the pending bits, started at this
+  // boundary and evaluated at the next one, so it runs in the background during the next batch.
+  // Every member evaluates the same request at the same boundary, so all of them change membership
+  // at the same batch (or none does).
   if (leave_requested_.load() && !leave_announced_) {
     membership_.announce_leave(view_.id);
     leave_announced_ = true;
   }
-  if (leave_announced_) flag |= 2;
-  if (membership_.change_pending()) flag |= 1;
-  group()->allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
-  if (flag != 0)
-    throw MembershipChanged(std::string("membership change at step ") + std::to_string(state_->step) + ": " +
-                            ((flag & 2) ? "a worker leaves" : "a worker joins"));
+  if (flag_wait_) {
+    auto wait = std::move(flag_wait_);
+    flag_wait_ = nullptr;
+    wait();
+    if (flag_ != 0)
+      throw MembershipChanged(std::string("membership change at step ") + std::to_string(state_->step) + ": " +
+                              ((flag_ & 2) ? "a worker leaves" : "a worker joins"));
+  }
+  flag_ = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
+  flag_wait_ = group()->allreduce_max_async(&flag_);
   if (++since_commit_ >= opt_.commit_every) {
     state_->commit();
     since_commit_ = 0;

@@ -76,6 +76,8 @@ class EDL_API Worker {
   int resets_ = 0;
   int since_commit_ = 0;
   bool leave_announced_ = false;
+  int64_t flag_ = 0;                     // the batch-boundary agreement in flight (see notify_batch_end)
+  std::function<void()> flag_wait_;
   std::atomic<bool> leave_requested_{false};
   std::atomic<bool> in_run_{false};
   std::atomic<bool> crashed_{false};
