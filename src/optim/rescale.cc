@@ -117,7 +117,9 @@ Rescaler::Rescaler(ScalingPolicy policy) : policy_(std::move(policy)) { check_po
 
 bool Rescaler::apply_generation(const elastic::GenerationInfo& info) {
   EDL_CHECK(info.size >= 1, InvalidArgument, "GenerationInfo.size must be >= 1, got " + std::to_string(info.size));
-  if (has_generation_ && info.generation == generation_) return false;  // already applied in this state
+  // Already applied in this state. The size is compared too: generation ids restart with a new job
+  // incarnation, so a state resumed from a checkpoint may carry the same id with another size.
+  if (has_generation_ && info.generation == generation_ && info.size == size_) return false;
   BatchPlan plan = plan_batch(policy_.batch, info.size);
   double target = target_lr(policy_, epoch_, step_, info.size);
   if (!has_generation_) {

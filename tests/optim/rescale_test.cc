@@ -268,3 +268,18 @@ TEST_CASE("Rescaler: save/load round trip and malformed snapshots") {
   CHECK_THROWS_AS(b.load("edl-rescaler-v1 1 2 3"), DataError);
   CHECK_THROWS_AS(Rescaler().step_params(), InvalidArgument);
 }
+
+TEST_CASE("Rescaler: a checkpoint from another job incarnation with the same generation id still rescales") {
+  ScalingPolicy p;
+  p.base_lr = 0.1;
+  Rescaler before(p);
+  before.apply_generation(gen(1, 4));
+  for (int i = 0; i < 7; ++i) before.advance();
+  Rescaler resumed(p);
+  resumed.load(before.save());  // the whole job restarted with 2 workers; ids start at 1 again
+  CHECK(resumed.apply_generation(gen(1, 2)));
+  CHECK(resumed.size() == 2);
+  CHECK(resumed.compensation_k() == Approx(0.5));
+  CHECK(resumed.step_params().lr == Approx(0.2));
+  CHECK_FALSE(resumed.apply_generation(gen(1, 2)));
+}

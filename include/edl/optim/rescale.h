@@ -116,8 +116,10 @@ class EDL_API Rescaler : public elastic::Stateful {
 
   // Applies a new generation: recomputes the batch plan, and, when the size differs from the size
   // the current hyper-parameters were computed for, starts a warmup and a momentum-compensation
-  // ramp at the current step. Idempotent per generation id: returns false (and does nothing) when
-  // info.generation was already applied in the current (possibly rolled back) state.
+  // ramp at the current step. Idempotent per generation: returns false (and does nothing) when
+  // info.generation was already applied in the current (possibly rolled back) state with the same
+  // size (ids restart with a new job incarnation, so a checkpoint may carry the same id with another
+  // size: that is applied).
   bool apply_generation(const elastic::GenerationInfo& info);
   void on_generation(const elastic::GenerationInfo& info) override { apply_generation(info); }
 
