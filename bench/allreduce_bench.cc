@@ -80,7 +80,11 @@ int main(int argc, char** argv) {
       "impl", "comma list of edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
       cxxopts::value<std::string>()->default_value("edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling"))(
       "local-ranks", "spawn N local ranks with an embedded store (instead of edl-run)",
-      cxxopts::value<int>()->default_value("0"))("h,help", "help");
+      cxxopts::value<int>()->default_value("0"))(
+      "chunk-kib", "EDL ring chunk (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
+      "eager-kib", "EDL eager limit (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
+      "spin-us", "EDL spin before blocking (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
+      "h,help", "help");
   auto args = opts.parse(argc, argv);
   if (args.count("help")) {
     std::cout << opts.help() << std::endl;
@@ -92,6 +96,11 @@ int main(int argc, char** argv) {
     edl::init();
     const int rank = edl::rank(), n = edl::size();
     auto comm = collective::make_world_communicator("allreduce_bench");
+    collective::AlgorithmTuning tuning = comm->tuning();
+    if (args["chunk-kib"].as<size_t>() > 0) tuning.chunk_bytes = args["chunk-kib"].as<size_t>() << 10;
+    if (args["eager-kib"].as<long>() >= 0) tuning.eager_bytes = static_cast<size_t>(args["eager-kib"].as<long>()) << 10;
+    if (args["spin-us"].as<long>() >= 0) tuning.spin = std::chrono::microseconds(args["spin-us"].as<long>());
+    comm->set_tuning(tuning);
     const std::string impls = "," + args["impl"].as<std::string>() + ",";
     auto want = [&](const char* impl) { return impls.find(std::string(",") + impl + ",") != std::string::npos; };
 

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
       "warmup", "untimed iterations per mode", cxxopts::value<int>()->default_value("2"))(
       "model", "resnet50, mobilenetv2 or all", cxxopts::value<std::string>()->default_value("all"))(
       "local-ranks", "spawn N local ranks with an embedded store (instead of edl-run)",
-      cxxopts::value<int>()->default_value("0"))("h,help", "help");
+      cxxopts::value<int>()->default_value("0"))("engine-stats", "print the engine's counters after the fused runs")(
+      "h,help", "help");
   auto args = opts.parse(argc, argv);
   if (args.count("help")) {
     std::cout << opts.help() << std::endl;
@@ -130,14 +131,19 @@ int main(int argc, char** argv) {
           hs.push_back(edl::allreduce_async(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]));
         for (auto& h : hs) h.wait();
       };
+      std::vector<collective::Span> spans;
+      for (auto& t : ts) spans.push_back({t.data(), t.size() * sizeof(float)});
+      auto spans_direct = [&] { comm->allreduce_spans(spans, DataType::kFloat32, ReduceOp::kSum); };
       auto one = [&] { comm->allreduce(single[0].data(), total, DataType::kFloat32, ReduceOp::kSum); };
 
       double single_ms = 0;
-      for (const char* mode : {"single", "unfused", "fused"}) {
+      for (const char* mode : {"single", "unfused", "fused", "fused_direct"}) {
         const std::string md = mode;
         auto& bufs = md == "single" ? single : ts;
-        auto op = md == "single" ? std::function<void()>(one)
-                                 : md == "unfused" ? std::function<void()>(unfused) : std::function<void()>(fused);
+        auto op = md == "single"    ? std::function<void()>(one)
+                  : md == "unfused" ? std::function<void()>(unfused)
+                  : md == "fused_direct"   ? std::function<void()>(spans_direct)
+                                    : std::function<void()>(fused);
         std::vector<double> times;
         int64_t wrong = 0;
         for (int it = 0; it < warmup + iters; ++it) {
@@ -150,6 +156,12 @@ int main(int argc, char** argv) {
           if (it == warmup + iters - 1) wrong = count_wrong(bufs, n);
         }
         comm->allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
+        if (md == "fused" && rank == 0 && args.count("engine-stats")) {
+          auto st = collective::world_engine_stats();
+          std::cout << "engine: cycles " << st.cycles << " collectives " << st.collectives << " fused "
+                    << st.fused_collectives << " negotiation_us " << st.negotiation_us << " execution_us "
+                    << st.execution_us << std::endl;
+        }
         const double med = median(times);
         if (md == "single") single_ms = med;
         if (rank == 0) {

@@ -1,5 +1,6 @@
 // The public collective API (include/edl/collectives.h): every call goes through the background
 // engine of the current generation; blocking calls are the asynchronous call plus wait().
+// Also the world accessors of collective/world.h.
 #include "collective/engine.h"
 #include "collective/world.h"
 #include "common/runtime.h"
@@ -7,6 +8,15 @@
 #include "edl/error.h"
 
 namespace edl {
+namespace {
+
+std::shared_ptr<detail::Generation> current() {
+  auto g = detail::Runtime::instance().generation();
+  if (!g->engine) throw InternalError("the current generation has no collective engine");
+  return g;
+}
+
+}  // namespace
 
 bool Handle::poll() const {
   EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::poll() on an empty handle");
@@ -17,16 +27,6 @@ void Handle::wait() const {
   EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::wait() on an empty handle");
   state_->wait();
 }
-
-namespace {
-
-std::shared_ptr<detail::Generation> current() {
-  auto g = detail::Runtime::instance().generation();
-  if (!g->engine) throw InternalError("the current generation has no collective engine");
-  return g;
-}
-
-}  // namespace
 
 Handle allreduce_async(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name) {
   return current()->engine->allreduce(data, count, dtype, op, name);
@@ -64,14 +64,14 @@ void barrier() {
   g->engine->barrier("").wait();
 }
 
-}  // namespace edl
-
-namespace edl::collective {
+namespace collective {
 
 std::shared_ptr<Store> world_store() {
   auto s = detail::Runtime::instance().store();
   return s ? s : make_memory_store();
 }
+
+EngineStats world_engine_stats() { return current()->engine->stats(); }
 
 std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag) {
   auto& rt = detail::Runtime::instance();
@@ -85,4 +85,5 @@ std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag)
   return TcpCommunicator::connect(world_store(), c.job_id + "/" + tag + "/", g->rank, g->size, o);
 }
 
-}  // namespace edl::collective
+}  // namespace collective
+}  // namespace edl

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <regex>
 
 #include "collective/tcp_communicator.h"
 #include "common/logging.h"
@@ -30,8 +29,12 @@ const char* kind_str(uint8_t k) {
 
 // Auto names ("allreduce.17") never repeat, so they are not worth a cache entry.
 bool is_auto_name(const std::string& n) {
-  static const std::regex re("^(allreduce|broadcast|allgather|barrier)\\.[0-9]+$");
-  return std::regex_match(n, re);
+  for (const char* k : {"allreduce.", "broadcast.", "allgather.", "barrier."}) {
+    const size_t len = std::strlen(k);
+    if (n.size() > len && n.compare(0, len, k) == 0)
+      return std::all_of(n.begin() + static_cast<long>(len), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  }
+  return false;
 }
 
 template <typename T>
@@ -128,7 +131,10 @@ Handle Engine::enqueue(RequestPtr r, const char* kind) {
   }
   if (!in_flight_.insert(r->name).second)
     throw InvalidArgument(std::string(kind) + ": a collective named '" + r->name + "' is already pending on this rank");
+  last_incoming_ = Clock::now();
+  if (incoming_.empty()) first_incoming_ = last_incoming_;
   incoming_.push_back(std::move(r));
+  if (incoming_.size() == 1) cv_.notify_one();  // an idle engine starts its fusion window
   return h;
 }
 
@@ -182,26 +188,48 @@ Handle Engine::barrier(const std::string& name) {
   return enqueue(std::move(r), "barrier");
 }
 
+// Rounds: every cycle_time while any rank has requests; after a round in which no rank listed
+// anything, the next round starts at the tick or, when requests arrive first, as soon as their
+// burst is over (50 us without a new one, at most cycle_time after the first): an idle engine does
+// not add up to a whole cycle of latency, and a burst of enqueues is still fused as a whole.
+bool Engine::wait_for_round(Clock::time_point next, bool idle) {
+  const auto gap = std::min<Clock::duration>(options_.cycle_time, std::chrono::microseconds(50));
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (stopping_) return false;
+    auto due = next;
+    if (idle && !incoming_.empty())
+      due = std::min(due, std::min(first_incoming_ + options_.cycle_time, last_incoming_ + gap));
+    if (Clock::now() >= due) break;
+    cv_.wait_until(lock, due);
+  }
+  while (!incoming_.empty()) {
+    pending_.push_back(std::move(incoming_.front()));
+    incoming_.pop_front();
+  }
+  return true;
+}
+
 void Engine::loop() {
   auto next = Clock::now();
+  bool idle = true;
   try {
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_until(lock, next, [&] { return stopping_; });
-        if (stopping_) break;
-        while (!incoming_.empty()) {
-          pending_.push_back(std::move(incoming_.front()));
-          incoming_.pop_front();
-        }
-      }
-      next = Clock::now() + options_.cycle_time;
-      std::vector<RequestPtr> ready = negotiate();
+    while (wait_for_round(next, idle)) {
+      const auto t0 = Clock::now();
+      next = t0 + options_.cycle_time;
+      bool listed = false;
+      std::vector<RequestPtr> ready = negotiate(&listed);
+      idle = !listed;
+      const auto t1 = Clock::now();
       if (!ready.empty()) {
         executing_ = ready;
         execute(ready);
         executing_.clear();
       }
+      const auto t2 = Clock::now();
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.negotiation_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+      stats_.execution_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
     }
   } catch (const std::exception& e) {
     EDL_LOG(2) << "collective engine on rank " << comm_->rank() << " stopped: " << e.what();
@@ -214,10 +242,11 @@ void Engine::loop() {
 // One negotiation round. Message of each rank: magic, cache size, bitset over the response cache
 // (requests whose name and descriptor were negotiated before), then full descriptors + names of
 // the other requests. Every rank decodes every message, so every rank computes the same ready list.
-std::vector<Engine::RequestPtr> Engine::negotiate() {
+std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed) {
   const int n = comm_->size();
   std::vector<RequestPtr> ready;
   if (n == 1) {
+    *anything_listed = !pending_.empty();
     ready.swap(pending_);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.cycles;
@@ -248,7 +277,22 @@ std::vector<Engine::RequestPtr> Engine::negotiate() {
   }
   std::vector<uint8_t> all;
   std::vector<size_t> counts;
-  comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+  if (auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get())) {
+    // The negotiation is not latency critical (one per cycle, mostly idle): spin only briefly before
+    // blocking, so an idle engine costs little CPU. This thread is the communicator's only user.
+    AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
+    quiet.spin = std::min(quiet.spin, std::chrono::microseconds(5));
+    tcp->set_tuning(quiet);
+    try {
+      tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+    } catch (...) {
+      tcp->set_tuning(data_tuning);
+      throw;
+    }
+    tcp->set_tuning(data_tuning);
+  } else {
+    comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+  }
 
   std::vector<std::vector<std::pair<std::string, Desc>>> lists(n);
   std::vector<std::unordered_map<std::string, Desc>> by_name(n);
@@ -278,6 +322,8 @@ std::vector<Engine::RequestPtr> Engine::negotiate() {
     for (auto& e : lists[r]) by_name[r].emplace(e.first, e.second);
   }
   const bool sent_names = !fresh.empty();
+  *anything_listed = false;
+  for (auto& l : lists) *anything_listed = *anything_listed || !l.empty();
 
   // Ready = present on every rank; agreed order = rank 0's message order.
   std::unordered_map<std::string, size_t> local;

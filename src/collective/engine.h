@@ -40,7 +40,9 @@ namespace edl::collective {
 struct EngineOptions {
   // Largest fused allreduce, in bytes. Default 64 MiB (as Horovod); EDL_FUSION_THRESHOLD. 0 = no fusion.
   size_t fusion_threshold_bytes = 64u << 20;
-  // Negotiation period. Default 1 ms; EDL_CYCLE_TIME_MS.
+  // Negotiation period. Default 1 ms; EDL_CYCLE_TIME_MS. After a round in which no rank had any
+  // request, new requests start the next round early: once no further request has arrived for
+  // 50 us (a burst of enqueues is complete), at most cycle_time after the first of them.
   std::chrono::microseconds cycle_time{1000};
 };
 
@@ -51,6 +53,8 @@ struct EngineStats {
   uint64_t fused_collectives = 0;  // allreduces that carried more than one tensor
   uint64_t fused_tensors = 0;      // tensors that travelled in those
   uint64_t completed = 0;          // requests completed (successfully or not)
+  double negotiation_us = 0;       // time spent in negotiation rounds
+  double execution_us = 0;         // time spent running the collectives
 };
 
 class EDL_API Engine {
@@ -102,7 +106,9 @@ class EDL_API Engine {
   void loop();
   // One negotiation; returns the requests ready on every rank, in the agreed order (requests that
   // mismatch are failed and left out).
-  std::vector<RequestPtr> negotiate();
+  std::vector<RequestPtr> negotiate(bool* anything_listed);
+  // Sleeps until the next round is due (see loop()); false when stopping.
+  bool wait_for_round(std::chrono::steady_clock::time_point next, bool idle);
   void execute(const std::vector<RequestPtr>& ready);
   void run_allreduce_group(const std::vector<RequestPtr>& group);
   void run_single(const RequestPtr& r);
@@ -117,6 +123,8 @@ class EDL_API Engine {
   bool stopping_ = false;
   std::exception_ptr broken_;  // first CommError: every later request fails with it
   std::deque<RequestPtr> incoming_;
+  std::chrono::steady_clock::time_point first_incoming_;  // arrival of the oldest request in incoming_
+  std::chrono::steady_clock::time_point last_incoming_;   // arrival of the newest request
   std::unordered_set<std::string> in_flight_;  // names pending on this rank
   std::unordered_map<std::string, uint64_t> auto_counter_;
   EngineStats stats_;

@@ -2,6 +2,7 @@
 #include "collective/tcp_communicator.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -290,9 +291,8 @@ void TcpCommunicator::Waiter::idle() {
                        (peers_s.empty() ? "?" : peers_s));
   }
   if (now - last_progress < comm.tuning_.spin) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+    // Spin, but let a peer process that shares this core run (ranks may outnumber cores).
+    sched_yield();
     return;
   }
   fds.push_back(pollfd{comm.event_fd_, POLLIN, 0});

@@ -38,7 +38,7 @@ struct Span {
 // Tunables of the algorithms (defaults are what the benchmarks in docs/collectives.md measured).
 struct AlgorithmTuning {
   size_t eager_bytes = 64 << 10;       // allreduce payloads up to this go with the header (direct exchange)
-  size_t chunk_bytes = 512 << 10;      // ring pipelining unit
+  size_t chunk_bytes = 2 << 20;        // ring pipelining unit
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
 };
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "collective/engine.h"
 #include "collective/tcp_communicator.h"
 #include "edl/store.h"
 
@@ -18,5 +19,8 @@ EDL_API std::shared_ptr<Store> world_store();
 // the runtime's Config — under the store prefix "<job>/<tag>/". Every rank must call it with the
 // same tag; a tag is used once per job.
 EDL_API std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag);
+
+// Counters of the current generation's background engine.
+EDL_API EngineStats world_engine_stats();
 
 }  // namespace edl::collective
