@@ -26,7 +26,7 @@ MembershipOptions opts(const std::string& job, const std::string& id, int min_np
   o.heartbeat = 40ms;
   o.lease = 300ms;
   o.rendezvous_timeout = 1000ms;
-  o.grace = 1000ms;
+  o.grace = 5000ms;  // long: a test that finishes fast proves the dead were dropped by the heartbeat rule
   o.start_window = 100ms;
   return o;
 }
@@ -99,8 +99,8 @@ TEST_CASE("re-rendezvous keeps survivors' order, drops the dead, appends newcome
   auto nv = fn.get();
   CHECK(nv.id == 2);
   CHECK(nv.rank == 3);
-  // The dead member was dropped within about a heartbeat, not a full grace period or lease.
-  CHECK(std::chrono::steady_clock::now() - t0 < 800ms);
+  // The dead member was dropped by the heartbeat rule, long before the 5 s grace period.
+  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
 }
 
 TEST_CASE("below the minimum for longer than the timeout is a JobError for everyone", "[rendezvous]") {
@@ -164,7 +164,7 @@ TEST_CASE("a silent member (no heartbeat) is reported as a failure to the others
   auto fut = reason.get_future();
   REQUIRE(fut.wait_for(2s) == std::future_status::ready);
   CHECK_THAT(fut.get(), Catch::Contains("worker b") && Catch::Contains("lease expired"));
-  CHECK(std::chrono::steady_clock::now() - t0 < 700ms);  // lease 300 ms + a heartbeat or two
+  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);  // lease 300 ms + a heartbeat or two (+ load slack)
   CHECK(store->get("j5/g1/abort").has_value());           // the others learn through the abort key
   a.unwatch();
 }
