@@ -4,7 +4,9 @@
 // secret in its first frame (HMAC-SHA256 challenge/response, docs/store.md); a wrong or missing
 // secret is logged and the connection closed. wait()/wait_change() block on the server, so clients
 // never poll; leases expire on the server and wake waiters. Malformed, oversized or truncated
-// frames close only the offending connection.
+// frames close only the offending connection; so does a connection that does not authenticate
+// within handshake_timeout_ms. A client that stops reading its replies is throttled: once
+// max_pending_output_bytes are queued for it, its further requests are not read until it drains.
 //
 // Thread-safety: construct, query and stop() from any thread; stop() is idempotent and also run by
 // the destructor. After stop() every client sees StoreError (connection lost).
@@ -24,6 +26,9 @@ struct StoreServerOptions {
   int port = 0;                                // 0 = an ephemeral port (see port())
   std::string secret;                          // job secret clients must prove ("" = the empty secret)
   size_t max_frame_bytes = size_t(64) << 20;   // frames above this close the connection: 64 MiB
+  int handshake_timeout_ms = 10000;            // a connection that has not authenticated by then is closed
+  size_t max_pending_output_bytes = size_t(64) << 20;  // replies queued for a client that does not read:
+                                                        // above this, its requests wait (back-pressure)
 };
 
 class EDL_API StoreServer {
@@ -45,6 +50,7 @@ class EDL_API StoreServer {
   size_t connection_count() const;      // currently open connections (authenticated or not)
   uint64_t rejected_auth_count() const;  // connections closed for a wrong / missing secret
   uint64_t bad_frame_count() const;      // connections closed for malformed / oversized frames
+  uint64_t throttle_count() const;       // times a connection was paused for not reading its replies
 
  private:
   class Impl;

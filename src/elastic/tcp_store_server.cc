@@ -103,6 +103,7 @@ class StoreServer::Impl {
   size_t connection_count() const { return nconns_.load(); }
   uint64_t rejected_auth_count() const { return rejected_auth_.load(); }
   uint64_t bad_frame_count() const { return bad_frames_.load(); }
+  uint64_t throttle_count() const { return throttled_.load(); }
 
  private:
   struct Conn {
@@ -114,6 +115,7 @@ class StoreServer::Impl {
     size_t out_off = 0;
     bool authed = false;
     bool writing = false;          // EPOLLOUT armed
+    bool paused = false;           // EPOLLIN disarmed: too many replies queued (back-pressure)
     bool close_after_flush = false;
     bool dead = false;
     std::string nonce;
@@ -197,11 +199,14 @@ class StoreServer::Impl {
           auto it = conns_.find(id);
           if (it == conns_.end()) continue;
           Conn& c = *it->second;
-          if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
+          if (c.paused && (events[i].events & (EPOLLHUP | EPOLLERR))) c.dead = true;
+          if (!c.paused && (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_readable(c);
           if (!c.dead && (events[i].events & EPOLLOUT)) flush(c);
         }
       }
+      resume_paused();
       expire_waiters(Clock::now());
+      expire_handshakes(Clock::now());
       reap();
     }
     for (auto& kv : conns_) {
@@ -212,6 +217,7 @@ class StoreServer::Impl {
     waiters_.clear();
     watch_.clear();
     waiter_deadlines_.clear();
+    handshake_deadlines_.clear();
     nconns_ = 0;
   }
 
@@ -219,6 +225,7 @@ class StoreServer::Impl {
     auto next = Clock::time_point::max();
     if (!lease_queue_.empty()) next = lease_queue_.begin()->first;
     if (!waiter_deadlines_.empty()) next = std::min(next, waiter_deadlines_.begin()->first);
+    if (!handshake_deadlines_.empty()) next = std::min(next, handshake_deadlines_.begin()->first);
     if (next == Clock::time_point::max()) return -1;
     auto now = Clock::now();
     if (next <= now) return 0;
@@ -248,6 +255,7 @@ class StoreServer::Impl {
       c->peer = std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
       c->nonce = store::random_bytes(store::kNonceBytes);
       add_fd(fd, c->id, EPOLLIN);
+      handshake_deadlines_.emplace(Clock::now() + std::chrono::milliseconds(opts_.handshake_timeout_ms), c->id);
       Conn& ref = *c;
       conns_.emplace(c->id, std::move(c));
       nconns_ = conns_.size();
@@ -271,7 +279,7 @@ class StoreServer::Impl {
           return;
         }
         drain_frames(c);
-        if (c.dead || c.close_after_flush) return;
+        if (c.dead || c.close_after_flush || c.paused) return;
         continue;
       }
       if (r == 0) {
@@ -288,9 +296,16 @@ class StoreServer::Impl {
     }
   }
 
+  size_t pending_output(const Conn& c) const { return c.out.size() - c.out_off; }
+
   void drain_frames(Conn& c) {
     std::string body;
-    while (!c.dead && !c.close_after_flush && c.reader.next(&body)) {
+    while (!c.dead && !c.close_after_flush) {
+      if (pending_output(c) >= opts_.max_pending_output_bytes) {
+        pause(c);  // resumed by flush() once the client has read its replies
+        return;
+      }
+      if (!c.reader.next(&body)) break;
       std::string err;
       auto m = store::decode_message(body, &err);
       if (!m) {
@@ -331,6 +346,40 @@ class StoreServer::Impl {
     send(c, reply);
     c.close_after_flush = true;
     if (c.out_off == c.out.size()) c.dead = true;
+  }
+
+  void pause(Conn& c) {
+    if (c.paused) return;
+    c.paused = true;
+    ++throttled_;
+    update_events(c);
+    EDL_LOG(2) << "store server: " << c.peer << " is not reading its replies (" << pending_output(c)
+               << " bytes queued); its requests wait";
+  }
+
+  // Connections whose queue drained below the limit continue with the requests they already sent.
+  void resume_paused() {
+    for (auto& kv : conns_) {
+      Conn& c = *kv.second;
+      if (!c.paused || c.dead || pending_output(c) >= opts_.max_pending_output_bytes / 2) continue;
+      c.paused = false;
+      update_events(c);
+      drain_frames(c);
+      if (!c.paused && !c.dead) on_readable(c);  // bytes that arrived while paused
+    }
+  }
+
+  void expire_handshakes(Clock::time_point now) {
+    while (!handshake_deadlines_.empty() && handshake_deadlines_.begin()->first <= now) {
+      uint64_t id = handshake_deadlines_.begin()->second;
+      handshake_deadlines_.erase(handshake_deadlines_.begin());
+      auto it = conns_.find(id);
+      if (it == conns_.end() || it->second->authed || it->second->dead) continue;
+      ++rejected_auth_;
+      EDL_LOG(1) << "store server: closing connection from " << it->second->peer << ": no AUTH within "
+                 << opts_.handshake_timeout_ms << " ms";
+      it->second->dead = true;
+    }
   }
 
   // --- requests -----------------------------------------------------------------------------------
@@ -573,8 +622,12 @@ class StoreServer::Impl {
   void set_writing(Conn& c, bool on) {
     if (c.writing == on) return;
     c.writing = on;
+    update_events(c);
+  }
+
+  void update_events(Conn& c) {
     epoll_event ev{};
-    ev.events = on ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+    ev.events = (c.paused ? 0u : uint32_t(EPOLLIN)) | (c.writing ? uint32_t(EPOLLOUT) : 0u);
     ev.data.u64 = c.id;
     epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
   }
@@ -601,7 +654,7 @@ class StoreServer::Impl {
   std::thread thread_;
   std::mutex stop_mu_;
   std::atomic<size_t> nconns_{0};
-  std::atomic<uint64_t> rejected_auth_{0}, bad_frames_{0};
+  std::atomic<uint64_t> rejected_auth_{0}, bad_frames_{0}, throttled_{0};
 
   // Loop-thread state.
   uint64_t next_conn_id_ = 2;
@@ -612,6 +665,7 @@ class StoreServer::Impl {
   std::map<uint64_t, Waiter> waiters_;
   std::unordered_multimap<std::string, uint64_t> watch_;
   std::multimap<Clock::time_point, uint64_t> waiter_deadlines_;
+  std::multimap<Clock::time_point, uint64_t> handshake_deadlines_;
 };
 
 StoreServer::StoreServer(const StoreServerOptions& options) : impl_(std::make_unique<Impl>(options)) {}
@@ -627,5 +681,6 @@ void StoreServer::stop() { impl_->stop(); }
 size_t StoreServer::connection_count() const { return impl_->connection_count(); }
 uint64_t StoreServer::rejected_auth_count() const { return impl_->rejected_auth_count(); }
 uint64_t StoreServer::bad_frame_count() const { return impl_->bad_frame_count(); }
+uint64_t StoreServer::throttle_count() const { return impl_->throttle_count(); }
 
 }  // namespace edl

@@ -12,6 +12,7 @@
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/options.h"
 #include "launcher/run_util.h"
+#include "store/redis_server.h"
 
 using namespace std::chrono_literals;
 using edl::test::count_of;
@@ -345,4 +346,43 @@ TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced an
   CHECK(finals.size() == 1);
   CHECK(count_of(r.out, "] done 150 ") >= 2);
   unlink(pidfile.c_str());
+}
+
+TEST_CASE("edl-run elastic: two launchers on one redis store form one job", "[launcher][elastic][redis]") {
+  edl::test::RedisServer redis("job-pw");
+  if (!redis.available()) {
+    WARN("redis-server is not installed: skipping");
+    return;
+  }
+  std::vector<std::string> common = {"--store", redis.url(), "--secret", "job-pw", "--job-id", "two-hosts",
+                                     "--min-np", "3", "--max-np", "3"};
+  auto args = [&](const std::string& host, int np) {
+    std::vector<std::string> a = common;
+    for (std::string x : {std::string("--hostname"), host, std::string("-np"), std::to_string(np), kHelper,
+                          std::string("elastic-train"), std::string("60"), std::string("10")})
+      a.push_back(x);
+    return a;
+  };
+  Launch a(args("hostA", 2));
+  Launch b(args("hostB", 1));
+  auto ra = a.wait(60s);
+  auto rb = b.wait(60s);
+  INFO(ra.err << rb.err);
+  CHECK(ra.code == 0);
+  CHECK(rb.code == 0);
+  // Both launchers saw the same 3-worker generation with members from both hosts.
+  for (const auto* err : {&ra.err, &rb.err}) {
+    CHECK(err->find("size=3") != std::string::npos);
+    CHECK(err->find("hostA:0.0") != std::string::npos);
+    CHECK(err->find("hostB:0.0") != std::string::npos);
+  }
+  std::set<std::string> finals;
+  for (const auto* out : {&ra.out, &rb.out})
+    for (const auto& line : lines_of(*out)) {
+      auto p = line.find("] done ");
+      if (p != std::string::npos) finals.insert(line.substr(p + 2));
+    }
+  CHECK(finals.size() == 1);
+  CHECK(count_of(ra.out, "] done 60 ") == 2);
+  CHECK(count_of(rb.out, "] done 60 ") == 1);
 }

@@ -324,3 +324,58 @@ TEST_CASE("connect_store: URLs", "[store]") {
   CHECK(b->get("k") == std::optional<std::string>("v"));
   CHECK_FALSE(c->get("k").has_value());
 }
+
+TEST_CASE("tcp store: a connection that never authenticates is closed after the handshake timeout",
+          "[store][hostile]") {
+  edl::StoreServerOptions o{"127.0.0.1", 0, "k"};
+  o.handshake_timeout_ms = 200;
+  edl::StoreServer server(o);
+  RawConn raw(server.port());
+  REQUIRE(raw.read_message());  // HELLO, then silence
+  auto t0 = Clock::now();
+  CHECK(raw.closed_by_server(5000));
+  CHECK(Clock::now() - t0 < 3s);
+  CHECK(server.rejected_auth_count() == 1);
+  // An authenticated client is not subject to the timeout.
+  auto c = client(server, "k");
+  std::this_thread::sleep_for(400ms);
+  c->set("still", "here");
+  CHECK(c->get("still") == std::optional<std::string>("here"));
+}
+
+TEST_CASE("tcp store: a client that does not read its replies is throttled, others are served",
+          "[store][hostile]") {
+  edl::StoreServerOptions o{"127.0.0.1", 0, "k"};
+  o.max_pending_output_bytes = size_t(2) << 20;
+  edl::StoreServer server(o);
+  auto good = client(server, "k");
+  std::string big(size_t(1) << 20, 'b');
+  good->set("big", big);
+  constexpr int kRequests = 48;  // 48 MiB of replies
+  RawConn raw(server.port());
+  raw.authenticate("k");
+  std::string burst;
+  for (int i = 0; i < kRequests; ++i) {
+    st::Message get;
+    get.op = st::Op::kGet;
+    get.id = static_cast<uint64_t>(100 + i);
+    get.key = "big";
+    burst += st::encode_frame(get);
+  }
+  raw.send_bytes(burst);
+  auto deadline = Clock::now() + 5s;
+  while (server.throttle_count() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  CHECK(server.throttle_count() >= 1);
+  // The stalled reader does not stall the server.
+  auto t0 = Clock::now();
+  good->set("k2", "v2");
+  CHECK(good->get("k2") == std::optional<std::string>("v2"));
+  CHECK(Clock::now() - t0 < 2s);
+  // Once it reads, every reply arrives, complete and in order.
+  for (int i = 0; i < kRequests; ++i) {
+    auto r = raw.read_message(10000);
+    REQUIRE(r);
+    CHECK(r->id == static_cast<uint64_t>(100 + i));
+    CHECK((r->opt && r->opt->size() == big.size()));
+  }
+}
