@@ -72,6 +72,7 @@ WorkerOptions worker_options_from(const Config& c) {
   m.job_id = c.job_id;
   m.worker_id = c.worker_id;
   m.hostname = c.hostname;
+  m.bind_address = c.bind_address;
   m.min_np = c.min_np;
   m.max_np = c.max_np;
   m.heartbeat = std::chrono::milliseconds(c.heartbeat_ms);

@@ -1,7 +1,14 @@
 // Rendezvous + liveness (protocol: docs/elastic.md).
 #include "elastic/membership.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <map>
 #include <set>
 #include <sstream>
@@ -38,16 +45,86 @@ int64_t wall_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Age of a lease value "<beat> <host> <wall ms>" by this machine's wall clock (0 when unknown).
-milliseconds beat_age(const std::string& v) {
-  auto sp = v.rfind(' ');
-  if (sp == std::string::npos) return milliseconds(0);
+// A lease value: "<beat> <host> <wall ms> <probe addr:port>".
+struct LeaseValue {
+  int64_t wall = 0;
+  std::string probe_addr;
+  int probe_port = 0;
+};
+
+LeaseValue parse_lease(const std::string& v) {
+  LeaseValue out;
+  std::istringstream is(v);
+  std::string beat, host, wall, probe;
+  is >> beat >> host >> wall >> probe;
   try {
-    int64_t t = std::stoll(v.substr(sp + 1));
-    return milliseconds(std::max<int64_t>(0, wall_ms() - t));
+    if (!wall.empty()) out.wall = std::stoll(wall);
+    auto colon = probe.rfind(':');
+    if (colon != std::string::npos) {
+      out.probe_addr = probe.substr(0, colon);
+      out.probe_port = std::stoi(probe.substr(colon + 1));
+    }
   } catch (const std::exception&) {
-    return milliseconds(0);
   }
+  return out;
+}
+
+// Age of a lease value by this machine's wall clock (0 when unknown).
+milliseconds beat_age(const LeaseValue& v) {
+  if (v.wall <= 0) return milliseconds(0);
+  return milliseconds(std::max<int64_t>(0, wall_ms() - v.wall));
+}
+
+// Opens the liveness probe: a listening socket that exists exactly as long as the process. A
+// connect to it is refused at once when the process died (the kernel closed it); a stopped process
+// still accepts in the kernel, so SIGSTOP is left to the heartbeat rule. Returns -1 on failure.
+int open_probe(const std::string& bind_address, int* port) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, bind_address.c_str(), &a) != 1) return -1;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr = a;
+  sa.sin_port = 0;
+  socklen_t len = sizeof(sa);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, 64) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+// True when a connect to the probe is refused (the process is gone). Anything else — accepted,
+// timed out, unreachable — proves nothing and returns false.
+bool probe_refused(const LeaseValue& v) {
+  if (v.probe_port <= 0) return false;
+  in_addr a{};
+  if (::inet_pton(AF_INET, v.probe_addr.c_str(), &a) != 1) return false;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr = a;
+  sa.sin_port = htons(static_cast<uint16_t>(v.probe_port));
+  bool refused = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    if (errno == ECONNREFUSED) {
+      refused = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 50) == 1) {
+        int err = 0;
+        socklen_t el = sizeof(err);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        refused = err == ECONNREFUSED;
+      }
+    }
+  }
+  ::close(fd);
+  return refused;
 }
 
 milliseconds left_until(Clock::time_point t) {
@@ -108,6 +185,9 @@ void Membership::start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_ || stopped_) return;
   running_ = true;
+  int port = 0;
+  probe_fd_ = open_probe(opt_.bind_address, &port);
+  probe_ = probe_fd_ >= 0 ? opt_.bind_address + ":" + std::to_string(port) : "-";
   heartbeat();  // the lease exists before start() returns
   thread_ = std::thread([this] { loop(); });
 }
@@ -124,6 +204,7 @@ void Membership::stop() {
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+  close_probe();
   if (!frozen) {
     try {
       store_->del(keys_.lease(opt_.worker_id));
@@ -133,7 +214,14 @@ void Membership::stop() {
   }
 }
 
-void Membership::freeze() {
+void Membership::close_probe() {
+  std::lock_guard<std::mutex> lock(probe_mu_);
+  if (probe_fd_ >= 0) ::close(probe_fd_);
+  probe_fd_ = -1;
+}
+
+void Membership::freeze(bool process_dead) {
+  if (process_dead) close_probe();  // as the kernel does when a process dies
   std::lock_guard<std::mutex> lock(mu_);
   frozen_ = true;
   watch_.active = false;
@@ -146,9 +234,21 @@ void Membership::thaw() {
   cv_.notify_all();
 }
 
+// Accepts and closes the connections of other workers' probes, so the backlog never fills.
+void Membership::drain_probe() {
+  std::lock_guard<std::mutex> lock(probe_mu_);
+  if (probe_fd_ < 0 || frozen_) return;
+  for (int i = 0; i < 64; ++i) {
+    int c = ::accept4(probe_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) break;
+    ::close(c);
+  }
+}
+
 void Membership::heartbeat() {
   store_->set_lease(keys_.lease(opt_.worker_id),
-                    std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall_ms()), opt_.lease);
+                    std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall_ms()) + " " + probe_,
+                    opt_.lease);
 }
 
 void Membership::loop() {
@@ -167,6 +267,7 @@ void Membership::loop() {
           lock.lock();
         }
       }
+      drain_probe();
       Watch w = watch_;  // copy: the store calls below run unlocked
       bool watching = w.active && !frozen_;
       if (watching && cleanup_below_ > cleaned_below_) {
@@ -470,7 +571,11 @@ void Membership::decide_next(uint64_t round) {
       auto now = Clock::now();
       auto it = seen.find(id);
       if (it == seen.end() || it->second.first != beat) seen[id] = {beat, now};
-      bool dead = !beat || now - seen[id].second >= stale || beat_age(*beat) >= stale;
+      bool dead = !beat || now - seen[id].second >= stale;
+      if (!dead) {
+        LeaseValue lv = parse_lease(*beat);
+        dead = beat_age(lv) >= stale || probe_refused(lv);
+      }
       if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
         expected.erase(id);

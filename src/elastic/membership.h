@@ -31,6 +31,7 @@ struct MembershipOptions {
   std::string job_id = "edl";               // EDL_JOB_ID
   std::string worker_id;                    // EDL_WORKER_ID: required, [A-Za-z0-9._:@-]+
   std::string hostname = "localhost";       // EDL_HOSTNAME: local ranks are computed per host
+  std::string bind_address = "127.0.0.1";   // EDL_BIND_ADDR: address of the liveness probe socket
   int min_np = 1;                           // EDL_MIN_NP
   int max_np = 0;                           // EDL_MAX_NP (0 = unbounded)
   std::chrono::milliseconds heartbeat{500};            // EDL_HEARTBEAT_MS: lease refresh period
@@ -75,8 +76,9 @@ class EDL_API Membership {
   void start();
   // Stops heartbeating and removes the lease (a clean exit). Idempotent.
   void stop();
-  // Test hook: stop heartbeating but leave the lease to expire (a silent death / SIGSTOP).
-  void freeze();
+  // Test hook: stop heartbeating but leave the lease to expire: a SIGSTOP, or with process_dead a
+  // kill -9 (the liveness probe socket closes too, as the kernel does for a dead process).
+  void freeze(bool process_dead = false);
   // Test hook: resume heartbeating after freeze() (SIGCONT).
   void thaw();
 
@@ -132,6 +134,8 @@ class EDL_API Membership {
   void handle_event(const Watch& w);
   void report_failure(uint64_t epoch, const std::string& reason);
   void cleanup(uint64_t from, uint64_t to);
+  void drain_probe();
+  void close_probe();
 
   std::shared_ptr<Store> store_;
   MembershipOptions opt_;
@@ -145,6 +149,9 @@ class EDL_API Membership {
   bool frozen_ = false;
   bool stopped_ = false;
   uint64_t beat_ = 0;
+  std::mutex probe_mu_;
+  int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
+  std::string probe_ = "-";     // "addr:port" published in the lease
   uint64_t cleanup_below_ = 0;  // generations below this may be deleted (rank 0 only)
   uint64_t cleaned_below_ = 1;
   Watch watch_;

@@ -36,7 +36,7 @@ std::shared_ptr<Group> Worker::group() const {
 
 void Worker::simulate_crash() {
   crashed_.store(true);
-  membership_.freeze();
+  membership_.freeze(/*process_dead=*/true);
   std::shared_ptr<Group> g;
   {
     std::lock_guard<std::mutex> lock(mu_);
