@@ -21,6 +21,7 @@
 #include <cstring>
 #include <cxxopts.hpp>
 #include <fstream>
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <random>
@@ -181,20 +182,25 @@ Audit run_processes(const cxxopts::ParseResult& a, const std::string& self) {
     const int gap_ms = a["event-gap-ms"].as<int>();
     double next_at = now_s() + 1.0 + (rng() % gap_ms) / 1000.0;
     int done = 0;
-    // Events are spread over the run: the next one waits until training advanced this many steps
-    // (so each event hits a running job, not one still recovering from the previous event).
-    const int64_t est_steps = static_cast<int64_t>(N * epochs / (np * a["batch"].as<uint64_t>()));
-    const int64_t min_gap_steps = std::max<int64_t>(5, est_steps / (want_events + 2));
-    int64_t last_event_step = -min_gap_steps;
+    // Events are spread over the epochs: at most ceil(events / epochs) per epoch, and the next one
+    // waits until training advanced a fraction of an epoch (so each event hits a running job, not one
+    // still recovering from the previous event).
+    const int per_epoch = (want_events + epochs - 1) / epochs;
+    int64_t last_event_step = -1000000;
+    std::vector<int> kinds = {0, 1, 2};
     while (job.poll() < 0 && now_s() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (done >= want_events || now_s() < next_at) continue;
       std::istringstream prog(slurp(dir + "/progress"));
       int64_t epoch = -1, step = -1;
       prog >> epoch >> step;
-      if (epoch < 0 || step < last_event_step + min_gap_steps) continue;
+      if (epoch < 0 || epoch >= epochs || events_in_epoch[epoch] >= per_epoch) continue;
+      const int64_t epoch_steps = static_cast<int64_t>(N / (slots * a["batch"].as<uint64_t>()));
+      if (step < last_event_step + std::max<int64_t>(5, epoch_steps / (per_epoch + 1))) continue;
       std::vector<pid_t> live = live_workers(dir + "/pids", job.pgid());
-      int kind = static_cast<int>(rng() % 3);
+      // Kinds come in shuffled triples (kill, join, leave): balanced counts, random order.
+      if (done % 3 == 0) std::shuffle(kinds.begin(), kinds.end(), rng);
+      int kind = kinds[done % 3];
       if (kind == 1 && slots >= max_np) kind = 2;
       if (kind == 2 && slots <= 2) kind = 1;
       if (kind == 0 && live.size() < 2) continue;
@@ -297,7 +303,7 @@ int main(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value(""))("np", "initial workers", cxxopts::value<int>()->default_value("3"))(
       "max-np", "most workers", cxxopts::value<int>()->default_value("5"))(
       "events", "random kills + joins + leaves", cxxopts::value<int>()->default_value("12"))(
-      "event-gap-ms", "mean gap between events", cxxopts::value<int>()->default_value("900"))(
+      "event-gap-ms", "mean gap between events", cxxopts::value<int>()->default_value("600"))(
       "epochs", "epochs", cxxopts::value<int>()->default_value("3"))(
       "records", "records per epoch", cxxopts::value<uint64_t>()->default_value("4000"))(
       "records-per-shard", "records per shard", cxxopts::value<uint64_t>()->default_value("50"))(
