@@ -7,6 +7,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <thread>
 #include <set>
 
 #include "elastic/launcher/discovery.h"
@@ -299,6 +300,12 @@ TEST_CASE("edl-run elastic: the discovery script adds and removes local slots", 
     REQUIRE(has("event=left slot=1", 1));
     CHECK(count_of(l.err(), "event=left slot=0") == 0);
     CHECK(count_of(l.err(), "event=failed") == 0);
+    // A broken discovery output is reported once and keeps the current slots.
+    write_hosts("localhost:two\n");
+    REQUIRE(has("event=discovery-failed", 1));
+    std::this_thread::sleep_for(500ms);
+    CHECK(count_of(l.err(), "event=discovery-failed") == 1);
+    CHECK(count_of(l.err(), "event=left slot=0") == 0);
     kill(l.pid(), SIGTERM);
     auto r = l.wait(20s);
     CHECK(r.code == 128 + SIGTERM);

@@ -94,9 +94,12 @@ class ElasticLauncher {
     next_discovery_ = Clock::now() + milliseconds(o_.discovery_interval_ms);
     DiscoveryResult d = run_discovery(o_.discovery_script, 10000);
     if (!d.ok) {
-      log("event=discovery-failed reason=\"" + d.error + "\"" + (first ? " (starting no workers yet)" : ""));
+      if (d.error != last_discovery_error_)  // once per distinct reason, not every interval
+        log("event=discovery-failed reason=\"" + d.error + "\"" + (first ? " (starting no workers yet)" : ""));
+      last_discovery_error_ = d.error;
       return first ? 0 : -1;
     }
+    last_discovery_error_.clear();
     std::string summary;
     for (const auto& kv : d.hosts) summary += (summary.empty() ? "" : ",") + kv.first + ":" + std::to_string(kv.second);
     if (summary != last_discovery_) {
@@ -351,6 +354,7 @@ class ElasticLauncher {
   std::set<std::string> members_;
   Clock::time_point t0_, next_discovery_{}, below_min_since_{}, last_failure_{};
   std::string last_discovery_;
+  std::string last_discovery_error_;
   bool first_resize_ = true;
   bool stopping_ = false;    // shutting down (signal or job failure)
   bool finishing_ = false;   // a worker exited 0 / the job is marked finished: no restarts
