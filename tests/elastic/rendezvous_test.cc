@@ -175,3 +175,40 @@ TEST_CASE("bad worker ids and options are rejected", "[rendezvous]") {
   CHECK_THROWS_AS(Membership(store, opts("j6", "", 1, 0)), edl::InvalidArgument);
   CHECK_THROWS_AS(Membership(store, opts("j6", "x", 3, 2)), edl::InvalidArgument);
 }
+
+TEST_CASE("a dead process is dropped at once through its liveness probe, a stopped one is not", "[rendezvous][probe]") {
+  auto store = edl::make_memory_store();
+  auto slow = [](const std::string& id) {
+    auto o = opts("j7", id, 1, 0);
+    o.heartbeat = 1000ms;  // the heartbeat rule alone would need > 1.2 s
+    o.lease = 5000ms;
+    o.grace = 1500ms;
+    return o;
+  };
+  std::vector<std::unique_ptr<Membership>> ms;
+  for (const char* id : {"a", "b", "c"}) ms.push_back(std::make_unique<Membership>(store, slow(id)));
+  std::vector<std::future<GenerationView>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
+  std::vector<GenerationView> g1;
+  for (auto& x : f) g1.push_back(x.get());
+
+  SECTION("killed: probe refused") {
+    ms[2]->freeze(/*process_dead=*/true);
+    auto t0 = std::chrono::steady_clock::now();
+    auto f0 = std::async(std::launch::async, [&] { return ms[0]->rendezvous(&g1[0]); });
+    auto v1 = ms[1]->rendezvous(&g1[1]);
+    auto v0 = f0.get();
+    CHECK(v0.size == 2);
+    CHECK(v1.size == 2);
+    CHECK(std::chrono::steady_clock::now() - t0 < 600ms);
+  }
+  SECTION("stopped: probe still accepts, the heartbeat rule decides") {
+    ms[2]->freeze(/*process_dead=*/false);
+    auto t0 = std::chrono::steady_clock::now();
+    auto f0 = std::async(std::launch::async, [&] { return ms[0]->rendezvous(&g1[0]); });
+    auto v1 = ms[1]->rendezvous(&g1[1]);
+    f0.get();
+    CHECK(v1.size == 2);
+    CHECK(std::chrono::steady_clock::now() - t0 >= 600ms);  // waited for the heartbeat to go stale
+  }
+}
