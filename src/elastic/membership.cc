@@ -47,6 +47,7 @@ int64_t wall_ms() {
 
 // A lease value: "<beat> <host> <wall ms> <probe addr:port>".
 struct LeaseValue {
+  std::string host;
   int64_t wall = 0;
   std::string probe_addr;
   int probe_port = 0;
@@ -57,6 +58,7 @@ LeaseValue parse_lease(const std::string& v) {
   std::istringstream is(v);
   std::string beat, host, wall, probe;
   is >> beat >> host >> wall >> probe;
+  out.host = host;
   try {
     if (!wall.empty()) out.wall = std::stoll(wall);
     auto colon = probe.rfind(':');
@@ -99,8 +101,10 @@ int open_probe(const std::string& bind_address, int* port) {
 
 // True when a connect to the probe is refused (the process is gone). Anything else — accepted,
 // timed out, unreachable — proves nothing and returns false.
-bool probe_refused(const LeaseValue& v) {
+bool probe_refused(const LeaseValue& v, const std::string& my_host) {
   if (v.probe_port <= 0) return false;
+  // A loopback probe means something only on the member's own host.
+  if (v.probe_addr.compare(0, 4, "127.") == 0 && v.host != my_host) return false;
   in_addr a{};
   if (::inet_pton(AF_INET, v.probe_addr.c_str(), &a) != 1) return false;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -574,7 +578,7 @@ void Membership::decide_next(uint64_t round) {
       bool dead = !beat || now - seen[id].second >= stale;
       if (!dead) {
         LeaseValue lv = parse_lease(*beat);
-        dead = beat_age(lv) >= stale || probe_refused(lv);
+        dead = beat_age(lv) >= stale || probe_refused(lv, opt_.hostname);
       }
       if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
