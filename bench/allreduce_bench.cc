@@ -45,26 +45,34 @@ struct Result {
   int64_t wrong;
 };
 
-// Times `iters` runs of op (after `warmup`), each started together on all ranks (barrier on the
-// EDL communicator); then one run on fresh inputs is checked. Returns rank 0's median and the
-// total number of wrong elements over all ranks.
-Result measure(collective::TcpCommunicator& ctl, std::vector<float>& buf, int iters, int warmup,
-               const std::function<void()>& op) {
+// Times `iters` runs of every op, interleaved (iteration i of every op before iteration i+1 of any,
+// so that load changes on a shared machine hit all implementations alike), each run started
+// together on all ranks (barrier on the EDL communicator). Then every op runs once on fresh inputs
+// and is checked. Returns rank 0's median per op and the total number of wrong elements.
+std::vector<Result> measure(collective::TcpCommunicator& ctl, std::vector<float>& buf, int iters, int warmup,
+                            const std::vector<std::function<void()>>& ops) {
   fill(buf, ctl.rank());
-  for (int i = 0; i < warmup; ++i) op();
-  std::vector<double> t;
+  for (auto& op : ops)
+    for (int i = 0; i < warmup; ++i) op();
+  std::vector<std::vector<double>> t(ops.size());
   for (int i = 0; i < iters; ++i) {
-    ctl.barrier();
-    double t0 = now_s();
-    op();
-    t.push_back((now_s() - t0) * 1e6);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      ctl.barrier();
+      double t0 = now_s();
+      ops[k]();
+      t[k].push_back((now_s() - t0) * 1e6);
+    }
   }
-  fill(buf, ctl.rank());
-  ctl.barrier();
-  op();
-  int64_t wrong = count_wrong(buf, ctl.size());
-  ctl.allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
-  return {median(t), wrong};
+  std::vector<Result> out;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    fill(buf, ctl.rank());
+    ctl.barrier();
+    ops[k]();
+    int64_t wrong = count_wrong(buf, ctl.size());
+    ctl.allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
+    out.push_back({median(t[k]), wrong});
+  }
+  return out;
 }
 
 }  // namespace
@@ -145,8 +153,12 @@ int main(int argc, char** argv) {
           runs.emplace_back("gloo_halving_doubling", [&] { g_hd->run(); });
         }
       }
-      for (auto& [impl, op] : runs) {
-        Result r = measure(*comm, buf, iters, warmup, op);
+      std::vector<std::function<void()>> ops;
+      for (auto& run : runs) ops.push_back(run.second);
+      std::vector<Result> results = measure(*comm, buf, iters, warmup, ops);
+      for (size_t k = 0; k < runs.size(); ++k) {
+        const std::string& impl = runs[k].first;
+        const Result& r = results[k];
         const double algbw = static_cast<double>(bytes) / (r.time_us * 1e-6) / 1e9;
         const double busbw = algbw * 2.0 * (n - 1) / n;
         if (rank == 0) {

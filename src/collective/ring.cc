@@ -62,9 +62,13 @@ void TcpCommunicator::ring_allreduce(const std::vector<Span>& spans, size_t coun
   const int n = size_, r = rank_;
   const size_t es = dtype_size(dt);
   const int steps = 2 * (n - 1);
-  const size_t chunk_elems = std::max<size_t>(1, tuning_.chunk_bytes / es);
   std::vector<size_t> seg_off(n + 1, 0);
   for (int i = 0; i < n; ++i) seg_off[i + 1] = seg_off[i] + count / n + (static_cast<size_t>(i) < count % n ? 1 : 0);
+  // At least ~4 chunks per segment so that the steps overlap, but chunks of at least 256 KiB (one
+  // syscall moves a lot) and at most tuning.chunk_bytes.
+  const size_t max_chunk = std::max<size_t>(1, tuning_.chunk_bytes / es);
+  const size_t min_chunk = std::min(max_chunk, std::max<size_t>(1, (256u << 10) / es));
+  const size_t chunk_elems = std::clamp((count / n + 3) / 4, min_chunk, max_chunk);
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   auto send_seg = [&](int s) { return s < n - 1 ? mod(r - s) : mod(r + 1 - (s - (n - 1))); };
   auto recv_seg = [&](int s) { return s < n - 1 ? mod(r - s - 1) : mod(r - (s - (n - 1))); };

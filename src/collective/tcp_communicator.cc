@@ -290,9 +290,14 @@ void TcpCommunicator::Waiter::idle() {
                        std::to_string(comm.options_.timeout.count()) + " ms (EDL_TIMEOUT_MS) waiting for rank(s) " +
                        (peers_s.empty() ? "?" : peers_s));
   }
-  if (now - last_progress < comm.tuning_.spin) {
-    // Spin, but let a peer process that shares this core run (ranks may outnumber cores).
+  if (now - last_progress < comm.tuning_.spin && now >= comm.spin_off_until_) {
+    // Spin, but let a peer process that shares this core run (ranks may outnumber cores). When the
+    // yield itself takes long, other processes compete for the CPU: then spinning only delays us
+    // (a task that sleeps in poll() is woken with priority, a spinning one is not), so block at once
+    // for the next 200 ms.
     sched_yield();
+    auto after = Clock::now();
+    if (after - now > std::chrono::microseconds(30)) comm.spin_off_until_ = after + std::chrono::milliseconds(200);
     return;
   }
   fds.push_back(pollfd{comm.event_fd_, POLLIN, 0});

@@ -110,6 +110,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   int event_fd_ = -1;
   uint64_t seq_ = 0;
   Clock::time_point deadline_;  // of the collective in progress
+  mutable Clock::time_point spin_off_until_;  // CPU contention seen: block without spinning until then
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> drain_buf_;
   std::vector<float> widened_;
