@@ -212,3 +212,28 @@ TEST_CASE("a dead process is dropped at once through its liveness probe, a stopp
     CHECK(std::chrono::steady_clock::now() - t0 >= 600ms);  // waited for the heartbeat to go stale
   }
 }
+
+TEST_CASE("rank 0 deletes the keys of generations older than the previous two", "[rendezvous][cleanup]") {
+  auto store = edl::make_memory_store();
+  Membership a(store, opts("j8", "a", 2, 2));
+  Membership b(store, opts("j8", "b", 2, 2));
+  auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+  GenerationView ga = a.rendezvous(nullptr), gb = fb.get();
+  for (int i = 0; i < 5; ++i) {
+    a.unwatch();
+    b.unwatch();
+    auto f2 = std::async(std::launch::async, [&] { return b.rendezvous(&gb); });
+    ga = a.rendezvous(&ga);
+    gb = f2.get();
+    (ga.rank == 0 ? a : b).watch(ga.rank == 0 ? ga : gb, [](const std::string&) {});
+  }
+  REQUIRE(ga.id == 6);
+  bool cleaned = false;
+  for (int i = 0; i < 100 && !cleaned; ++i) {
+    cleaned = store->keys("j8/g1/").empty() && store->keys("j8/g3/").empty();
+    if (!cleaned) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(cleaned);
+  CHECK_FALSE(store->keys("j8/g4/").empty());  // the previous two are kept
+  CHECK(store->get("j8/g6/members").has_value());
+}

@@ -188,3 +188,18 @@ TEST_CASE("a whole-job restart resumes from the checkpoint directory", "[scenari
   std::remove((dir + "/state.edlckpt").c_str());
   rmdir(dir.c_str());
 }
+
+TEST_CASE("a member busy in a long batch is waited for (grace), not evicted", "[scenario][grace]") {
+  Cluster c("s_grace", 1, 3);
+  c.base.membership.grace = 3000ms;
+  std::atomic<bool> killed{false};
+  c.on_step = [&](int i, Worker& w, int64_t step) {
+    if (i == 1 && step == 8 && !killed.exchange(true)) w.simulate_crash();
+    if (i == 2 && step == 8) std::this_thread::sleep_for(600ms);  // a long batch, still heartbeating
+  };
+  for (int i = 0; i < 3; ++i) c.start();
+  c.check_finishers(2);
+  CHECK(c.outcomes[0].resets == 1);  // one re-rendezvous that kept worker 2
+  CHECK(c.outcomes[2].resets == 1);
+  CHECK(c.outcomes[2].last_size == 2);
+}
