@@ -17,6 +17,8 @@ using edl::elastic::Worker;
 
 TEST_CASE("steady state: 3 workers train to the reference, no resets", "[scenario]") {
   Cluster c("s_steady", 3, 3);
+  c.base.membership.heartbeat = 100ms;  // "no resets" must hold on a loaded machine too
+  c.base.membership.lease = 3000ms;
   for (int i = 0; i < 3; ++i) c.start();
   c.check_finishers(3);
   for (const auto& o : c.outcomes) CHECK(o.resets == 0);
@@ -125,6 +127,8 @@ TEST_CASE("joins during training are admitted at a batch boundary without losing
 
 TEST_CASE("graceful leave scales down to the minimum and the rest go on", "[scenario][leave]") {
   Cluster c("s_leave", 2, 0);
+  c.base.membership.heartbeat = 100ms;  // the reset count below must not see load-induced lease expiries
+  c.base.membership.lease = 3000ms;
   c.on_step = [&](int i, Worker& w, int64_t step) {
     if (i == 2 && step == 8) w.request_leave();
   };
@@ -192,6 +196,8 @@ TEST_CASE("a whole-job restart resumes from the checkpoint directory", "[scenari
 TEST_CASE("a member busy in a long batch is waited for (grace), not evicted", "[scenario][grace]") {
   Cluster c("s_grace", 1, 3);
   c.base.membership.grace = 3000ms;
+  c.base.membership.heartbeat = 100ms;  // the crashed worker goes by its probe; a long lease keeps
+  c.base.membership.lease = 3000ms;     // load-induced expiries out of the reset counts
   std::atomic<bool> killed{false};
   c.on_step = [&](int i, Worker& w, int64_t step) {
     if (i == 1 && step == 8 && !killed.exchange(true)) w.simulate_crash();
