@@ -256,10 +256,17 @@ class TcpStore final : public Store {
     std::unique_lock<std::mutex> lock(mu_);
     if (dead_) throw StoreError(dead_reason_);
     uint64_t id = next_id_++;
+    lock.unlock();
     m.id = id;
+    std::string frame = encode_frame(m);
+    if (frame.size() - 4 > kDefaultMaxFrameBytes)
+      throw InvalidArgument("store " + addr_ + ": " + op_name(m.op) + " of key '" + m.key.substr(0, 200) + "' is " +
+                            std::to_string(frame.size() - 4) + " bytes; the frame limit is " +
+                            std::to_string(kDefaultMaxFrameBytes) + " bytes");
+    lock.lock();
+    if (dead_) throw StoreError(dead_reason_);
     pending_[id];
     lock.unlock();
-    std::string frame = encode_frame(m);
     try {
       std::lock_guard<std::mutex> wl(write_mu_);
       send_all(frame);

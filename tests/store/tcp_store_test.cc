@@ -379,3 +379,13 @@ TEST_CASE("tcp store: a client that does not read its replies is throttled, othe
     CHECK((r->opt && r->opt->size() == big.size()));
   }
 }
+
+TEST_CASE("tcp store: a value above the frame limit is refused on the client", "[store]") {
+  edl::StoreServer server({"127.0.0.1", 0, "k"});
+  auto c = client(server, "k");
+  std::string huge((size_t(64) << 20) + 1, 'h');
+  CHECK_THROWS_AS(c->set("huge", huge), edl::InvalidArgument);
+  c->set("small", "ok");  // the connection is still fine
+  CHECK(c->get("small") == std::optional<std::string>("ok"));
+  CHECK(server.bad_frame_count() == 0);
+}
