@@ -23,6 +23,7 @@
 #include <fstream>
 #include <algorithm>
 #include <iostream>
+#include <memory>
 #include <map>
 #include <random>
 #include <sstream>
@@ -37,7 +38,7 @@ namespace {
 
 struct Audit {
   std::vector<edl::test::EpochAudit> epochs;
-  int kills = 0, joins = 0, leaves = 0;
+  int kills = 0, joins = 0, leaves = 0, restarts = 0;
   std::string error;
 };
 
@@ -63,10 +64,11 @@ void write_file(const std::string& path, const std::string& text) {
 // The edl-run child: its own process group so that everything it started can be killed at the end.
 class Job {
  public:
-  Job(const std::vector<std::string>& argv, const std::string& log) {
+  Job(const std::vector<std::string>& argv, const std::string& log, const std::string& checkpoint_dir) {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
+      setenv("EDL_CHECKPOINT_DIR", checkpoint_dir.c_str(), 1);
       int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
         dup2(fd, 1);
@@ -83,6 +85,14 @@ class Job {
   }
   ~Job() { kill_all(); }
   pid_t pgid() const { return pid_; }
+  // A crash of the whole job: SIGKILL to edl-run (its workers die with it: PR_SET_PDEATHSIG).
+  void crash() {
+    if (pid_ <= 0 || poll() >= 0) return;
+    ::kill(-pid_, SIGKILL);
+    int st;
+    waitpid(pid_, &st, 0);
+    status_ = 137;
+  }
   // Exit status once edl-run has exited; -1 while it runs.
   int poll() {
     if (status_ >= 0) return status_;
@@ -174,8 +184,11 @@ Audit run_processes(const cxxopts::ParseResult& a, const std::string& self) {
   if (a.count("negative-control")) argv.push_back("--negative-control");
   std::printf("shard_audit: %s (workdir %s, log %s/edl-run.log)\n", edl_run.c_str(), dir.c_str(), dir.c_str());
   std::vector<int> events_in_epoch(epochs + 1, 0);
+  const std::string ckpt = dir + "/checkpoints";
+  mkdir(ckpt.c_str(), 0755);
+  const int want_restarts = a["job-restarts"].as<int>();
   {
-    Job job(argv, dir + "/edl-run.log");
+    auto job = std::make_unique<Job>(argv, dir + "/edl-run.log", ckpt);
     std::mt19937_64 rng(a["seed"].as<uint64_t>());
     const double deadline = now_s() + a["timeout-s"].as<int>();
     const int want_events = a["events"].as<int>();
@@ -188,16 +201,45 @@ Audit run_processes(const cxxopts::ParseResult& a, const std::string& self) {
     const int per_epoch = (want_events + epochs - 1) / epochs;
     int64_t last_event_step = -1000000;
     std::vector<int> kinds = {0, 1, 2};
-    while (job.poll() < 0 && now_s() < deadline) {
+    int64_t crash_step = -1;
+    while (job->poll() < 0 && now_s() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (done >= want_events || now_s() < next_at) continue;
       std::istringstream prog(slurp(dir + "/progress"));
       int64_t epoch = -1, step = -1;
       prog >> epoch >> step;
-      if (epoch < 0 || epoch >= epochs || events_in_epoch[epoch] >= per_epoch) continue;
+      if (epoch < 0) continue;
+      if (crash_step >= 0) {  // the first progress of the restarted job: did it resume?
+        std::printf("  resumed   at epoch %lld step %lld (crashed at step %lld)\n", (long long)epoch, (long long)step,
+                    (long long)crash_step);
+        if (step < crash_step / 2) {
+          res.error = "the restarted job began again at step " + std::to_string(step) + " instead of resuming near " +
+                      std::to_string(crash_step) + " from the checkpoint";
+          return res;
+        }
+        crash_step = -1;
+      }
+      if (epoch >= epochs || events_in_epoch[epoch] >= per_epoch) continue;
       const int64_t epoch_steps = static_cast<int64_t>(N / (slots * a["batch"].as<uint64_t>()));
       if (step < last_event_step + std::max<int64_t>(5, epoch_steps / (per_epoch + 1))) continue;
-      std::vector<pid_t> live = live_workers(dir + "/pids", job.pgid());
+      std::vector<pid_t> live = live_workers(dir + "/pids", job->pgid());
+      if (res.restarts < want_restarts && done == (want_events / 2) * (res.restarts + 1) / want_restarts) {
+        // A whole-job crash: every worker dies; a new edl-run resumes from the persisted checkpoint.
+        job->crash();
+        for (pid_t p : live)
+          for (int i = 0; i < 100 && ::kill(p, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ++res.restarts;
+        std::remove((dir + "/progress").c_str());
+        crash_step = step;
+        job = std::make_unique<Job>(argv, dir + "/edl-run." + std::to_string(res.restarts + 1) + ".log", ckpt);
+        ++events_in_epoch[std::min<int64_t>(epoch, epochs)];
+        last_event_step = step;
+        std::printf("  restart   at epoch %lld step %lld: kill -9 of the whole job, new edl-run from %s\n",
+                    (long long)epoch, (long long)step, ckpt.c_str());
+        std::fflush(stdout);
+        next_at = now_s() + (gap_ms / 2 + rng() % gap_ms) / 1000.0;
+        continue;
+      }
       // Kinds come in shuffled triples (kill, join, leave): balanced counts, random order.
       if (done % 3 == 0) std::shuffle(kinds.begin(), kinds.end(), rng);
       int kind = kinds[done % 3];
@@ -207,7 +249,7 @@ Audit run_processes(const cxxopts::ParseResult& a, const std::string& self) {
       std::string what;
       if (kind == 0) {
         pid_t victim = live[rng() % live.size()];
-        if (victim <= 1 || parent_of(victim) != job.pgid()) continue;
+        if (victim <= 1 || parent_of(victim) != job->pgid()) continue;
         ::kill(victim, SIGKILL);
         ++res.kills;
         what = "kill -9 pid " + std::to_string(victim);
@@ -224,12 +266,12 @@ Audit run_processes(const cxxopts::ParseResult& a, const std::string& self) {
       std::fflush(stdout);
       next_at = now_s() + (gap_ms / 2 + rng() % gap_ms) / 1000.0;
     }
-    if (job.poll() < 0) {
+    if (job->poll() < 0) {
       res.error = "the job did not finish within --timeout-s (see " + dir + "/edl-run.log)";
       return res;
     }
-    if (job.poll() != 0) {
-      res.error = "edl-run exited with " + std::to_string(job.poll()) + " (see " + dir + "/edl-run.log)";
+    if (job->poll() != 0) {
+      res.error = "edl-run exited with " + std::to_string(job->poll()) + " (see " + dir + "/edl-run*.log)";
       return res;
     }
   }
@@ -311,6 +353,9 @@ int main(int argc, char** argv) {
       "step-ms", "simulated compute per step (processes)", cxxopts::value<int>()->default_value("15"))(
       "seed", "seed of the events and the shuffle", cxxopts::value<uint64_t>()->default_value("1"))(
       "timeout-s", "give up after this long (processes)", cxxopts::value<int>()->default_value("300"))(
+      "job-restarts", "processes: whole-job crashes (kill -9 of edl-run and all workers) in mid-run, each "
+                      "followed by a new edl-run resuming from EDL_CHECKPOINT_DIR",
+      cxxopts::value<int>()->default_value("1"))(
       "negative-control", "processes: the workers do not register the dispatcher in their State, so a rollback "
                           "does not roll the shard progress back — the audit must then FAIL")(
       "json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))("h,help", "help");
@@ -328,7 +373,8 @@ int main(int argc, char** argv) {
   Audit res = mode == "threads" ? run_threads(args) : run_processes(args, argv[0]);
   JsonRows json(args["json"].as<std::string>());
   Table table({"epoch", "records", "trained_once", "trained_twice", "never", "events"}, 14);
-  std::printf("mode %s: %d kills, %d joins, %d graceful leaves\n", mode.c_str(), res.kills, res.joins, res.leaves);
+  std::printf("mode %s: %d kills, %d joins, %d graceful leaves, %d whole-job restarts from a checkpoint\n",
+              mode.c_str(), res.kills, res.joins, res.leaves, res.restarts);
   table.header();
   bool ok = res.error.empty() && !res.epochs.empty();
   for (const auto& e : res.epochs) {
@@ -340,7 +386,7 @@ int main(int argc, char** argv) {
     ok = ok && e.trained_once == e.records && e.trained_twice == 0 && e.never == 0;
   }
   if (!res.error.empty()) std::fprintf(stderr, "shard_audit: %s\n", res.error.c_str());
-  const int events = res.kills + res.joins + res.leaves;
+  const int events = res.kills + res.joins + res.leaves + res.restarts;
   std::printf("%d events (target >= 10)\n", events);
   std::printf("%s\n", ok ? "PASS: every record of every epoch trained exactly once" : "FAIL");
   return ok ? 0 : 1;
