@@ -97,6 +97,7 @@ struct Reader {
 };
 
 constexpr const char* kMagic = "edl-dopt-v1";
+constexpr size_t kControl = 2;  // control values appended to the last bucket
 
 }  // namespace
 
@@ -121,6 +122,7 @@ struct DistributedOptimizer::Impl {
   double step_start = 0;
   double backward_end = 0;  // entry of the last grad_ready(), or of step() when it ended the pass
   int64_t comp_t0 = -1;  // resize step whose compensation buffer was taken
+  double step_lr = 0;    // learning rate of the step in progress
   OptimizerStepStats stats;
 
   explicit Impl(DistributedOptimizerOptions o) : opt(std::move(o)), rescaler(opt.scaling), explicit_comm(opt.comm) {
@@ -163,6 +165,9 @@ struct DistributedOptimizer::Impl {
       b.count += p.count;
     }
     for (auto& b : buckets) b.buf.assign(b.count, 0.0f);
+    // The last bucket carries two control values (accumulation passes, learning rate) so that ranks
+    // whose hyper-parameters diverged fail with MismatchError instead of silently drifting apart.
+    buckets.back().buf.resize(buckets.back().count + kControl, 0.0f);
     for (auto& p : params) {
       if (is_sgd()) {
         if (opt.optimizer.momentum > 0) p.slot1.assign(p.count, 0.0f);
@@ -218,6 +223,7 @@ struct DistributedOptimizer::Impl {
     finalize();
     resolve();
     passes = opt.accumulation_steps > 0 ? opt.accumulation_steps : rescaler.batch_plan().accumulation_steps;
+    step_lr = rescaler.step_params().lr;
     for (auto& b : buckets) {
       b.pending = b.params.size();
       b.ready = false;
@@ -269,14 +275,20 @@ struct DistributedOptimizer::Impl {
         continue;
       }
       b.job.data = b.buf.data();
-      b.job.count = b.count;
+      const bool last = next_launch == buckets.size();
+      b.job.count = b.count + (last ? kControl : 0);
+      if (last) {  // written so that they read `passes` and `lr` after the fp16 prescale
+        const float s = opt.fp16_compression ? static_cast<float>(world_size * passes) : 1.0f;
+        b.buf[b.count] = static_cast<float>(passes) * s;
+        b.buf[b.count + 1] = static_cast<float>(lr_code()) * s;
+      }
       b.job.name = name_prefix + std::to_string(next_launch - 1);
       if (opt.fp16_compression) {
-        if (b.half.size() != b.count) b.half.assign(b.count, 0);
+        if (b.half.size() != b.job.count) b.half.assign(b.job.count, 0);
         b.job.half = b.half.data();
         b.job.prescale = 1.0f / static_cast<float>(world_size * passes);
       }
-      stats.bytes += b.count * (opt.fp16_compression ? 2 : 4);
+      stats.bytes += b.job.count * (opt.fp16_compression ? 2 : 4);
       reducer->launch(&b.job);
     }
   }
@@ -348,20 +360,50 @@ struct DistributedOptimizer::Impl {
     stats.buckets = buckets.size();
     in_step = false;
     if (error) std::rethrow_exception(error);
+    if (reducer) check_control();
     double t_update = now_s();
     apply_update();
     stats.update_s = now_s() - t_update;
     rescaler.advance();
   }
 
+  // The learning rate as sent: itself in float32; log2 in float16, whose range (6e-5 .. 65504)
+  // would flush small learning rates to zero (the average then agrees to ~1% of the LR).
+  double lr_code() const {
+    if (!opt.fp16_compression) return static_cast<float>(step_lr);
+    return step_lr > 0 ? std::log2(step_lr) : -1000.0;
+  }
+
+  // Every rank must have used the same number of accumulation passes and the same learning rate.
+  void check_control() const {
+    const Bucket& b = buckets.back();
+    const double sum_passes = b.buf[b.count], sum_lr = b.buf[b.count + 1];
+    const double expect_passes = static_cast<double>(world_size) * passes;
+    const double tol = opt.fp16_compression ? 5e-3 : 1e-5;
+    const double own = lr_code(), avg = sum_lr / world_size;
+    const bool lr_ok = opt.fp16_compression ? std::fabs(avg - own) <= 0.02
+                                            : std::fabs(avg - own) <= tol * std::fabs(own) + 1e-12;
+    const double avg_lr = opt.fp16_compression ? std::exp2(avg) : avg;
+    EDL_CHECK(std::fabs(sum_passes - expect_passes) <= tol * expect_passes, MismatchError,
+              "DistributedOptimizer: ranks disagree on gradient-accumulation passes per step: this rank (" +
+                  std::to_string(comm ? comm->rank() : 0) + ") used " + std::to_string(passes) +
+                  ", the average over " + std::to_string(world_size) + " ranks is " +
+                  std::to_string(sum_passes / world_size));
+    EDL_CHECK(lr_ok, MismatchError,
+              "DistributedOptimizer: ranks disagree on the learning rate of step " + std::to_string(rescaler.step()) +
+                  ": this rank (" + std::to_string(comm ? comm->rank() : 0) + ") uses " + std::to_string(step_lr) +
+                  ", the average over " + std::to_string(world_size) + " ranks is " +
+                  std::to_string(avg_lr) + " (different scaling policies or rescaler states?)");
+  }
+
   void apply_update() {
-    const optim::StepParams sp = rescaler.step_params();
+    const optim::StepParams sp = rescaler.step_params();  // lr: step_lr, fixed when the step began
     const bool prescaled = opt.fp16_compression && reducer != nullptr;
     const float grad_scale = prescaled ? 1.0f : 1.0f / static_cast<float>(world_size * passes);
     const auto& o = opt.optimizer;
     if (is_sgd()) {
       optim::detail::SgdStep s;
-      s.lr = static_cast<float>(sp.lr);
+      s.lr = static_cast<float>(step_lr);
       s.momentum = static_cast<float>(o.momentum);
       s.weight_decay = static_cast<float>(o.weight_decay);
       s.nesterov = o.nesterov;
@@ -384,7 +426,7 @@ struct DistributedOptimizer::Impl {
     } else {
       optim::detail::AdamStep s;
       const double t = static_cast<double>(rescaler.step() + 1);
-      s.lr = static_cast<float>(sp.lr);
+      s.lr = static_cast<float>(step_lr);
       s.beta1 = static_cast<float>(o.beta1);
       s.beta2 = static_cast<float>(o.beta2);
       s.eps = static_cast<float>(o.eps);

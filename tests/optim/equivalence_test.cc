@@ -288,3 +288,40 @@ TEST_CASE("gradients reported in a different order on each rank still reduce buc
     CHECK(hidden_no_overlap[r] == 0.0);
   }
 }
+
+TEST_CASE("ranks with diverging accumulation steps or learning rates fail with MismatchError naming it") {
+  for (int variant = 0; variant < 3; ++variant) {
+    auto store = make_memory_store();
+    std::vector<std::string> what(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          CommunicatorOptions co;
+          co.timeout = std::chrono::milliseconds(10000);
+          auto comm = Communicator::create(store, "diverge/" + std::to_string(variant) + "/", r, 2, co);
+          DistributedOptimizerOptions o;
+          o.comm = comm;
+          o.fp16_compression = variant == 2;
+          if (variant == 0 && r == 1) o.accumulation_steps = 2;
+          if (variant >= 1 && r == 1) o.scaling.base_lr = 0.2;
+          DistributedOptimizer opt(o);
+          std::vector<float> w(8, 1.0f), g(8, 0.5f);
+          opt.add_parameter("w", w.data(), g.data(), w.size());
+          for (int pass = 0; pass < opt.accumulation_steps() - 1; ++pass) opt.backward_done();
+          opt.step();
+          what[r] = "no error";
+        } catch (const MismatchError& e) {
+          what[r] = e.what();
+        } catch (const std::exception& e) {
+          what[r] = std::string("other: ") + e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      INFO("variant " << variant << " rank " << r << ": " << what[r]);
+      CHECK_THAT(what[r], Catch::Contains(variant == 0 ? "accumulation passes" : "learning rate"));
+    }
+  }
+}
