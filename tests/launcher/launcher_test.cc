@@ -90,6 +90,9 @@ TEST_CASE("edl-run options: PROGRAM and its own flags are passed through", "[lau
   CHECK(parse_fails({"--elastic", "-np", "1", "--reset-limit", "-1", "p"}));
   CHECK(parse_fails({"-np", "1", "--store", "http://x:1", "p"}));
   CHECK(parse_fails({"-np"}));
+  CHECK(parse_fails({"-np", "1", "--hostname", "bad host", "p"}));
+  CHECK(parse_fails({"-np", "1", "--hostname", "a:b", "p"}));
+  CHECK(parse_fails({"-np", "1", "--job-id", "a/b", "p"}));
 }
 
 TEST_CASE("edl-run discovery output parsing", "[launcher]") {

@@ -140,6 +140,12 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   if (L.discovery_interval_ms < 10) throw UsageError("--discovery-interval-ms must be at least 10");
   if (!(L.grace_s >= 0)) throw UsageError("--grace-period must not be negative");
   if (!(L.rendezvous_timeout_s > 0)) throw UsageError("--rendezvous-timeout must be positive");
+  if (L.hostname.empty() || L.hostname.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                         "0123456789.-_@") != std::string::npos)
+    throw UsageError("--hostname '" + L.hostname + "' may only contain letters, digits and . - _ @ "
+                     "(it becomes part of the worker ids)");
+  if (!L.job_id.empty() && L.job_id.find_first_of(" \t\n/") != std::string::npos)
+    throw UsageError("--job-id '" + L.job_id + "' must not contain whitespace or '/'");
   if (L.store_port < 0 || L.store_port > 65535) throw UsageError("--store-port must be in 0..65535");
   if (!L.store_url.empty() && L.store_url.rfind("redis://", 0) != 0 && L.store_url.rfind("tcp://", 0) != 0)
     throw UsageError("--store '" + L.store_url + "' must be redis://HOST:PORT or tcp://HOST:PORT");
