@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       "min-bytes", "smallest message", cxxopts::value<size_t>()->default_value("4096"))(
       "max-bytes", "largest message", cxxopts::value<size_t>()->default_value(std::to_string(256u << 20)))(
       "factor", "size step factor", cxxopts::value<size_t>()->default_value("4"))(
-      "iters", "timed iterations per size (0 = auto: ~256 MiB of traffic, 3..200)",
+      "iters", "timed iterations per size (0 = auto: ~256 MiB of traffic, 5..200)",
       cxxopts::value<int>()->default_value("0"))("warmup", "untimed runs per size", cxxopts::value<int>()->default_value("2"))(
       "impl", "comma list of edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
       cxxopts::value<std::string>()->default_value("edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling"))(
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
       const size_t count = bytes / sizeof(float);
       std::vector<float> buf(count);
       int iters = args["iters"].as<int>();
-      if (iters <= 0) iters = static_cast<int>(std::max<size_t>(3, std::min<size_t>(200, (256u << 20) / bytes)));
+      if (iters <= 0) iters = static_cast<int>(std::max<size_t>(5, std::min<size_t>(200, (256u << 20) / bytes)));
       const int warmup = args["warmup"].as<int>();
       std::vector<std::pair<std::string, std::function<void()>>> runs;
       if (want("edl"))

@@ -2,6 +2,8 @@
 //   unfused  one blocking allreduce per tensor (EDL communicator, no engine),
 //   fused    every tensor through the background engine (edl::allreduce_async by name, then wait),
 //   single   one allreduce of one buffer of the same total size (the ideal).
+// Informational rows: fused_direct (the fused zero-copy allreduce called on the communicator,
+// without the engine) and unfused_engine (the engine with fusion off: one collective per tensor).
 // Gradient sets (float32, real per-tensor shapes, listed in docs/collectives.md):
 //   resnet50     Keras applications ResNet50 with a 10-class head: 214 tensors, 23,555,082 floats
 //   mobilenetv2  torchvision MobileNetV2(num_classes=10): 158 tensors, 2,236,682 floats
@@ -102,6 +104,10 @@ int main(int argc, char** argv) {
     edl::init();
     const int rank = edl::rank(), n = edl::size();
     auto comm = collective::make_world_communicator("fusion_bench");
+    // Informational: the same background engine with fusion switched off (EDL_FUSION_THRESHOLD=0).
+    collective::EngineOptions no_fusion;
+    no_fusion.fusion_threshold_bytes = 0;
+    collective::Engine unfused_engine(collective::make_world_communicator("fusion_bench_nofusion"), no_fusion);
     JsonRows json(rank == 0 ? args["json"].as<std::string>() : "");
     Table table({"model", "ranks", "mode", "tensors", "MB", "time_ms", "vs_single", "wrong"});
     if (rank == 0) table.header();
@@ -134,15 +140,23 @@ int main(int argc, char** argv) {
       std::vector<collective::Span> spans;
       for (auto& t : ts) spans.push_back({t.data(), t.size() * sizeof(float)});
       auto spans_direct = [&] { comm->allreduce_spans(spans, DataType::kFloat32, ReduceOp::kSum); };
+      auto unfused_eng = [&] {
+        std::vector<Handle> hs;
+        hs.reserve(ts.size());
+        for (size_t k = ts.size(); k-- > 0;)
+          hs.push_back(unfused_engine.allreduce(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]));
+        for (auto& h : hs) h.wait();
+      };
       auto one = [&] { comm->allreduce(single[0].data(), total, DataType::kFloat32, ReduceOp::kSum); };
 
       double single_ms = 0;
-      for (const char* mode : {"single", "unfused", "fused", "fused_direct"}) {
+      for (const char* mode : {"single", "unfused", "fused", "fused_direct", "unfused_engine"}) {
         const std::string md = mode;
         auto& bufs = md == "single" ? single : ts;
         auto op = md == "single"    ? std::function<void()>(one)
                   : md == "unfused" ? std::function<void()>(unfused)
                   : md == "fused_direct"   ? std::function<void()>(spans_direct)
+                  : md == "unfused_engine" ? std::function<void()>(unfused_eng)
                                     : std::function<void()>(fused);
         std::vector<double> times;
         int64_t wrong = 0;
@@ -173,6 +187,7 @@ int main(int argc, char** argv) {
       }
     }
     comm->barrier();
+    unfused_engine.stop();
     comm.reset();
     edl::shutdown();
   } catch (const std::exception& e) {
