@@ -170,49 +170,15 @@ void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradRea
   const int nt = clamp_threads(threads, is.n);
   const float* w = weight_.value.data();
   const size_t wcount = weight_.count();
+  const bool winograd_dx = dx != nullptr && use_winograd();
 
-  // 1. Weight gradient: dW[k*k*ci, co] = sum over pixels of im2col(in)^T * dout.
   if (static_cast<int>(dw_partial_.size()) < nt) dw_partial_.resize(nt);
   for (int t = 0; t < nt; ++t) dw_partial_[t].resize(wcount);
-  const int block = is_pointwise() ? 1 : std::max(1, static_cast<int>(kIm2colBytes / (sizeof(float) * rows * krow)));
-  prepare_scratch(nt, is_pointwise() ? 0 : block * rows * krow);
-  run_chunks(nt, is.n, [&](int tid, int b, int e) {
-    float* dw = dw_partial_[tid].data();
-    if (is_pointwise()) {
-      gemm(Trans::kYes, Trans::kNo, ci, co, static_cast<int>((e - b) * rows), in.image(b), ci, dout.image(b), co,
-           dw, co, false);
-      return;
-    }
-    float* col = scratch_[tid].data();
-    for (int i = b; i < e; i += block) {
-      int nb = std::min(block, e - i);
-      for (int j = 0; j < nb; ++j) im2col(in.image(i + j), is, col + j * rows * krow);
-      gemm(Trans::kYes, Trans::kNo, static_cast<int>(krow), co, static_cast<int>(nb * rows), col,
-           static_cast<int>(krow), dout.image(i), co, dw, co, i != b);
-    }
-  });
-  float* g = weight_.grad.data();
-  std::memcpy(g, dw_partial_[0].data(), sizeof(float) * wcount);
-  for (int t = 1; t < nt; ++t) {
-    const float* p = dw_partial_[t].data();
-    for (size_t e = 0; e < wcount; ++e) g[e] += p[e];
-  }
-  if (ready) ready(weight_.index);
-  if (dx == nullptr) return;
-
-  // 2. Input gradient.
-  dx->reshape(is);
-  if (is_pointwise()) {
-    const int pblock = block_images(is);
-    run_chunks(nt, is.n, [&](int tid, int b, int e) {
-      for (int i = b; i < e; i += pblock) {
-        int nb = std::min(pblock, e - i);
-        gemm(Trans::kNo, Trans::kYes, static_cast<int>(nb * rows), ci, co, dout.image(i), co, w, co, dx->image(i), ci,
-             false);
-        if (dx_hook) dx_hook(tid, i, i + nb);
-      }
-    });
-  } else if (use_winograd()) {
+  const int block = is_pointwise() ? block_images(is)
+                                   : std::max(1, static_cast<int>(kIm2colBytes / (sizeof(float) * rows * krow)));
+  const int wblock = block_images(is);
+  size_t scratch = is_pointwise() ? 0 : block * rows * krow;
+  if (winograd_dx) {
     // dx = conv3x3(dout, weight rotated by 180 degrees with ci and co swapped).
     flipped_.resize(wcount);
     for (int ky = 0; ky < 3; ++ky)
@@ -223,19 +189,44 @@ void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradRea
                 w[((static_cast<size_t>(2 - ky) * 3 + (2 - kx)) * ci + a) * co + o];
     winograd_weight_t_.resize(16 * static_cast<size_t>(ci) * co);
     winograd::transform_weight(flipped_.data(), co, ci, winograd_weight_t_.data());
-    const int wblock = block_images(is);
-    prepare_scratch(nt, winograd::scratch_floats(wblock, is.h, is.w, co, ci));
-    run_chunks(nt, is.n, [&](int tid, int b, int e) {
-      for (int i = b; i < e; i += wblock) {
-        int nb = std::min(wblock, e - i);
-        winograd::conv3x3(dout.image(i), nb, is.h, is.w, co, ci, winograd_weight_t_.data(), dx->image(i),
-                          scratch_[tid].data());
+    scratch = std::max(scratch, winograd::scratch_floats(wblock, is.h, is.w, co, ci));
+  }
+  prepare_scratch(nt, scratch);
+  if (dx != nullptr) dx->reshape(is);
+
+  // One parallel region per backward: each thread sums the weight gradient of its images, then
+  // writes their input gradient.
+  run_chunks(nt, is.n, [&](int tid, int b, int e) {
+    float* dw = dw_partial_[tid].data();
+    float* col = scratch_[tid].data();
+    // 1. Weight gradient: dW[k*k*ci, co] = sum over pixels of im2col(in)^T * dout.
+    if (is_pointwise()) {
+      gemm(Trans::kYes, Trans::kNo, ci, co, static_cast<int>((e - b) * rows), in.image(b), ci, dout.image(b), co,
+           dw, co, false);
+    } else {
+      for (int i = b; i < e; i += block) {
+        int nb = std::min(block, e - i);
+        for (int j = 0; j < nb; ++j) im2col(in.image(i + j), is, col + j * rows * krow);
+        gemm(Trans::kYes, Trans::kNo, static_cast<int>(krow), co, static_cast<int>(nb * rows), col,
+             static_cast<int>(krow), dout.image(i), co, dw, co, i != b);
+      }
+    }
+    if (dx == nullptr) return;
+    // 2. Input gradient.
+    if (is_pointwise()) {
+      for (int i = b; i < e; i += block) {
+        int nb = std::min(block, e - i);
+        gemm(Trans::kNo, Trans::kYes, static_cast<int>(nb * rows), ci, co, dout.image(i), co, w, co, dx->image(i), ci,
+             false);
         if (dx_hook) dx_hook(tid, i, i + nb);
       }
-    });
-  } else {
-    run_chunks(nt, is.n, [&](int tid, int b, int e) {
-      float* col = scratch_[tid].data();
+    } else if (winograd_dx) {
+      for (int i = b; i < e; i += wblock) {
+        int nb = std::min(wblock, e - i);
+        winograd::conv3x3(dout.image(i), nb, is.h, is.w, co, ci, winograd_weight_t_.data(), dx->image(i), col);
+        if (dx_hook) dx_hook(tid, i, i + nb);
+      }
+    } else {
       for (int i = b; i < e; i += block) {
         int nb = std::min(block, e - i);
         gemm(Trans::kNo, Trans::kYes, static_cast<int>(nb * rows), static_cast<int>(krow), co, dout.image(i), co,
@@ -243,8 +234,15 @@ void Conv2d::backward(const Tensor& dout, Tensor* dx, int threads, const GradRea
         for (int j = 0; j < nb; ++j) col2im(col + j * rows * krow, is, dx->image(i + j));
         if (dx_hook) dx_hook(tid, i, i + nb);
       }
-    });
+    }
+  });
+  float* g = weight_.grad.data();
+  std::memcpy(g, dw_partial_[0].data(), sizeof(float) * wcount);
+  for (int t = 1; t < nt; ++t) {
+    const float* p = dw_partial_[t].data();
+    for (size_t e = 0; e < wcount; ++e) g[e] += p[e];
   }
+  if (ready) ready(weight_.index);
 }
 
 }  // namespace edl::models

@@ -42,8 +42,9 @@ class Conv2d {
 
   // out_hook, when set, runs on the worker threads after each block of output images is written.
   const Tensor& forward(const Tensor& in, int threads, const BlockHook& out_hook = {});
-  // Writes weight().grad, calls ready(weight().index), then, when dx is not null, writes the input
-  // gradient into *dx (reshaped to the input's shape), calling dx_hook after each block of images.
+  // Writes weight().grad and, when dx is not null, the input gradient into *dx (reshaped to the
+  // input's shape), calling dx_hook after each block of images; then calls ready(weight().index).
+  // Both gradients are computed in one parallel region (one barrier per layer).
   void backward(const Tensor& dout, Tensor* dx, int threads, const GradReadyFn& ready,
                 const BlockHook& dx_hook = {});
 
