@@ -6,6 +6,10 @@
 // Every batch is checked against the dataset (labels and a pixel per record): the "wrong" column.
 //   mode prefetch  Prefetcher (background thread, bounded queue) — what training loops use
 //   mode inline    assemble_batch on the training thread (no overlap possible)
+// A second table: the shard dispatcher's own cost per training step and per commit (next() / save())
+// over the in-memory store and the embedded TCP store, 4 workers in lockstep (threads), 1 commit per
+// step (EDL_COMMIT_EVERY=1, the default) — rows {"bench":"dispatcher","store","workers",
+// "us_per_next","us_per_commit","wrong"}.
 //   mode shard-loader  ShardLoader: the elastic shard dispatcher (memory store, 1 worker, 512 records per
 //                  shard) + prefetching — the full path of an elastic training loop
 #include <sched.h>
@@ -17,16 +21,20 @@
 #include "common/bench_util.h"
 #include "data/random.h"
 #include "edl/data.h"
+#include "edl/store_server.h"
 
 using namespace edl;
 using namespace edl::bench;
 
 namespace {
 
+cpu_set_t g_original_cpus;
+
 int pin_to_one_core() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  g_original_cpus = set;
   int cpu = -1;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) {
@@ -100,6 +108,49 @@ Result run_epoch(const std::shared_ptr<data::Dataset>& ds, const data::BatchOpti
   return {images / dt, wrong};
 }
 
+struct DispatcherCost {
+  double us_per_next = 0, us_per_commit = 0;
+  size_t wrong = 0;
+};
+
+// `workers` generators on one store; every step each calls next() (timed) then save() (timed).
+DispatcherCost dispatcher_cost(std::shared_ptr<Store> store, int workers) {
+  const uint64_t N = 60000;
+  std::vector<std::unique_ptr<data::ShardGenerator>> gens;
+  for (int w = 0; w < workers; ++w) {
+    data::ShardOptions o;
+    o.records = N;
+    o.records_per_shard = 512;
+    o.batch_size = 64;
+    o.epochs = 1;
+    o.worker_id = "w" + std::to_string(w);
+    gens.push_back(std::make_unique<data::ShardGenerator>(store, o));
+  }
+  std::vector<uint8_t> seen(N, 0);
+  double t_next = 0, t_commit = 0;
+  size_t nexts = 0, commits = 0, wrong = 0;
+  for (;;) {
+    bool end = false;
+    for (auto& g : gens) {
+      double t0 = now_s();
+      data::StepRecords s = g->next();
+      t_next += now_s() - t0;
+      ++nexts;
+      end = s.end_of_data;
+      for (uint64_t r : s.records) wrong += seen[r]++ != 0;
+    }
+    if (end) break;
+    for (auto& g : gens) {
+      double t0 = now_s();
+      g->save();
+      t_commit += now_s() - t0;
+      ++commits;
+    }
+  }
+  for (uint8_t c : seen) wrong += c != 1;
+  return {t_next / nexts * 1e6, t_commit / commits * 1e6, wrong};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +209,20 @@ int main(int argc, char** argv) {
                   {"images_per_s", rate}, {"cores", 1}, {"wrong", wrong}});
       failures += wrong != 0;
     }
+  }
+  std::printf("\nshard dispatcher cost per step (one epoch of 60000 records, 512 per shard, batch 64, 4 workers;"
+              " not pinned)\n");
+  Table dt({"store", "workers", "us/next", "us/commit", "wrong"}, 14);
+  dt.header();
+  sched_setaffinity(0, sizeof g_original_cpus, &g_original_cpus);  // the store server gets its own core
+  StoreServer server;
+  for (std::string kind : {"memory", "tcp"}) {
+    auto store = kind == "memory" ? make_memory_store() : connect_store(server.url());
+    DispatcherCost c = dispatcher_cost(make_prefix_store(store, "bench/data/"), 4);
+    dt.row({kind, "4", fmt(c.us_per_next, 1), fmt(c.us_per_commit, 1), std::to_string(c.wrong)});
+    json.write({{"bench", "dispatcher"}, {"store", kind}, {"workers", 4}, {"us_per_next", c.us_per_next},
+                {"us_per_commit", c.us_per_commit}, {"wrong", c.wrong}});
+    failures += c.wrong != 0;
   }
   return failures == 0 ? 0 : 1;
 }

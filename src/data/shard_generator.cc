@@ -284,17 +284,21 @@ std::string ShardGenerator::save() {
   t.step = s.step;
   t.offsets.resize(s.shards);
   for (uint64_t k = 0; k < s.shards; ++k) t.offsets[k] = s.offset_at(k, s.step);
-  std::ostringstream out;
-  out << kSnapshotMagic << " records=" << s.o.records << " rps=" << s.o.records_per_shard << " seed=" << s.o.seed
-      << " shuffle=" << (s.o.shuffle_records ? 1 : 0) << " epoch=" << t.epoch << " step=" << t.step << " offsets=";
+  std::string out = std::string(kSnapshotMagic) + " records=" + std::to_string(s.o.records) +
+                    " rps=" + std::to_string(s.o.records_per_shard) + " seed=" + std::to_string(s.o.seed) +
+                    " shuffle=" + (s.o.shuffle_records ? "1" : "0") + " epoch=" + std::to_string(t.epoch) +
+                    " step=" + std::to_string(t.step) + " offsets=";
   bool first = true;
   for (uint64_t k = 0; k < s.shards; ++k) {
     if (t.offsets[k] == 0) continue;
-    out << (first ? "" : ",") << k << ":" << t.offsets[k];
+    if (!first) out += ',';
+    out += std::to_string(k);
+    out += ':';
+    out += std::to_string(t.offsets[k]);
     first = false;
   }
   s.committed = std::move(t);
-  return out.str();
+  return out;
 }
 
 void ShardGenerator::load(const std::string& snapshot) {
