@@ -98,13 +98,19 @@ struct Compute {
   }
 };
 
+// Milliseconds per GEMM on an undisturbed core: the fastest of several short runs (the machine is
+// shared; the slowest runs measure other people's jobs, not this kernel).
 double calibrate_gemm_ms() {
   Compute c;
   c.run(200);
-  long reps = 2000;
-  double t0 = edl::bench::now_s();
-  c.run(reps);
-  return (edl::bench::now_s() - t0) * 1e3 / reps;
+  const long reps = 500;
+  double best = 1e9;
+  for (int i = 0; i < 9; ++i) {
+    double t0 = edl::bench::now_s();
+    c.run(reps);
+    best = std::min(best, (edl::bench::now_s() - t0) * 1e3 / reps);
+  }
+  return best;
 }
 
 float grad_value(size_t i) { return 0.001f * static_cast<float>((i * 37) % 101) - 0.05f; }
