@@ -328,3 +328,9 @@ TEST_CASE("without edl::init the convenience constructor uses a private store", 
     for (uint64_t r : s.records) ++count[r];
   for (int c : count) CHECK(c == 1);
 }
+
+TEST_CASE("the convenience constructor refuses to run before edl::init in a launched process", "[data][shards]") {
+  setenv("EDL_STORE", "tcp://127.0.0.1:1", 1);
+  CHECK_THROWS_WITH(ShardGenerator(opts(40, 10, 8)), Contains("after edl::init()"));
+  unsetenv("EDL_STORE");
+}

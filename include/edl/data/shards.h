@@ -64,7 +64,8 @@ class EDL_API ShardGenerator : public elastic::Stateful {
  public:
   // Uses `store` (all workers of the job must pass the same store; keys live under options.name).
   ShardGenerator(std::shared_ptr<Store> store, ShardOptions options);
-  // Uses the job's store (edl::init()); in a world without a launcher, a private in-memory store.
+  // Uses the job's store; call it after edl::init() (InvalidArgument before, in a launched process).
+  // In a world without a launcher: a private in-memory store.
   explicit ShardGenerator(ShardOptions options);
   ~ShardGenerator() override;
 
