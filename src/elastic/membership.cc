@@ -512,30 +512,35 @@ std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
 void Membership::decide_first(uint64_t round) {
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
   std::optional<std::string> cur = store_->get(keys_.count(round));
-  while (parse_i64(cur) < opt_.min_np) {
+  for (;;) {
+    while (parse_i64(cur) < opt_.min_np && Clock::now() < deadline)
+      cur = store_->wait_change(keys_.count(round), cur, left_until(deadline));
+    while (opt_.max_np == 0 || parse_i64(cur) < opt_.max_np) {
+      auto next = store_->wait_change(keys_.count(round), cur, opt_.start_window);
+      if (next == cur) break;
+      cur = next;
+    }
+    auto live = live_workers();
+    std::set<std::string> alive(live.begin(), live.end());
+    std::vector<Member> members;
+    for (const auto& a : arrivals(round)) {
+      if (!alive.count(a.id)) continue;  // arrived, then died before the decision
+      if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
+      members.push_back(Member{a.id, a.host});
+    }
+    if (static_cast<int>(members.size()) >= opt_.min_np) {
+      publish(round, members, "");
+      return;
+    }
     if (Clock::now() >= deadline) {
       publish(round, {},
-              "only " + std::to_string(parse_i64(cur)) + " worker(s) joined within " +
+              "only " + std::to_string(members.size()) + " worker(s) joined within " +
                   std::to_string(opt_.rendezvous_timeout.count()) + " ms, below the minimum of " +
                   std::to_string(opt_.min_np) + " (EDL_MIN_NP / --min-np)");
       return;
     }
-    cur = store_->wait_change(keys_.count(round), cur, left_until(deadline));
+    cur = store_->wait_change(keys_.count(round), cur, std::min(left_until(deadline), opt_.lease));
   }
-  while (opt_.max_np == 0 || parse_i64(cur) < opt_.max_np) {
-    auto next = store_->wait_change(keys_.count(round), cur, opt_.start_window);
-    if (next == cur) break;
-    cur = next;
-  }
-  auto live = live_workers();
-  std::set<std::string> alive(live.begin(), live.end());
-  std::vector<Member> members;
-  for (const auto& a : arrivals(round)) {
-    if (!alive.count(a.id)) continue;
-    if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-    members.push_back(Member{a.id, a.host});
-  }
-  publish(round, members, "");
 }
 
 // Later rounds: the survivors of the previous generation (order kept) + newcomers in arrival order.

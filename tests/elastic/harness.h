@@ -83,8 +83,8 @@ struct Cluster {
     m.job_id = job;
     m.min_np = min_np;
     m.max_np = max_np;
-    m.heartbeat = 40ms;
-    m.lease = 300ms;
+    m.heartbeat = 100ms;  // short enough for quick tests, long enough not to evict a thread that
+    m.lease = 1000ms;     // a loaded 2-core machine leaves unscheduled for a few hundred ms
     m.rendezvous_timeout = 1500ms;
     m.grace = 1000ms;
     m.start_window = 150ms;
@@ -105,7 +105,7 @@ struct Cluster {
     o.membership.fault = [this, i](const std::string& point) {
       if (on_point) on_point(i, worker(i), point);
     };
-    workers.push_back(std::make_unique<Worker>(store, o, local_group_factory(2000ms, 1000ms)));
+    workers.push_back(std::make_unique<Worker>(store, o, local_group_factory(5000ms, 3000ms)));
     outcomes.emplace_back();
     Worker* w = workers.back().get();
     threads.emplace_back([this, i, w] { body(i, *w); });

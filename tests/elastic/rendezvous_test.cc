@@ -23,8 +23,8 @@ MembershipOptions opts(const std::string& job, const std::string& id, int min_np
   o.hostname = id.size() % 2 ? "hostA" : "hostB";
   o.min_np = min_np;
   o.max_np = max_np;
-  o.heartbeat = 40ms;
-  o.lease = 300ms;
+  o.heartbeat = 100ms;
+  o.lease = 1000ms;  // a loaded 2-core machine can leave a thread unscheduled for a few hundred ms
   o.rendezvous_timeout = 1000ms;
   o.grace = 5000ms;  // long: a test that finishes fast proves the dead were dropped by the heartbeat rule
   o.start_window = 100ms;
@@ -164,7 +164,7 @@ TEST_CASE("a silent member (no heartbeat) is reported as a failure to the others
   auto fut = reason.get_future();
   REQUIRE(fut.wait_for(2s) == std::future_status::ready);
   CHECK_THAT(fut.get(), Catch::Contains("worker b") && Catch::Contains("lease expired"));
-  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);  // lease 300 ms + a heartbeat or two (+ load slack)
+  CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);  // lease 1 s + a heartbeat or two (+ load slack)
   CHECK(store->get("j5/g1/abort").has_value());           // the others learn through the abort key
   a.unwatch();
 }
