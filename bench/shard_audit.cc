@@ -181,6 +181,7 @@ Audit run_processes(const cxxopts::ParseResult& a, const std::string& self) {
                                    "--batch", std::to_string(a["batch"].as<uint64_t>()),
                                    "--epochs", std::to_string(epochs), "--seed", std::to_string(a["seed"].as<uint64_t>()),
                                    "--step-ms", std::to_string(a["step-ms"].as<int>())};
+  if (!a["store"].as<std::string>().empty()) argv.insert(argv.begin() + 1, {"--store", a["store"].as<std::string>()});
   if (a.count("negative-control")) argv.push_back("--negative-control");
   std::printf("shard_audit: %s (workdir %s, log %s/edl-run.log)\n", edl_run.c_str(), dir.c_str(), dir.c_str());
   std::vector<int> events_in_epoch(epochs + 1, 0);
@@ -353,6 +354,8 @@ int main(int argc, char** argv) {
       "step-ms", "simulated compute per step (processes)", cxxopts::value<int>()->default_value("15"))(
       "seed", "seed of the events and the shuffle", cxxopts::value<uint64_t>()->default_value("1"))(
       "timeout-s", "give up after this long (processes)", cxxopts::value<int>()->default_value("300"))(
+      "store", "processes: external store for edl-run (redis://HOST:PORT); default: edl-run's embedded store",
+      cxxopts::value<std::string>()->default_value(""))(
       "job-restarts", "processes: whole-job crashes (kill -9 of edl-run and all workers) in mid-run, each "
                       "followed by a new edl-run resuming from EDL_CHECKPOINT_DIR",
       cxxopts::value<int>()->default_value("1"))(
