@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       "chunk-kib", "EDL ring chunk (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
       "eager-kib", "EDL eager limit (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "spin-us", "EDL spin before blocking (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
+      "window-mib", "EDL ring window (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
       "h,help", "help");
   auto args = opts.parse(argc, argv);
   if (args.count("help")) {
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
     collective::AlgorithmTuning tuning = comm->tuning();
     if (args["chunk-kib"].as<size_t>() > 0) tuning.chunk_bytes = args["chunk-kib"].as<size_t>() << 10;
     if (args["eager-kib"].as<long>() >= 0) tuning.eager_bytes = static_cast<size_t>(args["eager-kib"].as<long>()) << 10;
+    if (args["window-mib"].as<size_t>() > 0) tuning.window_bytes = args["window-mib"].as<size_t>() << 20;
     if (args["spin-us"].as<long>() >= 0) tuning.spin = std::chrono::microseconds(args["spin-us"].as<long>());
     comm->set_tuning(tuning);
     const std::string impls = "," + args["impl"].as<std::string>() + ",";

@@ -38,7 +38,8 @@ struct Span {
 // Tunables of the algorithms (defaults are what the benchmarks in docs/collectives.md measured).
 struct AlgorithmTuning {
   size_t eager_bytes = 64 << 10;       // allreduce payloads up to this go with the header (direct exchange)
-  size_t chunk_bytes = 2 << 20;        // ring pipelining unit
+  size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
+  size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
 };
 
@@ -99,6 +100,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   void drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what);
   void run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what);
   void ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  void ring_window(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
   void shutdown_sockets();
 
   int rank_;

@@ -124,6 +124,7 @@ TEST_CASE("allreduce: small chunks exercise the ring pipeline across many chunks
     auto t = comm.tuning();
     t.chunk_bytes = 4096;
     t.eager_bytes = 0;
+    t.window_bytes = 40000;  // 50001 floats run as several consecutive rings
     comm.set_tuning(t);
     for (size_t count : {1ul, 2ul, 3ul, 4ul, 7ul, 3001ul, 50001ul}) {
       std::vector<float> v(count);
@@ -141,6 +142,7 @@ TEST_CASE("allreduce_spans: a fused allreduce over many tensors equals per-tenso
       auto t = comm.tuning();
       t.eager_bytes = eager;
       t.chunk_bytes = 1000 * 4;
+      t.window_bytes = 3000 * 4;  // windows cut through tensors
       comm.set_tuning(t);
       std::vector<std::vector<float>> tensors;
       std::vector<collective::Span> spans;
