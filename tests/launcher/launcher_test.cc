@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -206,8 +207,8 @@ TEST_CASE("edl-run: SIGINT and SIGTERM are forwarded to every worker", "[launche
 }
 
 TEST_CASE("edl-run: workers ignoring SIGTERM are killed after the grace period", "[launcher]") {
-  std::string pidfile = "/tmp/edl-run-test-pids-" + std::to_string(getpid());
-  Launch l({"-np", "2", "--grace-period", "0.3", "--pid-file", pidfile, kHelper, "ignore-term"});
+  Launch l({"-np", "2", "--grace-period", "0.3", "--pid-file", "pids", kHelper, "ignore-term"});
+  std::string pidfile = l.dir() + "/pids";
   REQUIRE(l.wait_for([](const std::string& out, const std::string&) { return count_of(out, "ready") == 2; }, 20s));
   auto pids = lines_of(edl::test::read_file(pidfile));
   CHECK(pids.size() == 2);
@@ -221,7 +222,6 @@ TEST_CASE("edl-run: workers ignoring SIGTERM are killed after the grace period",
     pid_t p = std::stoi(line.substr(line.find(' ') + 1));
     CHECK(kill(p, 0) != 0);
   }
-  unlink(pidfile.c_str());
 }
 
 // --- elastic mode ---------------------------------------------------------------------------------
@@ -282,6 +282,13 @@ TEST_CASE("edl-run elastic: the discovery script adds and removes local slots", 
   char tmpl[] = "/tmp/edl-disc-XXXXXX";
   REQUIRE(mkdtemp(tmpl));
   std::string dir = tmpl, hosts = dir + "/hosts";
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);  // also when a REQUIRE failed
+    }
+  } cleanup{dir};
   auto write_hosts = [&](const std::string& text) {
     std::ofstream(hosts + ".tmp") << text;
     std::rename((hosts + ".tmp").c_str(), hosts.c_str());
@@ -314,8 +321,6 @@ TEST_CASE("edl-run elastic: the discovery script adds and removes local slots", 
     CHECK(r.code == 128 + SIGTERM);
     CHECK(count_of(r.err, "event=left slot=0") == 1);
   }
-  std::remove(hosts.c_str());
-  rmdir(dir.c_str());
 }
 
 TEST_CASE("edl-run elastic: fewer than --min-np live workers past the timeout fails the job", "[launcher][elastic]") {
@@ -329,12 +334,11 @@ TEST_CASE("edl-run elastic: fewer than --min-np live workers past the timeout fa
 
 TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced and training completes",
           "[launcher][elastic]") {
-  std::string pidfile = "/tmp/edl-run-test-epids-" + std::to_string(getpid());
-  Launch l({"--min-np", "2", "--max-np", "3", "-np", "3", "--pid-file", pidfile, "--grace-period", "3", kHelper,
+  Launch l({"--min-np", "2", "--max-np", "3", "-np", "3", "--pid-file", "pids", "--grace-period", "3", kHelper,
             "elastic-train", "150", "10"});
   REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return count_of(err, "event=generation") >= 1; },
                      30s));
-  auto pids = lines_of(edl::test::read_file(pidfile));
+  auto pids = lines_of(edl::test::read_file(l.dir() + "/pids"));
   REQUIRE(pids.size() == 3);
   std::istringstream first(pids[1]);
   int slot = 0;
@@ -355,7 +359,6 @@ TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced an
   }
   CHECK(finals.size() == 1);
   CHECK(count_of(r.out, "] done 150 ") >= 2);
-  unlink(pidfile.c_str());
 }
 
 TEST_CASE("edl-run elastic: two launchers on one redis store form one job", "[launcher][elastic][redis]") {

@@ -59,6 +59,7 @@ Launch::Launch(const std::vector<std::string>& args, const std::vector<std::stri
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    if (chdir(dir_.c_str()) != 0) _exit(1);  // relative paths (e.g. --pid-file pids) land in dir()
     int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(o, 1);

@@ -1,5 +1,6 @@
-// Test helper: runs the real edl-run binary in the background with its output in temp files;
-// every wait is bounded and the process (group) is SIGKILLed when the object dies.
+// Test helper: runs the real edl-run binary in the background, in a temp dir that also holds its
+// output files; every wait is bounded, the process (group) is SIGKILLed and the dir removed when
+// the object dies.
 #pragma once
 
 #include <sys/types.h>
