@@ -121,6 +121,8 @@ class MemoryStore final : public Store {
   }
 
   void set_lease(const std::string& key, const std::string& value, std::chrono::milliseconds ttl) override {
+    EDL_CHECK(ttl.count() > 0, InvalidArgument,
+              "store set_lease: ttl of key '" + key + "' must be positive, got " + std::to_string(ttl.count()) + " ms");
     std::lock_guard<std::mutex> lock(mu_);
     data_[key] = Entry{value, Clock::now() + ttl};
     cv_.notify_all();

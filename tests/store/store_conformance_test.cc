@@ -232,8 +232,7 @@ TEMPLATE_TEST_CASE("store: lease expiry deletes the key and wakes a waiter", "[s
   TestType b;
   if (!b.available()) return;
   auto s = b.connect();
-  if (std::string(TestType::name) != "memory")  // the memory store (src/elastic/memory_store.cc) accepts ttl 0
-    CHECK_THROWS_AS(s->set_lease("bad", "v", 0ms), edl::InvalidArgument);
+  CHECK_THROWS_AS(s->set_lease("bad", "v", 0ms), edl::InvalidArgument);
   s->set_lease("alive", "w1", 600ms);
   CHECK(s->get("alive") == std::optional<std::string>("w1"));
   // Refreshing keeps it alive past the first ttl.
