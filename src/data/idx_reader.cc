@@ -37,7 +37,10 @@ std::vector<uint32_t> parse_header(const std::string& path, const std::vector<ui
   size_t expected = 1;
   for (uint32_t d = 0; d < ndims; ++d) {
     dims[d] = be32(bytes.data() + 4 + 4 * d);
-    expected *= dims[d];
+    if (d > 0 && dims[d] > 65535)
+      throw DataError(path + ": corrupt IDX header: dimension " + std::to_string(d) + " is " + std::to_string(dims[d]));
+    if (__builtin_mul_overflow(expected, static_cast<size_t>(dims[d]), &expected))
+      throw DataError(path + ": corrupt IDX header: dimensions overflow");
   }
   size_t have = bytes.size() - header;
   if (have < expected)

@@ -222,3 +222,43 @@ TEST_CASE("real Fashion-MNIST smoke read", "[data][reader][fashion-mnist]") {
   for (int j = 0; j < 784; ++j) sum += train->pixels(0)[j];
   CHECK(sum == 76247);
 }
+
+TEST_CASE("randomly corrupted IDX files give DataError or a consistent dataset, never a crash", "[data][reader][bad-input]") {
+  TempDir dir;
+  const auto images = edl::test::idx_images(3, 2, 3, known_pixels());
+  const auto labels = edl::test::idx_labels({4, 0, 9});
+  const auto gz_images = edl::test::gzip_bytes(images);
+  uint64_t state = 12345;
+  auto rnd = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull, state >> 33; };
+  int rejected = 0, accepted = 0;
+  for (int i = 0; i < 400; ++i) {
+    auto img = (i % 2) ? gz_images : images;
+    int edits = 1 + static_cast<int>(rnd() % 3);
+    for (int e = 0; e < edits; ++e) {
+      switch (rnd() % 3) {
+        case 0: img[rnd() % img.size()] ^= static_cast<uint8_t>(1 + rnd() % 255); break;
+        case 1: img.resize(rnd() % img.size()); break;
+        default: img.push_back(static_cast<uint8_t>(rnd())); break;
+      }
+      if (img.empty()) break;
+    }
+    edl::test::write_bytes(dir.file("img"), img);
+    edl::test::write_bytes(dir.file("lab"), labels);
+    try {
+      auto ds = open_idx(dir.file("img"), dir.file("lab"));
+      // Accepted: then it is self-consistent (every record readable, labels in range).
+      REQUIRE(ds->size() == 3);
+      for (size_t r = 0; r < ds->size(); ++r) {
+        REQUIRE(ds->label(r) >= 0);
+        REQUIRE(ds->label(r) < 10);
+        (void)ds->pixels(r)[ds->shape().pixels() - 1];
+      }
+      ++accepted;
+    } catch (const edl::DataError& e) {
+      REQUIRE(std::string(e.what()).find(dir.file("img")) != std::string::npos);
+      ++rejected;
+    }
+  }
+  CHECK(rejected > 300);
+  CHECK(accepted > 0);  // flipped pixel bytes are not detectable in a plain IDX file
+}
