@@ -18,6 +18,9 @@ std::shared_ptr<Dataset> make_synthetic(const SyntheticOptions& o) {
   EDL_CHECK(o.noise >= 0.f && o.noise <= 1.f, InvalidArgument,
             "make_synthetic: noise must be in [0, 1], got " + std::to_string(o.noise));
   const size_t px = o.shape.pixels();
+  EDL_CHECK(px <= (size_t(1) << 24) && o.records <= (size_t(1) << 34) / px, InvalidArgument,
+            "make_synthetic: " + std::to_string(o.records) + " records of " + std::to_string(px) +
+                " pixels exceed the 16 GiB an in-memory synthetic dataset may use");
   std::vector<uint8_t> prototypes(px * o.num_classes);
   detail::Rng proto_rng(detail::mix(o.seed, 0x70726f746full));
   for (auto& p : prototypes) p = static_cast<uint8_t>(proto_rng.below(256));
