@@ -67,12 +67,13 @@ class Simulation {
     for (int i = 0; i < o_.initial_workers; ++i) members_.push_back(make_worker());
     for (auto& w : members_) commit(*w);  // the initial commit of every fresh member (equal states)
     new_generation(false);
+    // Events are spread over the epochs: at most ceil(events / epochs) per epoch, separated by a
+    // random share of an epoch's steps (computed with the current membership).
     const double avg_batch = (o_.min_batch + o_.max_batch) / 2.0;
     const int64_t expected = static_cast<int64_t>(o_.records * o_.epochs / (o_.initial_workers * avg_batch)) + 1;
-    std::vector<int64_t> event_steps;
-    for (int i = 0; i < o_.events; ++i) event_steps.push_back(1 + static_cast<int64_t>(rng_() % (expected * 8 / 10 + 1)));
-    std::sort(event_steps.begin(), event_steps.end());
-    size_t next_event = 0;
+    const int per_epoch = (o_.events + o_.epochs - 1) / o_.epochs;
+    int events_done = 0;
+    int64_t next_event_tick = 0;
     std::vector<int> events_in_epoch(o_.epochs + 1, 0);
     const int64_t max_steps = expected * 20 + 1000;
     int64_t tick = 0;  // steps executed, including rolled back ones
@@ -90,15 +91,19 @@ class Simulation {
       if (end) break;
       const int64_t step = draws[0].step;
       const int64_t epoch = draws[0].epoch;
-      bool event = next_event < event_steps.size() && tick >= event_steps[next_event];
+      const int64_t epoch_steps =
+          static_cast<int64_t>(o_.records / (members_.size() * avg_batch)) + 1;
+      bool event = events_done < o_.events && epoch < o_.epochs && events_in_epoch[epoch] < per_epoch &&
+                   tick >= next_event_tick;
       if (!event) {
         allreduce(draws);
         if ((step + 1) % o_.commit_every == 0)
           for (auto& w : members_) commit(*w);
         continue;
       }
-      ++next_event;
+      ++events_done;
       ++events_in_epoch[std::min<int64_t>(epoch, o_.epochs)];
+      next_event_tick = tick + 1 + static_cast<int64_t>(rng_() % (epoch_steps / (per_epoch + 1) + 1));
       int kind = static_cast<int>(rng_() % 3);
       if (kind == 1 && static_cast<int>(members_.size()) >= o_.max_workers) kind = 0;
       if ((kind == 0 || kind == 2) && members_.size() <= 1) kind = 1;
