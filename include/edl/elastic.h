@@ -20,7 +20,8 @@
 //   - JobError (reset limit reached, fewer than the minimum workers for longer than
 //     EDL_RENDEZVOUS_TIMEOUT_MS) propagates: exit cleanly.
 // run returns when fn returns, when this worker left gracefully (SIGTERM), or when the job finished
-// before this late joiner was admitted. fn must be restartable: it continues from state.step.
+// before this late joiner was admitted (a worker that trained, was evicted and missed the end gets
+// JobError instead: its state is stale). fn must be restartable: it continues from state.step.
 //
 // Thread-safety: run() and notify_batch_end() from the training thread only.
 #pragma once

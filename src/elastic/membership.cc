@@ -249,6 +249,12 @@ void Membership::drain_probe() {
   }
 }
 
+void Membership::heartbeat_now() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (frozen_ || stopped_) return;
+  heartbeat();
+}
+
 void Membership::heartbeat() {
   store_->set_lease(keys_.lease(opt_.worker_id),
                     std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall_ms()) + " " + probe_,
@@ -413,6 +419,7 @@ void Membership::arrive(uint64_t round) {
 
 GenerationView Membership::rendezvous(const GenerationView* previous) {
   start();
+  heartbeat_now();  // arrive with a fresh lease (e.g. back from SIGSTOP, whose lease expired)
   bool member = previous != nullptr;
   uint64_t round = member ? previous->id + 1 : latest_generation() + 1;
   for (;;) {

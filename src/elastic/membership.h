@@ -129,7 +129,8 @@ class EDL_API Membership {
   void check_finished();
 
   void loop();
-  void heartbeat();
+  void heartbeat();      // caller holds mu_ or runs on the lease thread
+  void heartbeat_now();
   void check_peers(const Watch& w);
   void handle_event(const Watch& w);
   void report_failure(uint64_t epoch, const std::string& reason);
@@ -148,7 +149,7 @@ class EDL_API Membership {
   bool stopping_ = false;
   bool frozen_ = false;
   bool stopped_ = false;
-  uint64_t beat_ = 0;
+  std::atomic<uint64_t> beat_{0};
   std::mutex probe_mu_;
   int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
   std::string probe_ = "-";     // "addr:port" published in the lease

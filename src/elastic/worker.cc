@@ -221,6 +221,9 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       }
     }
   } catch (const JobFinished&) {
+    if (view_.id != 0)  // it trained, was evicted (e.g. stopped too long) and missed the end: stale state
+      throw JobError("edl: worker " + opt_.membership.worker_id + " was evicted after generation " +
+                     std::to_string(view_.id) + " and the job finished before it could rejoin; its state is stale");
     EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << ": the job finished before it was admitted";
   }
 }

@@ -178,6 +178,10 @@ struct Cluster {
       if (!first) first = &o;
       CHECK(std::memcmp(o.q.data(), first->q.data(), kParams * sizeof(float)) == 0);
     }
+    for (size_t i = 0; i < outcomes.size(); ++i)
+      if (!outcomes[i].finished)
+        UNSCOPED_INFO("worker " << i << " did not finish: step " << outcomes[i].step << " killed "
+                                << outcomes[i].killed << " error: " << outcomes[i].error);
     CHECK(n == expected_finishers);
   }
 };
