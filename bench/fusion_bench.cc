@@ -2,8 +2,8 @@
 //   unfused  one blocking allreduce per tensor (EDL communicator, no engine),
 //   fused    every tensor through the background engine (edl::allreduce_async by name, then wait),
 //   single   one allreduce of one buffer of the same total size (the ideal).
-// Informational rows: fused_direct (the fused zero-copy allreduce called on the communicator,
-// without the engine) and unfused_engine (the engine with fusion off: one collective per tensor).
+// Informational row: fused_direct (the fused zero-copy allreduce called on the communicator,
+// without the engine). Modes are interleaved per iteration.
 // Gradient sets (float32, real per-tensor shapes, listed in docs/collectives.md):
 //   resnet50     Keras applications ResNet50 with a 10-class head: 214 tensors, 23,555,082 floats
 //   mobilenetv2  torchvision MobileNetV2(num_classes=10): 158 tensors, 2,236,682 floats
@@ -104,10 +104,6 @@ int main(int argc, char** argv) {
     edl::init();
     const int rank = edl::rank(), n = edl::size();
     auto comm = collective::make_world_communicator("fusion_bench");
-    // Informational: the same background engine with fusion switched off (EDL_FUSION_THRESHOLD=0).
-    collective::EngineOptions no_fusion;
-    no_fusion.fusion_threshold_bytes = 0;
-    collective::Engine unfused_engine(collective::make_world_communicator("fusion_bench_nofusion"), no_fusion);
     JsonRows json(rank == 0 ? args["json"].as<std::string>() : "");
     Table table({"model", "ranks", "mode", "tensors", "MB", "time_ms", "vs_single", "wrong"});
     if (rank == 0) table.header();
@@ -140,54 +136,50 @@ int main(int argc, char** argv) {
       std::vector<collective::Span> spans;
       for (auto& t : ts) spans.push_back({t.data(), t.size() * sizeof(float)});
       auto spans_direct = [&] { comm->allreduce_spans(spans, DataType::kFloat32, ReduceOp::kSum); };
-      auto unfused_eng = [&] {
-        std::vector<Handle> hs;
-        hs.reserve(ts.size());
-        for (size_t k = ts.size(); k-- > 0;)
-          hs.push_back(unfused_engine.allreduce(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]));
-        for (auto& h : hs) h.wait();
-      };
       auto one = [&] { comm->allreduce(single[0].data(), total, DataType::kFloat32, ReduceOp::kSum); };
 
-      double single_ms = 0;
-      for (const char* mode : {"single", "unfused", "fused", "fused_direct", "unfused_engine"}) {
-        const std::string md = mode;
-        auto& bufs = md == "single" ? single : ts;
-        auto op = md == "single"    ? std::function<void()>(one)
-                  : md == "unfused" ? std::function<void()>(unfused)
-                  : md == "fused_direct"   ? std::function<void()>(spans_direct)
-                  : md == "unfused_engine" ? std::function<void()>(unfused_eng)
-                                    : std::function<void()>(fused);
-        std::vector<double> times;
-        int64_t wrong = 0;
-        for (int it = 0; it < warmup + iters; ++it) {
+      // Modes are interleaved (iteration i of every mode before iteration i+1 of any) so that load
+      // changes on a shared machine hit all of them alike.
+      const std::vector<std::string> modes{"single", "unfused", "fused", "fused_direct"};
+      std::vector<std::vector<double>> times(modes.size());
+      std::vector<int64_t> wrong(modes.size(), 0);
+      for (int it = 0; it < warmup + iters; ++it) {
+        for (size_t k = 0; k < modes.size(); ++k) {
+          const std::string& md = modes[k];
+          auto& bufs = md == "single" ? single : ts;
           fill(bufs, rank);
           comm->barrier();
           double t0 = now_s();
-          op();
+          if (md == "single") one();
+          else if (md == "unfused") unfused();
+          else if (md == "fused") fused();
+          else spans_direct();
           double ms = (now_s() - t0) * 1e3;
-          if (it >= warmup) times.push_back(ms);
-          if (it == warmup + iters - 1) wrong = count_wrong(bufs, n);
+          if (it >= warmup) times[k].push_back(ms);
+          if (it == warmup + iters - 1) wrong[k] = count_wrong(bufs, n);
         }
-        comm->allreduce(&wrong, 1, DataType::kInt64, ReduceOp::kSum);
-        if (md == "fused" && rank == 0 && args.count("engine-stats")) {
-          auto st = collective::world_engine_stats();
-          std::cout << "engine: cycles " << st.cycles << " collectives " << st.collectives << " fused "
-                    << st.fused_collectives << " negotiation_us " << st.negotiation_us << " execution_us "
-                    << st.execution_us << std::endl;
-        }
-        const double med = median(times);
-        if (md == "single") single_ms = med;
+      }
+      double single_ms = 0;
+      for (size_t k = 0; k < modes.size(); ++k) {
+        comm->allreduce(&wrong[k], 1, DataType::kInt64, ReduceOp::kSum);
+        const double med = median(times[k]);
+        if (k == 0) single_ms = med;
+        const size_t tensors = modes[k] == "single" ? 1 : ts.size();
         if (rank == 0) {
-          table.row({m.name, std::to_string(n), md, std::to_string(bufs.size()), fmt(total * 4.0 / 1e6, 1),
-                     fmt(med, 2), fmt(med / single_ms, 2), std::to_string(wrong)});
-          json.write(Json{{"model", m.name}, {"ranks", n}, {"mode", md}, {"time_ms", med},
-                          {"tensors", bufs.size()}, {"floats", total}, {"wrong", wrong}});
+          table.row({m.name, std::to_string(n), modes[k], std::to_string(tensors), fmt(total * 4.0 / 1e6, 1),
+                     fmt(med, 2), fmt(med / single_ms, 2), std::to_string(wrong[k])});
+          json.write(Json{{"model", m.name}, {"ranks", n}, {"mode", modes[k]}, {"time_ms", med},
+                          {"tensors", tensors}, {"floats", total}, {"wrong", wrong[k]}});
         }
+      }
+      if (rank == 0 && args.count("engine-stats")) {
+        auto st = collective::world_engine_stats();
+        std::cout << "engine: cycles " << st.cycles << " cached " << st.cached_cycles << " collectives "
+                  << st.collectives << " fused " << st.fused_collectives << " negotiation_us " << st.negotiation_us
+                  << " execution_us " << st.execution_us << std::endl;
       }
     }
     comm->barrier();
-    unfused_engine.stop();
     comm.reset();
     edl::shutdown();
   } catch (const std::exception& e) {

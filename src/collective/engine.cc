@@ -213,13 +213,24 @@ bool Engine::wait_for_round(Clock::time_point next, bool idle) {
 void Engine::loop() {
   auto next = Clock::now();
   bool idle = true;
+  int fast_rounds = 3;
   try {
     while (wait_for_round(next, idle)) {
       const auto t0 = Clock::now();
       next = t0 + options_.cycle_time;
       bool listed = false;
-      std::vector<RequestPtr> ready = negotiate(&listed);
+      size_t unmatched = 0;
+      std::vector<RequestPtr> ready = negotiate(&listed, &unmatched);
       idle = !listed;
+      // Ranks' cycles are not aligned: a rank often sits in an idle round, waiting for the others,
+      // when its own burst of requests arrives, so the first busy round matches nothing. Follow up
+      // quickly a few times instead of a whole cycle later; stragglers then cost normal cycles.
+      if (listed && unmatched > 0 && fast_rounds > 0) {
+        --fast_rounds;
+        next = t0 + std::min<Clock::duration>(options_.cycle_time, std::chrono::microseconds(50));
+      } else if (unmatched == 0) {
+        fast_rounds = 3;
+      }
       const auto t1 = Clock::now();
       if (!ready.empty()) {
         executing_ = ready;
@@ -242,9 +253,10 @@ void Engine::loop() {
 // One negotiation round. Message of each rank: magic, cache size, bitset over the response cache
 // (requests whose name and descriptor were negotiated before), then full descriptors + names of
 // the other requests. Every rank decodes every message, so every rank computes the same ready list.
-std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed) {
+std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed, size_t* unmatched) {
   const int n = comm_->size();
   std::vector<RequestPtr> ready;
+  *unmatched = 0;
   if (n == 1) {
     *anything_listed = !pending_.empty();
     ready.swap(pending_);
@@ -294,19 +306,31 @@ std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed) {
     comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
   }
 
-  std::vector<std::vector<std::pair<std::string, Desc>>> lists(n);
-  std::vector<std::unordered_map<std::string, Desc>> by_name(n);
+  // Decode into integer keys: cache ids [0, C), then one key per distinct new name of this round.
+  // In steady state every request is a cache bit and no string is touched.
+  const size_t C = cache_.size();
+  struct Entry {
+    uint32_t key;
+    Desc desc;
+  };
+  std::unordered_map<std::string, uint32_t> fresh_key;
+  std::vector<std::string> fresh_name;  // key - C -> name
+  std::vector<std::vector<Entry>> lists(n);
   size_t off = 0;
   for (int r = 0; r < n; ++r) {
     Reader rd(all.data() + off, counts[r], r);
     off += counts[r];
-    if (rd.get<uint32_t>() != kNegotiationMagic || rd.get<uint32_t>() != cache_.size())
+    if (rd.get<uint32_t>() != kNegotiationMagic || rd.get<uint32_t>() != C)
       throw CommError("collective engine: negotiation message of rank " + std::to_string(r) +
                       " is corrupt or its response cache diverged");
     for (size_t w = 0; w < bits.size(); ++w) {
       uint64_t word = rd.get<uint64_t>();
-      for (int b = 0; b < 64; ++b)
-        if ((word >> b) & 1) lists[r].push_back(cache_.at(w * 64 + static_cast<size_t>(b)));
+      while (word) {
+        const uint32_t id = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+        word &= word - 1;
+        if (id >= C) throw CommError("collective engine: bad cache id from rank " + std::to_string(r));
+        lists[r].push_back(Entry{id, cache_[id].second});
+      }
     }
     uint32_t nf = rd.get<uint32_t>();
     for (uint32_t i = 0; i < nf; ++i) {
@@ -316,46 +340,80 @@ std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed) {
       d.op = rd.get<uint8_t>();
       d.root = rd.get<int32_t>();
       d.count = rd.get<uint64_t>();
-      uint32_t len = rd.get<uint32_t>();
-      lists[r].emplace_back(rd.str(len), d);
+      std::string name = rd.str(rd.get<uint32_t>());
+      uint32_t key;
+      auto cached = cache_ids_.find(name);
+      if (cached != cache_ids_.end()) {
+        key = cached->second;  // known name, new descriptor
+      } else {
+        auto [it, inserted] = fresh_key.emplace(name, static_cast<uint32_t>(C + fresh_name.size()));
+        if (inserted) fresh_name.push_back(name);
+        key = it->second;
+      }
+      lists[r].push_back(Entry{key, d});
     }
-    for (auto& e : lists[r]) by_name[r].emplace(e.first, e.second);
   }
   const bool sent_names = !fresh.empty();
-  *anything_listed = false;
-  for (auto& l : lists) *anything_listed = *anything_listed || !l.empty();
+  const size_t total = C + fresh_name.size();
+  auto name_of = [&](uint32_t key) -> const std::string& { return key < C ? cache_[key].first : fresh_name[key - C]; };
 
-  // Ready = present on every rank; agreed order = rank 0's message order.
-  std::unordered_map<std::string, size_t> local;
-  for (size_t i = 0; i < pending_.size(); ++i) local.emplace(pending_[i]->name, i);
-  std::vector<bool> taken(pending_.size(), false);
-  for (auto& [name, d0] : lists[0]) {
-    std::string mismatch;
-    bool everywhere = true;
-    for (int r = 1; r < n && everywhere; ++r) {
-      auto it = by_name[r].find(name);
-      if (it == by_name[r].end()) everywhere = false;
-      else if (mismatch.empty() && !(it->second == d0)) mismatch = describe_mismatch(name, d0, it->second, r);
-    }
-    if (!everywhere) continue;
-    size_t i = local.at(name);
-    taken[i] = true;
-    if (!mismatch.empty()) {
-      complete(pending_[i], std::make_exception_ptr(MismatchError(mismatch)));
-      continue;
-    }
-    ready.push_back(pending_[i]);
-    // Response cache: the same decision on every rank (same agreed list).
-    if (!is_auto_name(name)) {
-      auto it = cache_ids_.find(name);
-      if (it != cache_ids_.end()) {
-        cache_[it->second].second = d0;
-      } else if (cache_.size() < kMaxCacheEntries) {
-        cache_ids_.emplace(name, static_cast<uint32_t>(cache_.size()));
-        cache_.emplace_back(name, d0);
+  // Presence count per key; rank 0's descriptor; the first differing descriptor of another rank.
+  std::vector<int> present(total, 0);
+  std::vector<Desc> desc0(total);
+  std::vector<int> differ_rank(total, -1);
+  std::vector<Desc> differ_desc(total);
+  for (int r = 0; r < n; ++r) {
+    for (const Entry& e : lists[r]) {
+      ++present[e.key];
+      if (r == 0) {
+        desc0[e.key] = e.desc;
+      } else if (differ_rank[e.key] < 0 && present[e.key] > 1 && !(e.desc == desc0[e.key])) {
+        differ_rank[e.key] = r;
+        differ_desc[e.key] = e.desc;
       }
     }
   }
+  *anything_listed = false;
+  size_t listed_keys = 0;
+  for (int c : present)
+    if (c > 0) ++listed_keys;
+  *anything_listed = listed_keys > 0;
+
+  // This rank's pending requests by key.
+  std::vector<int> local(total, -1);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    auto it = cache_ids_.find(pending_[i]->name);
+    uint32_t key;
+    if (it != cache_ids_.end()) key = it->second;
+    else key = fresh_key.at(pending_[i]->name);
+    local[key] = static_cast<int>(i);
+  }
+
+  // Ready = present on every rank; agreed order = rank 0's message order.
+  std::vector<bool> taken(pending_.size(), false);
+  size_t decided = 0;
+  for (const Entry& e : lists[0]) {
+    if (present[e.key] != n) continue;
+    ++decided;
+    const int i = local[e.key];
+    if (i < 0) throw InternalError("collective engine: a ready request is not pending on this rank");
+    taken[static_cast<size_t>(i)] = true;
+    if (differ_rank[e.key] >= 0) {
+      complete(pending_[static_cast<size_t>(i)],
+               std::make_exception_ptr(MismatchError(
+                   describe_mismatch(name_of(e.key), e.desc, differ_desc[e.key], differ_rank[e.key]))));
+      continue;
+    }
+    ready.push_back(pending_[static_cast<size_t>(i)]);
+    // Response cache: the same decision on every rank (same agreed list).
+    if (e.key < C) {
+      cache_[e.key].second = e.desc;
+    } else if (!is_auto_name(name_of(e.key)) && cache_.size() < kMaxCacheEntries) {
+      cache_ids_.emplace(name_of(e.key), static_cast<uint32_t>(cache_.size()));
+      cache_.emplace_back(name_of(e.key), e.desc);
+    }
+  }
+  *unmatched = listed_keys - decided;
   std::vector<RequestPtr> rest;
   for (size_t i = 0; i < pending_.size(); ++i)
     if (!taken[i]) rest.push_back(std::move(pending_[i]));

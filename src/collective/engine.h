@@ -106,7 +106,8 @@ class EDL_API Engine {
   void loop();
   // One negotiation; returns the requests ready on every rank, in the agreed order (requests that
   // mismatch are failed and left out).
-  std::vector<RequestPtr> negotiate(bool* anything_listed);
+  // anything_listed: some rank listed a request; unmatched: requests listed somewhere but not ready.
+  std::vector<RequestPtr> negotiate(bool* anything_listed, size_t* unmatched);
   // Sleeps until the next round is due (see loop()); false when stopping.
   bool wait_for_round(std::chrono::steady_clock::time_point next, bool idle);
   void execute(const std::vector<RequestPtr>& ready);
