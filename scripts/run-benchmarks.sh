@@ -110,7 +110,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   if [ -s "$OUT/scaling_bench.jsonl" ] && [ -s "$OUT/elastic_bench.jsonl" ]; then
     SIM_ARGS+=(--scaling "$OUT/scaling_bench.jsonl" --elastic "$OUT/elastic_bench.jsonl")
   fi
-  rm -rf "$OUT/series"
+  selected cluster_sim && rm -rf "$OUT/series"
   run_bench cluster_sim 300 "$B/cluster_sim" "${SIM_ARGS[@]}"
 fi
 
