@@ -104,8 +104,9 @@ TEST_CASE("a fatal signal removes the namespaces; remove_stale cleans up after S
     if (sig == SIGTERM) {
       CHECK(namespaces_of(pid).empty());
     } else {
-      CHECK(namespaces_of(pid).size() == 3);  // nothing could run on SIGKILL ...
-      CHECK(NetnsCluster::remove_stale() >= 3);  // ... so the next user removes them
+      // Nothing could run on SIGKILL, so the next user removes them (another process's
+      // remove_stale() may already have: only the outcome is checked).
+      NetnsCluster::remove_stale();
       CHECK(namespaces_of(pid).empty());
     }
   }
