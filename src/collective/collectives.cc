@@ -267,6 +267,7 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
           narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
           at += s.bytes / es;
         }
+        if (widened_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(widened_);  // keep <= 64 MiB
       } else {
         ring_allreduce(spans, count, dt, op);
       }

@@ -16,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 enum : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
 constexpr uint32_t kNegotiationMagic = 0x45444c4eu;  // "EDLN"
 constexpr size_t kMaxCacheEntries = 1u << 16;
+constexpr std::chrono::seconds kStallWarning{60};
 
 const char* kind_str(uint8_t k) {
   switch (k) {
@@ -132,6 +133,7 @@ Handle Engine::enqueue(RequestPtr r, const char* kind) {
   if (!in_flight_.insert(r->name).second)
     throw InvalidArgument(std::string(kind) + ": a collective named '" + r->name + "' is already pending on this rank");
   last_incoming_ = Clock::now();
+  r->enqueued = last_incoming_;
   if (incoming_.empty()) first_incoming_ = last_incoming_;
   incoming_.push_back(std::move(r));
   if (incoming_.size() == 1) cv_.notify_one();  // an idle engine starts its fusion window
@@ -414,6 +416,16 @@ std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed, size_t*
     }
   }
   *unmatched = listed_keys - decided;
+  if (*unmatched > 0) {
+    std::vector<int> present_on(pending_.size(), n);
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (taken[i]) continue;
+      // Not taken, so not newly cached this round: a cache id below C, or a key of this round.
+      auto it = cache_ids_.find(pending_[i]->name);
+      present_on[i] = present[it != cache_ids_.end() ? it->second : fresh_key.at(pending_[i]->name)];
+    }
+    warn_stalled(present_on, n);
+  }
   std::vector<RequestPtr> rest;
   for (size_t i = 0; i < pending_.size(); ++i)
     if (!taken[i]) rest.push_back(std::move(pending_[i]));
@@ -530,6 +542,19 @@ void Engine::run_single(const RequestPtr& r) {
     ++stats_.collectives;
   }
   complete(r, err);
+}
+
+void Engine::warn_stalled(const std::vector<int>& present_on, int n) {
+  const auto now = Clock::now();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Request& r = *pending_[i];
+    if (r.stall_warned || present_on[i] >= n || now - r.enqueued < kStallWarning) continue;
+    r.stall_warned = true;
+    EDL_LOG(1) << "collective engine on rank " << comm_->rank() << ": '" << r.name << "' has waited "
+               << std::chrono::duration_cast<std::chrono::seconds>(now - r.enqueued).count() << " s; only "
+               << present_on[i] << " of " << n
+               << " ranks submitted it (do all ranks issue the same collectives with the same names?)";
+  }
 }
 
 void Engine::complete(const RequestPtr& r, std::exception_ptr e) {

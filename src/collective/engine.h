@@ -98,6 +98,8 @@ class EDL_API Engine {
     std::vector<uint8_t>* out = nullptr;
     std::vector<size_t>* counts = nullptr;
     size_t local_count = 0;  // allgather: this rank's element count
+    std::chrono::steady_clock::time_point enqueued;
+    bool stall_warned = false;
     std::shared_ptr<detail::HandleState> state;
   };
   using RequestPtr = std::shared_ptr<Request>;
@@ -115,6 +117,9 @@ class EDL_API Engine {
   void run_single(const RequestPtr& r);
   void complete(const RequestPtr& r, std::exception_ptr e);
   void fail_all(std::exception_ptr e);
+  // Warns (once per request) about requests pending for more than kStallWarning on this rank while
+  // other ranks have not submitted them (Horovod's stall inspector; a likely user error).
+  void warn_stalled(const std::vector<int>& present_on, int n);
 
   std::shared_ptr<Communicator> comm_;
   EngineOptions options_;
