@@ -10,13 +10,16 @@
 #pragma once
 
 #include "edl/collectives.h"
+#include "edl/communicator.h"
 #include "edl/config.h"
+#include "edl/data.h"
+#include "edl/elastic.h"
 #include "edl/error.h"
 #include "edl/export.h"
+#include "edl/optim.h"
+#include "edl/state.h"
+#include "edl/store.h"
 #include "edl/types.h"
-#if __has_include("edl/elastic.h")
-#include "edl/elastic.h"
-#endif
 
 namespace edl {
 
