@@ -242,6 +242,29 @@ void cluster_section(Ctx& c, const Rows& rows) {
   }
 }
 
+void allreduce_section(Ctx& c, const Rows& rows) {
+  table(c, rows, {"impl", "ranks", "bytes", "count", "iters", "time_us", "algbw_gbps", "busbw_gbps", "wrong"});
+  std::map<std::string, std::vector<std::pair<double, double>>> bw;
+  for (const Json& r : rows) {
+    if (r.contains("bytes") && r.contains("busbw_gbps")) {
+      bw[r.value("impl", "?") + " n=" + std::to_string(r.value("ranks", 0))].push_back(
+          {r.value("bytes", 0.0), r.value("busbw_gbps", 0.0)});
+    }
+  }
+  if (bw.empty()) return;
+  std::string body, cmd = "plot ";
+  int i = 0;
+  for (auto& [k, xy] : bw) {
+    std::sort(xy.begin(), xy.end());
+    body += datablock("a" + std::to_string(i), xy);
+    cmd += std::string(i ? ", " : "") + "$a" + std::to_string(i) + " with linespoints title '" + k + "'";
+    ++i;
+  }
+  plot(c, "allreduce_busbw",
+       "set logscale x 2\nset xlabel 'bytes'\nset ylabel 'busbw (GB/s)'\nset format x '%.0b%BB'\n" + body + cmd,
+       "allreduce bus bandwidth vs message size");
+}
+
 void convergence_section(Ctx& c, const Rows& rows) {
   c.md << "Target: (b) and (c) end within 0.3 points of (a); (c)'s loss spike after each resize smaller than (b)'s.\n";
   table(c, rows);
@@ -269,7 +292,7 @@ const std::vector<BenchInfo>& benches() {
       {"allreduce_bench", "Allreduce (float32 sum, loopback)",
        "Anchors on a machine like this (n=2, quiet): Gloo ring 4 KiB 59 us, 1 MiB busbw 1.6 GB/s, 16 MiB 1.40, "
        "90 MiB 1.36; gloo::allreduce 90 MiB 2.18 GB/s; OpenMPI TCP 90 MiB 1.27 GB/s. busbw = algbw * 2(n-1)/n.",
-       nullptr},
+       allreduce_section},
       {"fusion_bench", "Tensor fusion (whole gradient sets)",
        "Anchors: ResNet50 214 tensors at n=2: per-tensor 79 ms vs fused 79 ms (naive fusion); MobileNetV2 158 "
        "tensors: per-tensor 17.7 ms vs fused 5.5 ms at n=2 (121 vs 15 ms at n=4).",
@@ -339,7 +362,11 @@ int main(int argc, char** argv) {
     for (const BenchInfo& b : benches()) {
       c.md << "\n## " << b.title << " (`" << b.name << "`)\n\n";
       auto st = status.find(b.name);
-      if (st != status.end() && st->second.size() >= 4) c.md << "Command: `" << st->second[3] << "`\n\n";
+      if (st != status.end() && st->second.size() >= 4) {
+        c.md << "Command: `" << st->second[3] << "`";
+        if (st->second[1] == "ran") c.md << " (ran " << st->second[2] << ")";
+        c.md << "\n\n";
+      }
       Rows rows = load(c.in + "/" + b.name + ".jsonl");
       if (rows.empty()) {
         std::string why = st == status.end() ? "not run" : st->second[1] + (st->second.size() > 2 ? ": " + st->second[2] : "");

@@ -64,18 +64,21 @@ run_bench() {
   selected "$name" || return 0
   if [ ! -x "$1" ]; then
     echo "== $name: skipped ($(basename "$1") not built)"
-    set_status "$name" skipped "$(basename "$1") not built in $BUILD" ""
+    set_status "$name" skipped "$(basename "$1") not built" ""
     return 0
   fi
   local json="$OUT/$name.jsonl" log="$OUT/$name.log"
   rm -f "$json"
-  local shown="${*//$BUILD\//build/} --json $name.jsonl"
+  local shown="${*//$BUILD\//build/}"
+  shown="${shown//$OUT\//out/} --json out/$name.jsonl"
+  local load
+  load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
   echo "== $name: $shown"
   local t0=$SECONDS rc=0
   timeout --kill-after=20 "$limit" "$@" --json "$json" > "$log" 2>&1 || rc=$?
   cat "$log"
   if [ $rc -eq 0 ]; then
-    set_status "$name" ran "$((SECONDS - t0)) s" "$shown"
+    set_status "$name" ran "$((SECONDS - t0)) s, load average $load at start" "$shown"
   elif [ $rc -eq 124 ]; then
     set_status "$name" failed "timed out after $limit s (rows written before that are kept)" "$shown"
   else
