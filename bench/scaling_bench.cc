@@ -3,7 +3,7 @@
 // the distributed optimizer's overlapped, fused gradient allreduce (issue 7 item 1).
 //
 //   scaling_bench [--models resnet20,mobilenetv2] [--workers 1,2,4] [--links loopback,10gbit+0.1ms,1gbit+0.1ms]
-//                 [--batch 64] [--steps 20] [--warmup 3] [--json PATH]
+//                 [--batch 64] [--steps 20] [--warmup 3] [--repeats 1] [--json PATH]
 //
 // Rows: {"model","workers","link","images_per_s","speedup","comm_share"} plus "step_ms",
 // "oversubscribed" (more workers than cores) and "effective_link" (what tc could emulate).
@@ -233,6 +233,7 @@ int run_driver(const cxxopts::ParseResult& a) {
   edl::bench::Table t({"model", "workers", "link", "images/s", "speedup", "comm_share", "step_ms", "note"}, 13);
   t.header();
   int failures = 0;
+  const int repeats = std::max(1, a["repeats"].as<int>());
   for (const std::string& model : split(a["models"].as<std::string>())) {
     Measurement base = measure(a, model, 1, edl::bench::LinkSpec{}, dir);
     for (const std::string& ln : links) {
@@ -240,8 +241,27 @@ int run_driver(const cxxopts::ParseResult& a) {
       if (link.name != "loopback" && !why.empty()) continue;
       for (int k : counts) {
         Measurement m;
+        double speedup = 1.0;
         try {
-          m = k == 1 ? base : measure(a, model, k, link, dir);
+          if (k == 1) {
+            m = base;
+          } else {
+            // --repeats R > 1: R interleaved (1-worker, k-worker) pairs; the speed-up is the median of
+            // the pairs' ratios, so slow drifts of a shared machine's load cancel out.
+            std::vector<double> ratio, ips, step, wait;
+            for (int r = 0; r < repeats; ++r) {
+              Measurement b = r == 0 ? base : measure(a, model, 1, edl::bench::LinkSpec{}, dir);
+              m = measure(a, model, k, link, dir);
+              ratio.push_back(m.images_per_s / b.images_per_s);
+              ips.push_back(m.images_per_s);
+              step.push_back(m.step_s);
+              wait.push_back(m.wait_s);
+            }
+            speedup = edl::bench::median(ratio);
+            m.images_per_s = edl::bench::median(ips);
+            m.step_s = edl::bench::median(step);
+            m.wait_s = edl::bench::median(wait);
+          }
         } catch (const std::exception& e) {
           std::cerr << "scaling_bench: " << e.what() << "\n";
           ++failures;
@@ -249,7 +269,6 @@ int run_driver(const cxxopts::ParseResult& a) {
         }
         std::string eff = k == 1 ? "loopback" : m.effective_link;  // 1 worker: the loopback run, reused
         bool over = static_cast<unsigned>(k) > cores;
-        double speedup = m.images_per_s / base.images_per_s;
         double share = m.step_s > 0 ? m.wait_s / m.step_s : 0;
         std::string note = over ? "oversubscribed" : "";
         if (eff != link.name) note += (note.empty() ? "" : ",") + std::string("as ") + eff;
@@ -277,6 +296,8 @@ int main(int argc, char** argv) {
     ("batch", "images per worker per step", cxxopts::value<int>()->default_value("64"))
     ("steps", "timed steps", cxxopts::value<int>()->default_value("20"))
     ("warmup", "untimed steps first", cxxopts::value<int>()->default_value("3"))
+    ("repeats", "interleaved (1-worker, k-worker) run pairs per row; speed-up = median ratio",
+     cxxopts::value<int>()->default_value("1"))
     ("timeout-s", "limit for one run", cxxopts::value<double>()->default_value("600"))
     ("json", "append JSON rows here", cxxopts::value<std::string>()->default_value(""))
     ("worker", "internal: run as a worker under edl-run")

@@ -88,7 +88,7 @@ run_bench() {
 
 if [ $DOC_ONLY -eq 0 ]; then
   if [ $QUICK -eq 1 ]; then
-    SCALING_ARGS=(--steps 8 --warmup 2)
+    SCALING_ARGS=(--steps 8 --warmup 2 --repeats 2)
     ELASTIC_ARGS=(--kills 2 --stops 1 --joins 2 --reps 1)
   else
     SCALING_ARGS=()
