@@ -3,7 +3,8 @@
 //
 //   model_bench [--models resnet20,mobilenetv2] [--threads 1,2] [--batch 64] [--iters N] [--json PATH]
 //
-// Every row also checks correctness: the training loss must stay finite ("ok" column).
+// Every row also checks correctness: the training loss must stay finite ("ok" column); libtorch rows
+// (-DEDL_BENCH_WITH_LIBTORCH=ON) also need the same parameter count as the EDL model.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -142,7 +143,9 @@ int main(int argc, char** argv) {
 #ifdef EDL_BENCH_WITH_LIBTORCH
         auto lt = edl::bench::run_libtorch(model, mode == "train", threads, batch, warmup, iters, base.channels,
                                            base.height, base.width, base.classes);
-        rows.emplace_back("libtorch", Result{lt.images_per_s, lt.finite});
+        // The baseline must be the same architecture: compare parameter counts.
+        const size_t edl_params = make_model(model, base)->parameter_count();
+        rows.emplace_back("libtorch", Result{lt.images_per_s, lt.finite && lt.parameters == edl_params});
 #endif
         for (const auto& [impl, r] : rows) {
           if (!r.finite) ++failures;
