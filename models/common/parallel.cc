@@ -18,13 +18,14 @@
 namespace edl::models {
 namespace {
 
-// Spin this many pause iterations (a few microseconds) before blocking: long enough to catch the next
-// parallel region on a quiet machine, short enough not to steal a shared core from the thread that
-// is still working (OpenMP's default long spin made 2 threads 3-4x slower than 1 under contention).
+// Spin this many pause iterations before blocking (tens of microseconds up to ~0.2 ms, depending on
+// the CPU's pause latency): long enough to catch the next parallel region on a quiet machine, short
+// enough not to steal a shared core from the thread that is still working for long (libgomp's default
+// spin made 2 threads 3-4x slower than 1 under contention; OMP_WAIT_POLICY=passive fixed it there).
 constexpr int kSpinIterations = 4000;
 
 // A process-wide pool of worker threads; the caller runs chunk 0 itself. One region at a time:
-// concurrent callers are serialised.
+// concurrent callers are serialised. Workers are joined at process exit.
 class Pool {
  public:
   ~Pool() {

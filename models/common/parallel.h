@@ -1,7 +1,7 @@
 // Intra-op parallelism for the reference models: a batch is split into contiguous chunks of images,
 // one chunk per thread. With threads == 1 nothing is spawned: the work runs on the calling thread, so
 // "1 thread" is truly one thread. Otherwise a process-wide pool of threads - 1 workers runs the other
-// chunks while the caller runs chunk 0; idle workers spin a few microseconds, then block (on a shared
+// chunks while the caller runs chunk 0; idle workers spin briefly, then block (on a shared
 // 2-core machine a long spin-wait, OpenMP's default, costs more than it saves).
 //
 // Thread-safety: run_chunks() may be called from any thread; regions from different callers are
