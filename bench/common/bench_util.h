@@ -14,7 +14,7 @@
 
 namespace edl::bench {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // keeps fields in the order a bench writes them
 
 // Appends one JSON object per line to PATH; a no-op writer when PATH is empty.
 class JsonRows {
