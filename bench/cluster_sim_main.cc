@@ -110,15 +110,7 @@ void run_experiment(const sim::Scenario& s, const sim::Costs& c, edl::bench::Jso
   }
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using edl::bench::split;
 
 }  // namespace
 

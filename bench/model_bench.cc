@@ -33,15 +33,7 @@ struct Result {
   bool finite = true;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using edl::bench::split;
 
 std::unique_ptr<edl::models::Model> make_model(const std::string& name, const edl::models::ModelConfig& c) {
   if (name == "resnet20") return std::make_unique<edl::models::ResNet20>(c);

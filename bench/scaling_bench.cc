@@ -51,15 +51,7 @@ namespace {
 using edl::bench::Json;
 using edl::bench::fmt;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using edl::bench::split;
 
 // --- worker ----------------------------------------------------------------------------------
 

@@ -43,6 +43,16 @@ std::string fmt(double v, int precision) {
   return os.str();
 }
 
+std::vector<std::string> split(const std::string& csv) {
+  std::vector<std::string> out;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
 double median(std::vector<double> v) {
   return quantile(std::move(v), 0.5);
 }

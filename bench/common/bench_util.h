@@ -42,6 +42,9 @@ class Table {
 
 std::string fmt(double v, int precision = 2);
 
+// "a,b,,c" -> {"a", "b", "c"}: the comma-separated list flags of the benches.
+std::vector<std::string> split(const std::string& csv);
+
 // Monotonic seconds since an arbitrary epoch.
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
