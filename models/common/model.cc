@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "edl/error.h"
+#include "models/common/init.h"
 #include "models/common/parallel.h"
 
 namespace edl::models {
@@ -79,6 +80,19 @@ void Model::predict(const float* images, int batch, int32_t* classes) {
   forward(images, nullptr, batch, false);
   const int k = config_.classes;
   for (int n = 0; n < batch; ++n) classes[n] = argmax(logits_->image(n), k);
+}
+
+void Model::register_conv(Conv2d& conv, std::mt19937_64& rng) {
+  const auto& o = conv.options();
+  init_kaiming_normal(conv.weight(), o.kernel * o.kernel * o.in_channels, rng);
+  register_parameter(conv.weight());
+}
+
+void Model::register_batch_norm(BatchNorm2d& bn) {
+  register_parameter(bn.weight());
+  register_parameter(bn.bias());
+  register_buffer(bn.running_mean());
+  register_buffer(bn.running_var());
 }
 
 }  // namespace edl::models

@@ -18,9 +18,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "models/common/batch_norm.h"
+#include "models/common/conv2d.h"
 #include "models/common/parameter.h"
 #include "models/common/softmax_cross_entropy.h"
 #include "models/common/tensor.h"
@@ -73,6 +76,10 @@ class Model {
 
   void register_parameter(Parameter& p);
   void register_buffer(Buffer& b);
+  // Kaiming-normal initialisation of a convolution's weight (fan-in = k*k*in), then registration.
+  void register_conv(Conv2d& conv, std::mt19937_64& rng);
+  // A batch norm's weight and bias (parameters) and running mean / variance (buffers).
+  void register_batch_norm(BatchNorm2d& bn);
   // Gradient scratch shared by the layers: grad(i) for i in [0, 4).
   Tensor& grad(int i) { return grads_[i]; }
 

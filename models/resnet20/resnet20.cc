@@ -25,16 +25,8 @@ ResNet20::ResNet20(ModelConfig config)
       bn1_("bn1", bn(16, ActivationKind::kReLU)),
       linear_("linear", 64, config.classes) {
   std::mt19937_64 rng(config.seed);
-  auto add_conv = [&](Conv2d& c) {
-    init_kaiming_normal(c.weight(), c.options().kernel * c.options().kernel * c.options().in_channels, rng);
-    register_parameter(c.weight());
-  };
-  auto add_bn = [&](BatchNorm2d& b) {
-    register_parameter(b.weight());
-    register_parameter(b.bias());
-    register_buffer(b.running_mean());
-    register_buffer(b.running_var());
-  };
+  auto add_conv = [&](Conv2d& c) { register_conv(c, rng); };
+  auto add_bn = [&](BatchNorm2d& b) { register_batch_norm(b); };
   add_conv(conv1_);
   add_bn(bn1_);
   const int widths[3] = {16, 32, 64};
