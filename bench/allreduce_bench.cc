@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
       "spin-us", "EDL spin before blocking (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "window-mib", "EDL ring window (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
       "h,help", "help");
-  auto args = opts.parse(argc, argv);
+  auto args = edl::bench::parse_flags(opts, argc, argv);
   if (args.count("help")) {
     std::cout << opts.help() << std::endl;
     return 0;

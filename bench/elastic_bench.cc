@@ -393,7 +393,7 @@ int main(int argc, char** argv) {
     ("seed", "random seed", cxxopts::value<unsigned>()->default_value("7"))
     ("json", "write JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))
     ("h,help", "help");
-  auto a = opts.parse(argc, argv);
+  auto a = edl::bench::parse_flags(opts, argc, argv);
   if (a.count("help")) {
     std::printf("%s\n", opts.help().c_str());
     return 0;

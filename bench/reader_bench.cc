@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
       "batch", "batch size", cxxopts::value<size_t>()->default_value("64"))(
       "repeats", "epochs per row (median reported)", cxxopts::value<int>()->default_value("3"))(
       "json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))("h,help", "help");
-  auto args = opts.parse(argc, argv);
+  auto args = edl::bench::parse_flags(opts, argc, argv);
   if (args.count("help")) {
     std::cout << opts.help() << "\n";
     return 0;

@@ -362,7 +362,7 @@ int main(int argc, char** argv) {
       "negative-control", "processes: the workers do not register the dispatcher in their State, so a rollback "
                           "does not roll the shard progress back — the audit must then FAIL")(
       "json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))("h,help", "help");
-  auto args = opts.parse(argc, argv);
+  auto args = edl::bench::parse_flags(opts, argc, argv);
   if (args.count("help")) {
     std::cout << opts.help() << "\n";
     return 0;

@@ -7,6 +7,7 @@
 // each record contributed to the model that survived every kill, join and leave.
 // On finishing, the worker writes the committed counters to <out>/final.<worker-id> and, every few
 // steps, "<epoch> <step>" to <out>/progress (for the bench's event log).
+#include "common/bench_util.h"
 #include <unistd.h>
 
 #include <chrono>
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
       "seed", "shuffle seed", cxxopts::value<uint64_t>()->default_value("1"))(
       "step-ms", "simulated compute per step", cxxopts::value<int>()->default_value("15"))(
       "negative-control", "do NOT register the dispatcher in the State (shows what the audit catches)");
-  auto args = opts.parse(argc, argv);
+  auto args = edl::bench::parse_flags(opts, argc, argv);
   const std::string out = args["out"].as<std::string>();
   const uint64_t N = args["records"].as<uint64_t>();
   const int64_t epochs = args["epochs"].as<int64_t>();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -62,6 +63,19 @@ double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   size_t idx = static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)));
   return v[std::min(idx, v.size() - 1)];
+}
+
+cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, char** argv) {
+  const std::string program = argc > 0 ? argv[0] : "bench";
+  try {
+    auto result = options.parse(argc, argv);
+    if (!result.unmatched().empty())
+      throw cxxopts::exceptions::exception("unexpected argument '" + result.unmatched()[0] + "'");
+    return result;
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "%s: %s (run with --help for usage)\n", program.c_str(), e.what());
+    std::exit(2);
+  }
 }
 
 }  // namespace edl::bench

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <cxxopts.hpp>
 #include <nlohmann/json.hpp>
 
 namespace edl::bench {
@@ -44,6 +45,10 @@ std::string fmt(double v, int precision = 2);
 
 // "a,b,,c" -> {"a", "b", "c"}: the comma-separated list flags of the benches.
 std::vector<std::string> split(const std::string& csv);
+
+// Parses the command line; on an unknown flag, a bad value or a stray argument prints
+// "<program>: <problem> (run with --help for usage)" to stderr and exits with code 2.
+cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, char** argv);
 
 // Monotonic seconds since an arbitrary epoch.
 inline double now_s() {

@@ -1,5 +1,6 @@
 // The public collective API (include/edl/collectives.h): every call goes through the background
-// engine of the current generation; blocking calls are the asynchronous call plus wait().
+// engine of the current generation; blocking calls are the asynchronous call plus wait() (which
+// tells the engine not to wait for more requests: the round starts at once).
 // Also the world accessors of collective/world.h.
 #include "collective/engine.h"
 #include "collective/world.h"

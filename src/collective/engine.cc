@@ -116,6 +116,14 @@ void Engine::stop() {
   }
 }
 
+void Engine::flush() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bell_->flush = true;
+  }
+  cv_.notify_one();
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -123,6 +131,14 @@ EngineStats Engine::stats() const {
 
 Handle Engine::enqueue(RequestPtr r, const char* kind) {
   r->state = std::make_shared<detail::HandleState>();
+  r->state->on_wait = [bell = bell_] {
+    {
+      std::lock_guard<std::mutex> lock(bell->mu);
+      if (bell->queued == 0) return;  // nothing waits for a burst window (the request is negotiating)
+      bell->flush = true;
+    }
+    bell->cv.notify_one();
+  };
   Handle h(r->state);
   std::lock_guard<std::mutex> lock(mu_);
   if (r->name.empty()) r->name = std::string(kind) + "." + std::to_string(auto_counter_[kind]++);
@@ -136,6 +152,7 @@ Handle Engine::enqueue(RequestPtr r, const char* kind) {
   r->enqueued = last_incoming_;
   if (incoming_.empty()) first_incoming_ = last_incoming_;
   incoming_.push_back(std::move(r));
+  bell_->queued = incoming_.size();
   if (incoming_.size() == 1) cv_.notify_one();  // an idle engine starts its fusion window
   return h;
 }
@@ -190,21 +207,23 @@ Handle Engine::barrier(const std::string& name) {
   return enqueue(std::move(r), "barrier");
 }
 
-// Rounds: every cycle_time while any rank has requests; after a round in which no rank listed
-// anything, the next round starts at the tick or, when requests arrive first, as soon as their
-// burst is over (50 us without a new one, at most cycle_time after the first): an idle engine does
-// not add up to a whole cycle of latency, and a burst of enqueues is still fused as a whole.
-bool Engine::wait_for_round(Clock::time_point next, bool idle) {
+// A round starts at `next` (the tick: one cycle_time after the previous round started) or, when
+// requests arrive first, as soon as their burst is over (50 us without a new one, at most
+// cycle_time after the first): an engine does not add a whole cycle of latency, and a burst of
+// enqueues is still fused as a whole.
+bool Engine::wait_for_round(Clock::time_point next) {
   const auto gap = std::min<Clock::duration>(options_.cycle_time, std::chrono::microseconds(50));
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (stopping_) return false;
     auto due = next;
-    if (idle && !incoming_.empty())
-      due = std::min(due, std::min(first_incoming_ + options_.cycle_time, last_incoming_ + gap));
+    if (!incoming_.empty())
+      due = bell_->flush ? Clock::now() : std::min(due, std::min(first_incoming_ + options_.cycle_time, last_incoming_ + gap));
     if (Clock::now() >= due) break;
     cv_.wait_until(lock, due);
   }
+  bell_->flush = false;
+  bell_->queued = 0;
   while (!incoming_.empty()) {
     pending_.push_back(std::move(incoming_.front()));
     incoming_.pop_front();
@@ -214,25 +233,18 @@ bool Engine::wait_for_round(Clock::time_point next, bool idle) {
 
 void Engine::loop() {
   auto next = Clock::now();
-  bool idle = true;
-  int fast_rounds = 3;
   try {
-    while (wait_for_round(next, idle)) {
+    while (wait_for_round(next)) {
       const auto t0 = Clock::now();
       next = t0 + options_.cycle_time;
-      bool listed = false;
-      size_t unmatched = 0;
-      std::vector<RequestPtr> ready = negotiate(&listed, &unmatched);
-      idle = !listed;
-      // Ranks' cycles are not aligned: a rank often sits in an idle round, waiting for the others,
-      // when its own burst of requests arrives, so the first busy round matches nothing. Follow up
-      // quickly a few times instead of a whole cycle later; stragglers then cost normal cycles.
-      if (listed && unmatched > 0 && fast_rounds > 0) {
-        --fast_rounds;
-        next = t0 + std::min<Clock::duration>(options_.cycle_time, std::chrono::microseconds(50));
-      } else if (unmatched == 0) {
-        fast_rounds = 3;
-      }
+      Progress p;
+      std::vector<RequestPtr> ready = negotiate(&p);
+      // Next round: a rank whose requests all wait for other ranks (and that lacks nothing they
+      // listed) goes straight into it and waits there: the round completes as soon as the last
+      // rank joins. Every other rank starts it at its next tick or, when requests arrive first, as
+      // soon as their burst is complete (wait_for_round): a blocking collective never waits for a
+      // tick, and requests that arrive while a round executes are fused into the next one.
+      if (p.others_lack && !p.i_lack) next = t0;
       const auto t1 = Clock::now();
       if (!ready.empty()) {
         executing_ = ready;
@@ -255,12 +267,11 @@ void Engine::loop() {
 // One negotiation round. Message of each rank: magic, cache size, bitset over the response cache
 // (requests whose name and descriptor were negotiated before), then full descriptors + names of
 // the other requests. Every rank decodes every message, so every rank computes the same ready list.
-std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed, size_t* unmatched) {
+std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
   const int n = comm_->size();
   std::vector<RequestPtr> ready;
-  *unmatched = 0;
+  *p = Progress{};
   if (n == 1) {
-    *anything_listed = !pending_.empty();
     ready.swap(pending_);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.cycles;
@@ -291,11 +302,15 @@ std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed, size_t*
   }
   std::vector<uint8_t> all;
   std::vector<size_t> counts;
-  if (auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get())) {
-    // The negotiation is not latency critical (one per cycle, mostly idle): spin only briefly before
-    // blocking, so an idle engine costs little CPU. This thread is the communicator's only user.
+  auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get());
+  if (tcp && pending_.empty()) {
+    // A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
+    // aligned across ranks): block at once instead of spinning, so it costs no CPU and does not
+    // make the transport see contention (which would switch off its spinning for the data
+    // collectives that follow). Rounds with requests keep the data tuning: the other ranks are
+    // usually about to join. This thread is the communicator's only user.
     AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
-    quiet.spin = std::min(quiet.spin, std::chrono::microseconds(5));
+    quiet.spin = std::chrono::microseconds(0);
     tcp->set_tuning(quiet);
     try {
       tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
@@ -375,11 +390,9 @@ std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed, size_t*
       }
     }
   }
-  *anything_listed = false;
   size_t listed_keys = 0;
   for (int c : present)
     if (c > 0) ++listed_keys;
-  *anything_listed = listed_keys > 0;
 
   // This rank's pending requests by key.
   std::vector<int> local(total, -1);
@@ -415,15 +428,18 @@ std::vector<Engine::RequestPtr> Engine::negotiate(bool* anything_listed, size_t*
       cache_.emplace_back(name_of(e.key), e.desc);
     }
   }
-  *unmatched = listed_keys - decided;
-  if (*unmatched > 0) {
+  if (listed_keys > decided) {
+    size_t mine = 0;  // listed keys that are pending here (and so missing on some other rank)
     std::vector<int> present_on(pending_.size(), n);
     for (size_t i = 0; i < pending_.size(); ++i) {
       if (taken[i]) continue;
       // Not taken, so not newly cached this round: a cache id below C, or a key of this round.
       auto it = cache_ids_.find(pending_[i]->name);
       present_on[i] = present[it != cache_ids_.end() ? it->second : fresh_key.at(pending_[i]->name)];
+      ++mine;
     }
+    p->others_lack = mine > 0;
+    p->i_lack = listed_keys - decided > mine;
     warn_stalled(present_on, n);
   }
   std::vector<RequestPtr> rest;
@@ -574,6 +590,7 @@ void Engine::fail_all(std::exception_ptr e) {
     if (!broken_) broken_ = e;
     for (auto& r : incoming_) victims.push_back(r);
     incoming_.clear();
+    bell_->queued = 0;
   }
   for (auto& r : pending_) victims.push_back(r);
   for (auto& r : executing_) victims.push_back(r);

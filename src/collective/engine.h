@@ -40,9 +40,10 @@ namespace edl::collective {
 struct EngineOptions {
   // Largest fused allreduce, in bytes. Default 64 MiB (as Horovod); EDL_FUSION_THRESHOLD. 0 = no fusion.
   size_t fusion_threshold_bytes = 64u << 20;
-  // Negotiation period. Default 1 ms; EDL_CYCLE_TIME_MS. After a round in which no rank had any
-  // request, new requests start the next round early: once no further request has arrived for
-  // 50 us (a burst of enqueues is complete), at most cycle_time after the first of them.
+  // Negotiation period. Default 1 ms; EDL_CYCLE_TIME_MS. New requests start the next round early:
+  // once no further request has arrived for 50 us (a burst of enqueues is complete), at most
+  // cycle_time after the first of them. A rank whose requests only wait for other ranks enters the
+  // next round at once and waits inside it (docs/collectives.md, "Negotiation").
   std::chrono::microseconds cycle_time{1000};
 };
 
@@ -72,6 +73,11 @@ class EDL_API Engine {
   Handle allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>* out,
                    std::vector<size_t>* counts, const std::string& name);
   Handle barrier(const std::string& name);
+
+  // The caller has no further request to add for now (it is about to block on what it enqueued):
+  // start the next round without waiting for the burst window to close. Handle::wait() on one of
+  // this engine's unfinished handles does the same.
+  void flush();
 
   void stop();
   EngineStats stats() const;
@@ -106,12 +112,16 @@ class EDL_API Engine {
 
   Handle enqueue(RequestPtr r, const char* kind);
   void loop();
+  // What a negotiation round saw, for scheduling the next one.
+  struct Progress {
+    bool i_lack = false;       // another rank listed a request this rank does not have yet
+    bool others_lack = false;  // this rank listed a request some other rank does not have yet
+  };
   // One negotiation; returns the requests ready on every rank, in the agreed order (requests that
   // mismatch are failed and left out).
-  // anything_listed: some rank listed a request; unmatched: requests listed somewhere but not ready.
-  std::vector<RequestPtr> negotiate(bool* anything_listed, size_t* unmatched);
+  std::vector<RequestPtr> negotiate(Progress* progress);
   // Sleeps until the next round is due (see loop()); false when stopping.
-  bool wait_for_round(std::chrono::steady_clock::time_point next, bool idle);
+  bool wait_for_round(std::chrono::steady_clock::time_point next);
   void execute(const std::vector<RequestPtr>& ready);
   void run_allreduce_group(const std::vector<RequestPtr>& group);
   void run_single(const RequestPtr& r);
@@ -124,8 +134,17 @@ class EDL_API Engine {
   std::shared_ptr<Communicator> comm_;
   EngineOptions options_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  // The engine's lock and wake-up, shared with its handles: Handle::wait() rings it (flush) and may
+  // outlive the engine, so they live in a block of their own.
+  struct Doorbell {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool flush = false;  // flush() or a Handle::wait() while requests were queued: start the round now
+    size_t queued = 0;   // incoming_.size(), for the handles' hook
+  };
+  std::shared_ptr<Doorbell> bell_ = std::make_shared<Doorbell>();
+  std::mutex& mu_ = bell_->mu;
+  std::condition_variable& cv_ = bell_->cv;
   bool stopping_ = false;
   std::exception_ptr broken_;  // first CommError: every later request fails with it
   std::deque<RequestPtr> incoming_;

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 
 namespace edl::detail {
@@ -25,6 +26,11 @@ struct HandleState {
   }
   void wait() {
     std::unique_lock<std::mutex> lock(mu);
+    if (!done && on_wait) {
+      lock.unlock();
+      on_wait();  // the waiter enqueues nothing more for now: the engine need not wait for a burst
+      lock.lock();
+    }
     cv.wait(lock, [&] { return done; });
     if (error) std::rethrow_exception(error);
   }
@@ -33,6 +39,7 @@ struct HandleState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  std::function<void()> on_wait;  // set once before the handle is shared; called by wait() when not done
 };
 
 }  // namespace edl::detail
