@@ -11,6 +11,11 @@
 // waiting for gradient buckets (communication not hidden behind backward), rank 0's median.
 // A single worker does no communication, so its loopback run is reported for every link.
 // Emulated links need root; without it they are skipped with a message.
+// The pseudo-link "independent" is the machine's ceiling: k single-worker processes started side by
+// side with no launcher (each a world of one: no communication at all); images/s is their sum.
+// Whatever k such processes lose against k x one process alone (shared caches, memory bandwidth,
+// a hypervisor's vCPUs) no data-parallel run of k workers can win back, so a k-worker row is read
+// against the "independent" row of the same k ("efficiency" in the human table).
 //
 // The same executable is the worker: `scaling_bench --worker ...` (started by edl-run).
 #include <fcntl.h>
@@ -26,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -96,6 +102,12 @@ int run_worker(const cxxopts::ParseResult& a) {
   std::vector<int32_t> labels(batch);
   for (float& v : images) v = pixel(rng);
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % mc.classes);
+  // Independent copies start their steps together (a wall-clock instant chosen by the driver), so
+  // that every timed step of one copy runs next to the other copies' steps.
+  if (const double start = a["start-at"].as<double>(); start > 0) {
+    const double wait = start - std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+  }
   std::vector<double> step_s, wait_s;
   bool finite = true;
   for (int i = 0; i < warmup + steps; ++i) {
@@ -207,12 +219,50 @@ Measurement measure(const cxxopts::ParseResult& a, const std::string& model, int
   return m;
 }
 
+// The ceiling: k copies of one worker at once, no launcher (each is a world of one).
+Measurement measure_independent(const cxxopts::ParseResult& a, const std::string& model, int k, const std::string& dir) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  std::vector<int> rc(k, -1);
+  std::vector<std::thread> runs;
+  // Model set-up takes well under a second per copy; all copies start stepping 3 s from now.
+  const double start_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + 3.0;
+  for (int i = 0; i < k; ++i) {
+    std::string out = dir + "/independent." + std::to_string(i) + ".json";
+    std::filesystem::remove(out);
+    std::vector<std::string> argv = {self, "--worker", "--model", model, "--batch", std::to_string(a["batch"].as<int>()),
+                                     "--steps", std::to_string(a["steps"].as<int>()), "--warmup",
+                                     std::to_string(a["warmup"].as<int>()), "--out", out, "--start-at",
+                                     fmt(start_at, 3)};
+    runs.emplace_back([&, argv, i] {
+      rc[i] = run_bounded(argv, dir + "/independent." + std::to_string(i) + ".log", a["timeout-s"].as<double>());
+    });
+  }
+  for (auto& t : runs) t.join();
+  Measurement m;
+  m.effective_link = "independent";
+  for (int i = 0; i < k; ++i) {
+    std::string out = dir + "/independent." + std::to_string(i) + ".json";
+    if (rc[i] != 0 || !std::filesystem::exists(out))
+      throw std::runtime_error(model + " independent copy " + std::to_string(i) + " of " + std::to_string(k) +
+                               " failed (status " + std::to_string(rc[i]) + "); log tail:\n" +
+                               tail(dir + "/independent." + std::to_string(i) + ".log", 2000));
+    Json r = Json::parse(std::ifstream(out));
+    if (!r.at("finite").get<bool>()) throw std::runtime_error(model + ": training loss became non-finite");
+    m.images_per_s += r.at("images_per_s").get<double>();
+    m.step_s += r.at("step_s").get<double>() / k;
+  }
+  return m;
+}
+
 int run_driver(const cxxopts::ParseResult& a) {
   std::vector<std::string> links = split(a["links"].as<std::string>());
   std::vector<int> counts;
   for (const auto& w : split(a["workers"].as<std::string>())) counts.push_back(std::stoi(w));
   std::string why;
-  bool need_netns = std::any_of(links.begin(), links.end(), [](const std::string& l) { return l != "loopback"; });
+  bool need_netns = std::any_of(links.begin(), links.end(),
+                                [](const std::string& l) { return l != "loopback" && l != "independent"; });
+  for (const std::string& ln : links)
+    if (ln != "independent") (void)edl::bench::parse_link(ln);  // a bad --links entry fails before any run
   if (need_netns) {
     why = edl::bench::NetnsCluster::unsupported_reason();
     if (!why.empty()) std::cout << "note: emulated links skipped: " << why << "\n";
@@ -222,14 +272,16 @@ int run_driver(const cxxopts::ParseResult& a) {
   std::string dir = std::filesystem::temp_directory_path() / ("edl_scaling_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   edl::bench::JsonRows json(a["json"].as<std::string>());
-  edl::bench::Table t({"model", "workers", "link", "images/s", "speedup", "comm_share", "step_ms", "note"}, 13);
+  edl::bench::Table t({"model", "workers", "link", "images/s", "speedup", "efficiency", "comm_share", "step_ms", "note"}, 13);
   t.header();
   int failures = 0;
   const int repeats = std::max(1, a["repeats"].as<int>());
   for (const std::string& model : split(a["models"].as<std::string>())) {
     Measurement base = measure(a, model, 1, edl::bench::LinkSpec{}, dir);
+    std::map<int, double> ceiling;  // k -> speed-up of k independent copies
     for (const std::string& ln : links) {
-      edl::bench::LinkSpec link = edl::bench::parse_link(ln);
+      const bool independent = ln == "independent";
+      edl::bench::LinkSpec link = independent ? edl::bench::LinkSpec{"independent"} : edl::bench::parse_link(ln);
       if (link.name != "loopback" && !why.empty()) continue;
       for (int k : counts) {
         Measurement m;
@@ -243,7 +295,7 @@ int run_driver(const cxxopts::ParseResult& a) {
             std::vector<double> ratio, ips, step, wait;
             for (int r = 0; r < repeats; ++r) {
               Measurement b = r == 0 ? base : measure(a, model, 1, edl::bench::LinkSpec{}, dir);
-              m = measure(a, model, k, link, dir);
+              m = independent ? measure_independent(a, model, k, dir) : measure(a, model, k, link, dir);
               ratio.push_back(m.images_per_s / b.images_per_s);
               ips.push_back(m.images_per_s);
               step.push_back(m.step_s);
@@ -264,11 +316,14 @@ int run_driver(const cxxopts::ParseResult& a) {
         double share = m.step_s > 0 ? m.wait_s / m.step_s : 0;
         std::string note = over ? "oversubscribed" : "";
         if (eff != link.name) note += (note.empty() ? "" : ",") + std::string("as ") + eff;
-        t.row({model, std::to_string(k), link.name, fmt(m.images_per_s, 1), fmt(speedup, 3), fmt(share, 3),
-               fmt(1000 * m.step_s, 1), note});
+        if (independent) ceiling[k] = speedup;
+        const bool has_ceiling = ceiling.count(k) && ceiling[k] > 0;
+        t.row({model, std::to_string(k), link.name, fmt(m.images_per_s, 1), fmt(speedup, 3),
+               has_ceiling ? fmt(speedup / ceiling[k], 3) : "-", fmt(share, 3), fmt(1000 * m.step_s, 1), note});
         json.write({{"model", model}, {"workers", k}, {"link", link.name}, {"images_per_s", m.images_per_s},
                     {"speedup", speedup}, {"comm_share", share}, {"step_ms", 1000 * m.step_s},
-                    {"oversubscribed", over}, {"effective_link", eff}, {"cores", cores}});
+                    {"oversubscribed", over}, {"effective_link", eff}, {"cores", cores},
+                    {"efficiency", has_ceiling ? Json(speedup / ceiling[k]) : Json(nullptr)}});
       }
     }
   }
@@ -283,8 +338,9 @@ int main(int argc, char** argv) {
   opts.add_options()
     ("models", "models", cxxopts::value<std::string>()->default_value("resnet20,mobilenetv2"))
     ("workers", "worker counts", cxxopts::value<std::string>()->default_value("1,2,4"))
-    ("links", "loopback and/or emulated links (<N>gbit[+<D>ms], root only)",
-     cxxopts::value<std::string>()->default_value("loopback,10gbit+0.1ms,1gbit+0.1ms"))
+    ("links", "independent (the ceiling: k copies, no communication), loopback and/or emulated links "
+     "(<N>gbit[+<D>ms], root only)",
+     cxxopts::value<std::string>()->default_value("independent,loopback,10gbit+0.1ms,1gbit+0.1ms"))
     ("batch", "images per worker per step", cxxopts::value<int>()->default_value("64"))
     ("steps", "timed steps", cxxopts::value<int>()->default_value("20"))
     ("warmup", "untimed steps first", cxxopts::value<int>()->default_value("3"))
@@ -297,9 +353,10 @@ int main(int argc, char** argv) {
     ("out", "internal (worker): result file", cxxopts::value<std::string>()->default_value(""))
     ("netns", "internal (worker): namespaces to claim", cxxopts::value<std::string>()->default_value(""))
     ("slot-dir", "internal (worker): claim directory", cxxopts::value<std::string>()->default_value(""))
+    ("start-at", "internal (worker): start stepping at this Unix time (s)", cxxopts::value<double>()->default_value("0"))
     ("h,help", "help");
   try {
-    auto a = opts.parse(argc, argv);
+    auto a = edl::bench::parse_flags(opts, argc, argv);
     if (a.count("help")) {
       std::cout << opts.help() << std::endl;
       return 0;

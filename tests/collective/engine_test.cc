@@ -98,6 +98,40 @@ TEST_CASE("engine: a request runs only once every rank has it; completion order"
   });
 }
 
+TEST_CASE("engine: requests never wait for the tick (waiters, lagging ranks, blocking calls)", "[collective][engine]") {
+  // With a 60 s cycle every path that fell back to the tick would show as a 60 s stall: the whole
+  // exchange below must finish far sooner. Rank 1 lags: rank 0's round finds "b" on rank 0 only,
+  // rank 0 (which lacks nothing) must go straight into the next round and wait there, and rank 1's
+  // late burst must start that round.
+  EngineOptions eo;
+  eo.cycle_time = std::chrono::seconds(60);
+  const auto t0 = std::chrono::steady_clock::now();
+  run_engines(2, eo, [&](int rank, Engine& engine) {
+    double a = rank + 1, b = 10 * (rank + 1);
+    for (int step = 0; step < 5; ++step) {
+      a = rank + 1;
+      b = 10 * (rank + 1);
+      if (rank == 0) {
+        Handle ha = engine.allreduce(&a, 1, DataType::kFloat64, ReduceOp::kSum, "a");
+        Handle hb = engine.allreduce(&b, 1, DataType::kFloat64, ReduceOp::kSum, "b");
+        hb.wait();
+        ha.wait();
+      } else {
+        Handle ha = engine.allreduce(&a, 1, DataType::kFloat64, ReduceOp::kSum, "a");
+        ha.wait();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        engine.allreduce(&b, 1, DataType::kFloat64, ReduceOp::kSum, "b").wait();
+      }
+      TREQUIRE(a == 3);
+      TREQUIRE(b == 30);
+      engine.barrier("barrier." + std::to_string(step)).wait();  // a blocking call right after
+    }
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("took " << s << " s with a 60 s cycle");
+  CHECK(s < 30);
+}
+
 TEST_CASE("engine: broadcast, allgather, barrier and auto names", "[collective][engine]") {
   run_engines(3, EngineOptions{}, [&](int rank, Engine& engine) {
     std::vector<int32_t> v(1000, rank == 2 ? 7 : 0);
