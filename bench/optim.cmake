@@ -1,2 +1,4 @@
-# optimizer_bench: overlap of the DistributedOptimizer's bucketed allreduce with backward (bench/optimizer_bench.cc).
-edl_add_bench(optimizer_bench optimizer_bench.cc)
+# optimizer_bench: overlap of the DistributedOptimizer's bucketed allreduce with backward, on loopback
+# and on emulated cluster links (edl_netns). Workload, ranks and the processes driver are separate files.
+edl_add_bench(optimizer_bench optimizer_bench.cc optimizer_workload.cc optimizer_rank.cc optimizer_processes.cc)
+target_link_libraries(optimizer_bench PRIVATE edl_netns)
