@@ -265,21 +265,50 @@ void allreduce_section(Ctx& c, const Rows& rows) {
        "allreduce bus bandwidth vs message size");
 }
 
+// Experiment 3 (bench/convergence_exp.cc): final accuracies, loss spikes per resize, and one plot each
+// of the per-epoch test accuracy and training loss with every run's curve. Unknown rows are skipped.
 void convergence_section(Ctx& c, const Rows& rows) {
-  c.md << "Target: (b) and (c) end within 0.3 points of (a); (c)'s loss spike after each resize smaller than (b)'s.\n";
-  table(c, rows);
-  std::map<std::string, std::vector<std::pair<double, double>>> acc;
+  c.md << "Target: (b) and (c) end within 0.3 points of (a); (c)'s loss spike after each resize smaller than (b)'s "
+          "(spike = mean training loss of the W steps after the worker count changed minus the W steps before).\n";
+  Rows finals, resizes;
+  std::map<std::string, std::vector<std::pair<double, double>>> acc, loss;
   for (const Json& r : rows) {
-    if (r.contains("test_acc")) acc[r.value("run", "?")].push_back({r.value("epoch", 0.0), r.value("test_acc", 0.0)});
+    if (!r.contains("run")) continue;
+    const std::string run = r.value("run", "?");
+    if (r.contains("final_test_acc")) {
+      Json f = r;
+      f["final_test_acc_pct"] = 100.0 * r.value("final_test_acc", 0.0);
+      finals.push_back(f);
+    } else if (r.contains("spike") && r.contains("resize")) {
+      resizes.push_back(r);
+    } else if (r.contains("epoch") && r.contains("test_acc") && r.contains("train_loss")) {
+      if (r.value("test_acc", -1.0) >= 0) acc[run].push_back({r.value("epoch", 0.0), r.value("test_acc", 0.0)});
+      loss[run].push_back({r.value("epoch", 0.0), r.value("train_loss", 0.0)});
+    }
   }
-  if (acc.empty()) return;
-  std::string body, cmd = "plot ";
-  for (auto& [k, xy] : acc) {
-    body += datablock(id(k), xy);
-    cmd += "$" + id(k) + " with linespoints title '" + k + "', ";
+  if (!finals.empty()) {
+    c.md << "\nFinal test accuracy (delta in percentage points against the fixed run):\n";
+    table(c, finals, {"run", "final_test_acc_pct", "delta_vs_fixed_pts"});
   }
-  cmd.resize(cmd.size() - 2);
-  plot(c, "convergence_acc", "set xlabel 'epoch'\nset ylabel 'test accuracy'\n" + body + cmd, "test accuracy per epoch");
+  if (!resizes.empty()) {
+    c.md << "Loss spikes per resize:\n";
+    table(c, resizes, {"run", "resize", "from_workers", "to_workers", "epoch_progress", "loss_before", "loss_after",
+                       "spike"});
+  }
+  auto curves = [&](const std::map<std::string, std::vector<std::pair<double, double>>>& series, const std::string& name,
+                    const std::string& ylabel, const std::string& caption) {
+    if (series.empty()) return;
+    std::string body, cmd = "plot ";
+    for (auto [k, xy] : series) {
+      std::sort(xy.begin(), xy.end());
+      body += datablock(id(name + "_" + k), xy);
+      cmd += "$" + id(name + "_" + k) + " with linespoints title '" + k + "', ";
+    }
+    cmd.resize(cmd.size() - 2);
+    plot(c, name, "set xlabel 'epoch'\nset ylabel '" + ylabel + "'\n" + body + cmd, caption);
+  };
+  curves(acc, "convergence_acc", "test accuracy", "test accuracy per epoch, all runs");
+  curves(loss, "convergence_loss", "training loss (epoch mean)", "training loss per epoch, all runs");
 }
 
 struct BenchInfo {

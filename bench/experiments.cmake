@@ -26,6 +26,15 @@ if(TARGET edl_models)
   endif()
 endif()
 
+# convergence_exp: Experiment 3 (convergence under a changing worker count) drives edl-run with the
+# edl-resnet20 trainer; the analysis (bench/convergence_analysis.*) is unit-tested in tests/experiments.
+if(TARGET edl-resnet20 AND TARGET edl-run)
+  edl_add_bench(convergence_exp convergence_exp.cc convergence_analysis.cc)
+  target_compile_definitions(convergence_exp PRIVATE EDL_RUN_PATH="$<TARGET_FILE:edl-run>"
+                                                     EDL_RESNET20_PATH="$<TARGET_FILE:edl-resnet20>")
+  add_dependencies(convergence_exp edl-run edl-resnet20)
+endif()
+
 # benchmarks_doc: docs/benchmarks.md + gnuplot scripts from every bench's JSON rows (scripts/run-benchmarks.sh).
 add_executable(benchmarks_doc benchmarks_doc.cc)
 target_link_libraries(benchmarks_doc PRIVATE nlohmann_json::nlohmann_json cxxopts::cxxopts)

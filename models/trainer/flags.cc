@@ -36,6 +36,8 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
     ("eval-interval", "evaluate every N epochs", cxxopts::value<int>()->default_value("1"))
     ("verbose", "every rank prints", cxxopts::value<bool>()->default_value("false"))
     ("json", "append one JSON row per epoch to PATH (rank 0)", cxxopts::value<std::string>()->default_value(""))
+    ("loss-log", "append one JSON row per optimizer step to PATH (rank 0): run, step, epoch_progress, loss (the "
+                 "world's mean loss of the step), workers, lr, momentum_gamma", cxxopts::value<std::string>()->default_value(""))
     ("run-name", "\"run\" field of the JSON rows", cxxopts::value<std::string>()->default_value("train"))
     ("step-delay-ms", "sleep per step (demos)", cxxopts::value<double>()->default_value("0"))
     ("h,help", "print this help");
@@ -72,6 +74,7 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
     o->eval_every = r["eval-interval"].as<int>();
     o->verbose = r["verbose"].as<bool>();
     o->json_path = r["json"].as<std::string>();
+    o->loss_log_path = r["loss-log"].as<std::string>();
     o->run_name = r["run-name"].as<std::string>();
     o->step_delay_ms = r["step-delay-ms"].as<double>();
   } catch (const cxxopts::exceptions::exception& e) {

@@ -17,6 +17,7 @@
 #include "models/mobilenetv2/mobilenetv2.h"
 #include "models/resnet20/resnet20.h"
 #include "progress.h"
+#include "step_log.h"
 
 namespace edl::trainer {
 namespace {
@@ -94,7 +95,6 @@ double schedule(const TrainerOptions& o, int64_t epoch) {
 // Evaluates the first test_n test records, split across ranks; returns the world's accuracy.
 double evaluate(models::Model& model, const Datasets& d, const std::vector<models::BufferRef>& buffers,
                 bool bn_trained) {
-  // Batch-norm running statistics differ slightly between workers: evaluate with their average.
   // Batch-norm running statistics differ slightly between workers: evaluate with their average over
   // the workers whose statistics saw training batches (a worker that got no shard yet keeps the
   // initial mean 0 / variance 1, which must not dilute the others').
@@ -181,6 +181,7 @@ int run_training(const TrainerOptions& o) {
 
   Progress progress(o.epochs, d.train_n);
   std::ofstream json;  // opened by whoever is rank 0 when a row is due
+  StepLog step_log(o.loss_log_path, o.run_name);
   double final_acc = -1.0;
   int64_t last_size = 0;
   int64_t reported_epoch = -1;  // not part of the state: an epoch redone after a rollback is reported once
@@ -208,7 +209,7 @@ int run_training(const TrainerOptions& o) {
       reported_epoch = epoch;
       double ips = progress.end_epoch(talk(), epoch, stats[0], loss, train_acc, acc, edl::size());
       if (!o.json_path.empty() && edl::rank() == 0 && !json.is_open()) json.open(o.json_path, std::ios::app);
-      if (json.is_open()) {
+      if (json.is_open() && edl::rank() == 0) {
         char row[512];
         std::snprintf(row, sizeof(row),
                     "{\"run\":\"%s\",\"epoch\":%lld,\"test_acc\":%.6f,\"train_loss\":%.6f,\"train_acc\":%.6f,"
@@ -232,6 +233,9 @@ int run_training(const TrainerOptions& o) {
       if (rec.end_of_data) break;
       if (rec.epoch - 1 > evaluated_epoch) finish_epoch(rec.epoch - 1);
       opt.set_epoch(rec.epoch);
+      StepRow srow;  // --loss-log: the hyper-parameters of this step, read before step() advances them
+      srow.lr = opt.lr();
+      srow.momentum_gamma = opt.rescaler().step_params().gamma;
       double local[3] = {0, 0, 0};
       if (!rec.records.empty()) {
         data::assemble_batch(*d.train, rec.records.data(), rec.records.size(), train_norm,
@@ -249,6 +253,13 @@ int run_training(const TrainerOptions& o) {
       opt.step();
       edl::allreduce(local, 3, ReduceOp::kSum, "train.stats");
       for (int i = 0; i < 3; ++i) stats[i] += local[i];
+      if (local[0] > 0) {
+        srow.step = opt.step_count();
+        srow.epoch_progress = static_cast<double>(rec.epoch) + stats[0] / static_cast<double>(d.train_n);
+        srow.loss = local[1] / local[0];  // world mean over this step's records
+        srow.workers = edl::size();
+        step_log.write(edl::rank() == 0, srow);
+      }
       progress.step(talk(), rec.epoch, stats[0], stats[0] > 0 ? stats[1] / stats[0] : 0.0,
                     stats[0] > 0 ? stats[2] / stats[0] : 0.0);
       if (o.step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.step_delay_ms));

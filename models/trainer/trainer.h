@@ -11,7 +11,8 @@
 //
 // Rank 0 prints one progress line per epoch (records done, images/s, loss, accuracy) and the test
 // accuracy; other ranks are quiet unless verbose. With json_path, rank 0 appends one JSON row per
-// epoch: {"run","epoch","test_acc","train_loss","train_acc","images_per_s","workers","seconds"}.
+// epoch: {"run","epoch","test_acc","train_loss","train_acc","images_per_s","workers","lr"}; with
+// loss_log_path one row per optimizer step (step_log.h: world-mean loss, epoch progress, workers, lr).
 //
 // Thread-safety: run_training is called once, from main().
 #pragma once
@@ -46,6 +47,7 @@ struct TrainerOptions {
   int eval_every = 1;                    // evaluate every N epochs (and always after the last)
   bool verbose = false;                  // every rank prints
   std::string json_path;                 // per-epoch rows (rank 0)
+  std::string loss_log_path;             // per-step rows (rank 0), step_log.h
   std::string run_name = "train";        // "run" field of the JSON rows
   double step_delay_ms = 0;              // sleep per step (demos: slows training so events are visible)
 };
