@@ -133,23 +133,7 @@ class Job {
  public:
   Job(const std::vector<std::string>& argv, const std::string& log, std::string pid_file)
       : pid_file_(std::move(pid_file)) {
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      std::vector<char*> args;
-      for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
-      std::perror("exec");
-      _exit(127);
-    }
-    setpgid(pid_, pid_);
+    pid_ = edl::bench::spawn_logged(argv, log);
   }
   ~Job() { stop(); }
   // Exit status once it ended (128 + signal when killed), or -1 while it runs.

@@ -136,23 +136,7 @@ int run_worker(const cxxopts::ParseResult& a) {
 
 // Runs argv in its own process group with output to `log`; kills the group after `timeout_s`.
 int run_bounded(const std::vector<std::string>& argv, const std::string& log, double timeout_s) {
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    setpgid(0, 0);
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::perror("exec");
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  const pid_t pid = edl::bench::spawn_logged(argv, log);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   int st = 0;
   while (waitpid(pid, &st, WNOHANG) == 0) {

@@ -7,7 +7,7 @@
 #   --build DIR   build tree with bench/ (default: build)
 #   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, series/, plots/ (default: DIR/bench-results)
 #   --only LIST   run only these benches (the doc is still made from everything in --out)
-#   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, cluster inputs)
+#   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp)
 #   --doc-only    do not run anything; regenerate the doc and the plots from --out
 #
 # Needs only bash, coreutils and what the project builds; gnuplot (Debian gnuplot-nox) for the PNGs.
@@ -90,9 +90,11 @@ if [ $DOC_ONLY -eq 0 ]; then
   if [ $QUICK -eq 1 ]; then
     SCALING_ARGS=(--steps 8 --warmup 2 --repeats 2)
     ELASTIC_ARGS=(--kills 2 --stops 1 --joins 2 --reps 1)
+    CONVERGENCE_ARGS=(--quick)
   else
     SCALING_ARGS=()
     ELASTIC_ARGS=()
+    CONVERGENCE_ARGS=()
   fi
   run_bench allreduce_bench 1200 "$B/allreduce_bench" --local-ranks 2
   if [ -n "$EDL_RUN" ]; then
@@ -107,7 +109,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench shard_audit 900 "$B/shard_audit"
   run_bench netns_check 300 "$B/netns_check"
   run_bench scaling_bench 3600 "$B/scaling_bench" "${SCALING_ARGS[@]}"
-  run_bench convergence 3600 "$B/convergence_exp"
+  run_bench convergence 3600 "$B/convergence_exp" "${CONVERGENCE_ARGS[@]}"
   # The simulator takes EDL's own scaling curve and recovery times when both benches produced rows.
   SIM_ARGS=(--series-dir "$OUT/series")
   if [ -s "$OUT/scaling_bench.jsonl" ] && [ -s "$OUT/elastic_bench.jsonl" ]; then
