@@ -37,7 +37,9 @@ class EDL_API Handle {
   bool valid() const { return state_ != nullptr; }
   // True once the operation finished (successfully or not). Never blocks.
   bool poll() const;
-  // Blocks until finished; rethrows the operation's error, if any.
+  // Blocks until finished; rethrows the operation's error, if any. Waiting tells the background
+  // engine that no more requests are coming for now: a still-queued request is negotiated at once
+  // instead of after the fusion window (enqueue a whole burst before waiting on any of it).
   void wait() const;
 
  private:
