@@ -4,6 +4,7 @@ add_executable(edl-run
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/main.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/options.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/process.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/launcher/binding.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/supervisor.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/static_mode.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/elastic_mode.cc

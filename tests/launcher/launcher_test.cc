@@ -11,6 +11,7 @@
 #include <thread>
 #include <set>
 
+#include "elastic/launcher/binding.h"
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/options.h"
 #include "launcher/run_util.h"
@@ -164,6 +165,49 @@ TEST_CASE("edl-run: workers get the environment init() reads, output is rank-pre
   CHECK(env_by_tag(from_env.out)["0"]["EDL_JOB_SECRET"] == "s2");
   auto other = run_edl({"-np", "1", kHelper, "env"}, 20s);
   CHECK(env_by_tag(other.out)["0"]["EDL_JOB_SECRET"] != env["0"]["EDL_JOB_SECRET"]);
+}
+
+TEST_CASE("edl-run --bind-to: which CPUs each worker slot gets", "[launcher]") {
+  using edl::launcher::cpus_for_slot;
+  const std::vector<int> four{0, 1, 2, 3};
+  CHECK(cpus_for_slot("auto", 0, 2, four) == std::vector<int>{0, 1});
+  CHECK(cpus_for_slot("auto", 1, 2, four) == std::vector<int>{2, 3});
+  CHECK(cpus_for_slot("core", 2, 3, four) == std::vector<int>{2});  // 4 / 3 = 1 CPU each, CPU 3 unused
+  CHECK(cpus_for_slot("auto", 0, 5, four).empty());                   // more slots than CPUs: not bound
+  CHECK_THROWS_WITH(cpus_for_slot("core", 0, 5, four), Catch::Contains("5 worker slots but only 4 CPUs"));
+  CHECK(cpus_for_slot("none", 0, 2, four).empty());
+  CHECK(cpus_for_slot("auto", 0, 0, four).empty());  // elastic without --max-np: no fixed slot count
+  CHECK(cpus_for_slot("auto", 1, 2, std::vector<int>{4, 6}) == std::vector<int>{6});  // an affinity mask with gaps
+  CHECK_THROWS_WITH(cpus_for_slot("cores", 0, 1, four), Catch::Contains("none, core or auto"));
+  CHECK(edl::launcher::cpu_list_text({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8");
+}
+
+TEST_CASE("edl-run --bind-to: workers run on the CPUs of their slot", "[launcher]") {
+  const std::vector<int> cpus = edl::launcher::allowed_cpus();
+  if (cpus.size() < 2) {
+    WARN("only " << cpus.size() << " CPU available: binding of 2 workers not checked");
+    return;
+  }
+  const std::string show = "grep Cpus_allowed_list /proc/self/status";
+  auto bound = run_edl({"--bind-to", "core", "-np", "2", "sh", "-c", show}, 20s);
+  REQUIRE(bound.code == 0);
+  const size_t k = cpus.size() / 2;
+  auto list = [&](size_t from) { return edl::launcher::cpu_list_text(std::vector<int>(cpus.begin() + from, cpus.begin() + from + k)); };
+  CHECK_THAT(bound.out, Catch::Contains("[0] Cpus_allowed_list:\t" + list(0) + "\n"));
+  CHECK_THAT(bound.out, Catch::Contains("[1] Cpus_allowed_list:\t" + list(k) + "\n"));
+  auto all = edl::launcher::cpu_list_text(cpus);
+  auto none = run_edl({"--bind-to", "none", "-np", "2", "sh", "-c", show}, 20s);
+  REQUIRE(none.code == 0);
+  CHECK_THAT(none.out, Catch::Contains("[0] Cpus_allowed_list:\t" + all + "\n"));
+  CHECK_THAT(none.out, Catch::Contains("[1] Cpus_allowed_list:\t" + all + "\n"));
+  // More slots than CPUs: auto leaves them unbound, core is a usage error.
+  const std::string many = std::to_string(cpus.size() + 1);
+  auto over = run_edl({"-np", many, "sh", "-c", show}, 20s);
+  REQUIRE(over.code == 0);
+  CHECK_THAT(over.out, Catch::Contains("[0] Cpus_allowed_list:\t" + all + "\n"));
+  auto refused = run_edl({"--bind-to", "core", "-np", many, "true"}, 20s);
+  CHECK(refused.code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("--bind-to core"));
 }
 
 TEST_CASE("edl-run: lines of different workers never interleave", "[launcher]") {

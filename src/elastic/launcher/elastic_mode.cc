@@ -10,6 +10,7 @@
 #include <set>
 
 #include "edl/error.h"
+#include "elastic/launcher/binding.h"
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/launcher.h"
 #include "elastic/launcher/store_watcher.h"
@@ -175,12 +176,14 @@ class ElasticLauncher {
           {"EDL_RANK", "EDL_SIZE", "EDL_LOCAL_RANK", "EDL_LOCAL_SIZE"});
       std::vector<std::string> argv = o_.command;
       argv[0] = program_;
-      s.pid = sup_.start(argv, env, s.worker_id);
+      const std::vector<int> bound = cpus_for_slot(o_.bind_to, s.index, o_.max_np, cpus_);
+      s.pid = sup_.start(argv, env, s.worker_id, bound);
       s.started = now;
       s.stopping = false;
       slot_of_[s.pid] = s.index;
       pending_join_[s.worker_id] = now;
-      log("event=started slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(s.pid));
+      log("event=started slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(s.pid) +
+          " cpus=" + cpu_list_text(bound));
       changed = true;
     }
     if (changed) write_pids();
@@ -346,6 +349,7 @@ class ElasticLauncher {
   Job& job_;
   std::string program_;
   Supervisor sup_;
+  const std::vector<int> cpus_ = allowed_cpus();
   std::unique_ptr<StoreWatcher> watcher_;
   std::vector<Slot> slots_;
   std::map<pid_t, int> slot_of_;

@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "edl/error.h"
+#include "elastic/launcher/binding.h"
 #include "elastic/launcher/launcher.h"
 #include "elastic/launcher/process.h"
 
@@ -86,6 +87,12 @@ int main(int argc, char** argv) {
     }
   } catch (const UsageError& e) {
     std::cerr << "edl-run: error: " << e.what() << "\n\n" << help;
+    return 2;
+  }
+  try {  // --bind-to core with more worker slots than CPUs is a usage error
+    (void)cpus_for_slot(options.bind_to, 0, options.elastic ? options.max_np : options.np, allowed_cpus());
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "edl-run: error: " << e.what() << "\n";
     return 2;
   }
   try {

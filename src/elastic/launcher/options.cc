@@ -13,7 +13,7 @@ namespace {
 const std::set<std::string> kValued = {
     "-np", "--np", "-n", "--min-np", "--max-np", "--host-discovery-script", "--discovery-interval-ms",
     "--reset-limit", "--blacklist-cooldown-range", "--store", "--store-bind", "--store-port", "--secret",
-    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file"};
+    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file", "--bind-to"};
 
 std::string local_hostname() {
   char buf[256] = {0};
@@ -67,6 +67,8 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
       ("rendezvous-timeout", "elastic: seconds below --min-np before the job fails",
        cxxopts::value<double>()->default_value("60"))
       ("pid-file", "write '<rank|slot> <pid>' lines here whenever workers change", cxxopts::value<std::string>())
+      ("bind-to", "CPU binding of local workers: none | core (each slot its own share of the CPUs) | auto "
+                  "(core when the slots fit the CPUs)", cxxopts::value<std::string>()->default_value("auto"))
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
   *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
@@ -104,6 +106,9 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   L.rendezvous_timeout_s = r["rendezvous-timeout"].as<double>();
   if (r.count("pid-file")) L.pid_file = r["pid-file"].as<std::string>();
   L.verbose = r.count("verbose") > 0;
+  L.bind_to = r["bind-to"].as<std::string>();
+  if (L.bind_to != "none" && L.bind_to != "core" && L.bind_to != "auto")
+    throw UsageError("--bind-to must be none, core or auto, got '" + L.bind_to + "'");
 
   std::string range = r["blacklist-cooldown-range"].as<std::string>();
   size_t comma = range.find(',');

@@ -1,6 +1,7 @@
 #include "elastic/launcher/process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -112,7 +113,7 @@ void OutputPump::close_fd() {
 }
 
 Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                      const std::string& tag) {
+                      const std::string& tag, const std::vector<int>& cpus) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
@@ -127,6 +128,9 @@ Process spawn_process(const std::vector<std::string>& argv, const std::vector<st
   for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
   cenv.push_back(nullptr);
   pid_t parent = getpid();
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int c : cpus) CPU_SET(c, &cpu_set);
   // Block signals across fork: the child must not run edl-run's handlers (they would write into
   // edl-run's signal pipe) before it has reset them to the defaults.
   sigset_t all, old;
@@ -149,6 +153,7 @@ Process spawn_process(const std::vector<std::string>& argv, const std::vector<st
     sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(out[1], 1);
     dup2(err[1], 2);
+    if (!cpus.empty()) sched_setaffinity(0, sizeof(cpu_set), &cpu_set);  // best effort
     execve(cargv[0], cargv.data(), cenv.data());
     const char msg[] = "edl-run: exec failed\n";
     ssize_t w = ::write(2, msg, sizeof(msg) - 1);

@@ -45,10 +45,10 @@ struct Process {
   OutputPump err{-1, 2, ""};
 };
 
-// Forks and execs argv[0] (already resolved) with env; output tagged "[tag]". Throws
-// std::runtime_error when fork or pipe fails.
+// Forks and execs argv[0] (already resolved) with env; output tagged "[tag]"; bound to `cpus`
+// when not empty (binding.h). Throws std::runtime_error when fork or pipe fails.
 Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                      const std::string& tag);
+                      const std::string& tag, const std::vector<int>& cpus = {});
 
 // Sends sig to the worker's process group (falls back to the pid).
 void signal_process(pid_t pid, int sig);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "elastic/launcher/binding.h"
 #include "elastic/launcher/launcher.h"
 #include "elastic/launcher/supervisor.h"
 
@@ -20,16 +21,19 @@ int run_static(const LaunchOptions& o, Job& job) {
   Supervisor sup;
   std::map<pid_t, int> rank_of;
   std::string pids;
+  const std::vector<int> cpus = allowed_cpus();
   for (int r = 0; r < o.np; ++r) {
     auto env = make_environment(
         {"EDL_STORE=" + job.store_url, "EDL_JOB_SECRET=" + job.secret, "EDL_JOB_ID=" + job.job_id,
          "EDL_RANK=" + std::to_string(r), "EDL_SIZE=" + std::to_string(o.np), "EDL_LOCAL_RANK=" + std::to_string(r),
          "EDL_LOCAL_SIZE=" + std::to_string(o.np), "EDL_WORKER_ID=" + o.hostname + ":" + std::to_string(r)},
         {"EDL_ELASTIC", "EDL_MIN_NP", "EDL_MAX_NP"});
-    pid_t pid = sup.start(argv, env, std::to_string(r));
+    const std::vector<int> bound = cpus_for_slot(o.bind_to, r, o.np, cpus);
+    pid_t pid = sup.start(argv, env, std::to_string(r), bound);
     rank_of[pid] = r;
     pids += std::to_string(r) + " " + std::to_string(pid) + "\n";
-    if (o.verbose) log_event("rank " + std::to_string(r) + " started (pid " + std::to_string(pid) + ")");
+    if (o.verbose)
+      log_event("rank " + std::to_string(r) + " started (pid " + std::to_string(pid) + ", cpus " + cpu_list_text(bound) + ")");
   }
   write_pid_file(o.pid_file, pids);
   if (o.verbose) log_event("job " + job.job_id + ": " + std::to_string(o.np) + " workers, store " + job.store_url);

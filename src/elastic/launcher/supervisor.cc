@@ -47,8 +47,8 @@ Supervisor::~Supervisor() {
 }
 
 pid_t Supervisor::start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                        const std::string& tag) {
-  auto p = std::make_unique<Process>(spawn_process(argv, env, tag));
+                        const std::string& tag, const std::vector<int>& cpus) {
+  auto p = std::make_unique<Process>(spawn_process(argv, env, tag, cpus));
   pid_t pid = p->pid;
   running_[pid] = true;
   procs_.push_back(std::move(p));

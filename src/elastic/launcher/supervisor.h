@@ -25,7 +25,8 @@ class Supervisor {
   Supervisor();  // installs the signal handlers (once per process)
   ~Supervisor();
 
-  pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& tag);
+  pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& tag,
+              const std::vector<int>& cpus = {});
 
   // Waits up to timeout_ms for output, signals or exits; pumps output. Appends exited workers to
   // *exits and received SIGINT/SIGTERM/SIGHUP numbers to *signals.
