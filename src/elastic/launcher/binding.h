@@ -7,8 +7,11 @@
 // communication threads end up stacked on one CPU while another idles until load balancing moves
 // them (milliseconds). Bound workers keep to their own CPUs (docs/launcher.md has the measurements).
 //
-// Modes: "none" (never bind), "core" (bind; an error when there are more slots than CPUs), "auto"
-// (the default: bind when the slots fit the CPUs, else leave the kernel to it).
+// Modes: "none" (the default, as torchrun: the kernel places threads), "core" (bind; an error when
+// there are more slots than CPUs), "auto" (bind when the slots fit the CPUs, else leave it to the
+// kernel). Not the default: a worker that runs more threads than its share of CPUs would be
+// confined to that share, and over emulated links (network namespaces on one machine, where the
+// kernel's packet processing runs on the workers' CPUs) binding measured slower.
 // Thread-safety: pure functions.
 #pragma once
 

@@ -68,7 +68,7 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
        cxxopts::value<double>()->default_value("60"))
       ("pid-file", "write '<rank|slot> <pid>' lines here whenever workers change", cxxopts::value<std::string>())
       ("bind-to", "CPU binding of local workers: none | core (each slot its own share of the CPUs) | auto "
-                  "(core when the slots fit the CPUs)", cxxopts::value<std::string>()->default_value("auto"))
+                  "(core when the slots fit the CPUs)", cxxopts::value<std::string>()->default_value("none"))
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
   *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"

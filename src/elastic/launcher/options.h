@@ -29,7 +29,7 @@ struct LaunchOptions {
   double rendezvous_timeout_s = 60.0;  // --rendezvous-timeout: below --min-np this long = job failure
   std::string pid_file;              // --pid-file: "<rank-or-slot> <pid>" lines, rewritten on change
   bool verbose = false;              // --verbose: log every process start/exit
-  std::string bind_to = "auto";      // --bind-to none|core|auto: CPU binding of worker slots (binding.h)
+  std::string bind_to = "none";      // --bind-to none|core|auto: CPU binding of worker slots (binding.h)
   std::vector<std::string> command;  // PROGRAM ARGS...
 };
 
