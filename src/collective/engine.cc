@@ -116,12 +116,13 @@ void Engine::stop() {
   }
 }
 
-void Engine::flush() {
+void Engine::Doorbell::waiting() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    bell_->flush = true;
+    std::lock_guard<std::mutex> lock(mu);
+    if (queued == 0) return;  // nothing waits for a burst window (the request is negotiating)
+    flush = true;
   }
-  cv_.notify_one();
+  cv.notify_one();
 }
 
 EngineStats Engine::stats() const {
@@ -131,14 +132,7 @@ EngineStats Engine::stats() const {
 
 Handle Engine::enqueue(RequestPtr r, const char* kind) {
   r->state = std::make_shared<detail::HandleState>();
-  r->state->on_wait = [bell = bell_] {
-    {
-      std::lock_guard<std::mutex> lock(bell->mu);
-      if (bell->queued == 0) return;  // nothing waits for a burst window (the request is negotiating)
-      bell->flush = true;
-    }
-    bell->cv.notify_one();
-  };
+  r->state->listener = bell_;
   Handle h(r->state);
   std::lock_guard<std::mutex> lock(mu_);
   if (r->name.empty()) r->name = std::string(kind) + "." + std::to_string(auto_counter_[kind]++);
@@ -217,8 +211,8 @@ bool Engine::wait_for_round(Clock::time_point next) {
   for (;;) {
     if (stopping_) return false;
     auto due = next;
-    if (!incoming_.empty())
-      due = bell_->flush ? Clock::now() : std::min(due, std::min(first_incoming_ + options_.cycle_time, last_incoming_ + gap));
+    if (bell_->flush && !incoming_.empty()) break;  // a waiter: no burst window
+    if (!incoming_.empty()) due = std::min(due, std::min(first_incoming_ + options_.cycle_time, last_incoming_ + gap));
     if (Clock::now() >= due) break;
     cv_.wait_until(lock, due);
   }

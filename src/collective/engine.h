@@ -74,11 +74,6 @@ class EDL_API Engine {
                    std::vector<size_t>* counts, const std::string& name);
   Handle barrier(const std::string& name);
 
-  // The caller has no further request to add for now (it is about to block on what it enqueued):
-  // start the next round without waiting for the burst window to close. Handle::wait() on one of
-  // this engine's unfinished handles does the same.
-  void flush();
-
   void stop();
   EngineStats stats() const;
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
@@ -134,13 +129,14 @@ class EDL_API Engine {
   std::shared_ptr<Communicator> comm_;
   EngineOptions options_;
 
-  // The engine's lock and wake-up, shared with its handles: Handle::wait() rings it (flush) and may
+  // The engine's lock and wake-up, shared with its handles: Handle::wait() rings it and may
   // outlive the engine, so they live in a block of their own.
-  struct Doorbell {
+  struct Doorbell : detail::WaitListener {
     std::mutex mu;
     std::condition_variable cv;
-    bool flush = false;  // flush() or a Handle::wait() while requests were queued: start the round now
-    size_t queued = 0;   // incoming_.size(), for the handles' hook
+    bool flush = false;  // a Handle::wait() while requests were queued: start the round now
+    size_t queued = 0;   // incoming_.size(), readable without the engine
+    void waiting() override;
   };
   std::shared_ptr<Doorbell> bell_ = std::make_shared<Doorbell>();
   std::mutex& mu_ = bell_->mu;

@@ -4,10 +4,17 @@
 
 #include <condition_variable>
 #include <exception>
-#include <functional>
+#include <memory>
 #include <mutex>
 
 namespace edl::detail {
+
+// Told when a thread starts waiting on an unfinished handle (the collective engine starts its
+// round at once). Shared by the handles of one engine; it may outlive the engine.
+struct WaitListener {
+  virtual ~WaitListener() = default;
+  virtual void waiting() = 0;
+};
 
 struct HandleState {
   // Marks the operation finished; `error` (may be null) is rethrown by wait(). First call wins.
@@ -26,9 +33,9 @@ struct HandleState {
   }
   void wait() {
     std::unique_lock<std::mutex> lock(mu);
-    if (!done && on_wait) {
+    if (!done && listener) {
       lock.unlock();
-      on_wait();  // the waiter enqueues nothing more for now: the engine need not wait for a burst
+      listener->waiting();  // the waiter enqueues nothing more for now: no burst to wait for
       lock.lock();
     }
     cv.wait(lock, [&] { return done; });
@@ -39,7 +46,7 @@ struct HandleState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
-  std::function<void()> on_wait;  // set once before the handle is shared; called by wait() when not done
+  std::shared_ptr<WaitListener> listener;  // set once before the handle is shared
 };
 
 }  // namespace edl::detail
