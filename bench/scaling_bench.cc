@@ -163,14 +163,27 @@ struct Measurement {
   std::string effective_link;
 };
 
+// This executable as a worker writing its result to `out`.
+std::vector<std::string> worker_argv(const cxxopts::ParseResult& a, const std::string& model, const std::string& out) {
+  std::filesystem::remove(out);
+  return {std::filesystem::read_symlink("/proc/self/exe"), "--worker", "--model", model, "--batch",
+          std::to_string(a["batch"].as<int>()), "--steps", std::to_string(a["steps"].as<int>()), "--warmup",
+          std::to_string(a["warmup"].as<int>()), "--out", out};
+}
+
+// A worker's result file, checked; `what` names the run in errors.
+Json read_result(int rc, const std::string& out, const std::string& log, const std::string& what) {
+  if (rc != 0 || !std::filesystem::exists(out))
+    throw std::runtime_error(what + " failed (status " + std::to_string(rc) + "); log tail:\n" + tail(log, 2000));
+  Json r = Json::parse(std::ifstream(out));
+  if (!r.at("finite").get<bool>()) throw std::runtime_error(what + ": training loss became non-finite");
+  return r;
+}
+
 Measurement measure(const cxxopts::ParseResult& a, const std::string& model, int workers,
                     const edl::bench::LinkSpec& link, const std::string& dir) {
-  std::string self = std::filesystem::read_symlink("/proc/self/exe");
   std::string out = dir + "/result.json", log = dir + "/run.log";
-  std::filesystem::remove(out);
-  std::vector<std::string> worker = {self, "--worker", "--model", model, "--batch", std::to_string(a["batch"].as<int>()),
-                                     "--steps", std::to_string(a["steps"].as<int>()), "--warmup",
-                                     std::to_string(a["warmup"].as<int>()), "--out", out};
+  std::vector<std::string> worker = worker_argv(a, model, out);
   std::vector<std::string> argv;
   std::unique_ptr<edl::bench::NetnsCluster> cluster;
   Measurement m;
@@ -191,12 +204,7 @@ Measurement measure(const cxxopts::ParseResult& a, const std::string& model, int
   }
   argv.insert(argv.end(), worker.begin(), worker.end());
   int rc = run_bounded(argv, log, a["timeout-s"].as<double>());
-  if (rc != 0 || !std::filesystem::exists(out)) {
-    throw std::runtime_error(model + " x" + std::to_string(workers) + " over " + link.name + " failed (status " +
-                             std::to_string(rc) + "); log tail:\n" + tail(log, 2000));
-  }
-  Json r = Json::parse(std::ifstream(out));
-  if (!r.at("finite").get<bool>()) throw std::runtime_error(model + ": training loss became non-finite");
+  Json r = read_result(rc, out, log, model + " x" + std::to_string(workers) + " over " + link.name);
   m.images_per_s = r.at("images_per_s").get<double>();
   m.step_s = r.at("step_s").get<double>();
   m.wait_s = r.at("wait_s").get<double>();
@@ -205,33 +213,22 @@ Measurement measure(const cxxopts::ParseResult& a, const std::string& model, int
 
 // The ceiling: k copies of one worker at once, no launcher (each is a world of one).
 Measurement measure_independent(const cxxopts::ParseResult& a, const std::string& model, int k, const std::string& dir) {
-  std::string self = std::filesystem::read_symlink("/proc/self/exe");
   std::vector<int> rc(k, -1);
   std::vector<std::thread> runs;
   // Model set-up takes well under a second per copy; all copies start stepping 3 s from now.
   const double start_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + 3.0;
+  auto path = [&](int i, const char* ext) { return dir + "/independent." + std::to_string(i) + ext; };
   for (int i = 0; i < k; ++i) {
-    std::string out = dir + "/independent." + std::to_string(i) + ".json";
-    std::filesystem::remove(out);
-    std::vector<std::string> argv = {self, "--worker", "--model", model, "--batch", std::to_string(a["batch"].as<int>()),
-                                     "--steps", std::to_string(a["steps"].as<int>()), "--warmup",
-                                     std::to_string(a["warmup"].as<int>()), "--out", out, "--start-at",
-                                     fmt(start_at, 3)};
-    runs.emplace_back([&, argv, i] {
-      rc[i] = run_bounded(argv, dir + "/independent." + std::to_string(i) + ".log", a["timeout-s"].as<double>());
-    });
+    std::vector<std::string> argv = worker_argv(a, model, path(i, ".json"));
+    argv.insert(argv.end(), {"--start-at", fmt(start_at, 3)});
+    runs.emplace_back([&, argv, i] { rc[i] = run_bounded(argv, path(i, ".log"), a["timeout-s"].as<double>()); });
   }
   for (auto& t : runs) t.join();
   Measurement m;
   m.effective_link = "independent";
   for (int i = 0; i < k; ++i) {
-    std::string out = dir + "/independent." + std::to_string(i) + ".json";
-    if (rc[i] != 0 || !std::filesystem::exists(out))
-      throw std::runtime_error(model + " independent copy " + std::to_string(i) + " of " + std::to_string(k) +
-                               " failed (status " + std::to_string(rc[i]) + "); log tail:\n" +
-                               tail(dir + "/independent." + std::to_string(i) + ".log", 2000));
-    Json r = Json::parse(std::ifstream(out));
-    if (!r.at("finite").get<bool>()) throw std::runtime_error(model + ": training loss became non-finite");
+    Json r = read_result(rc[i], path(i, ".json"), path(i, ".log"),
+                         model + " independent copy " + std::to_string(i) + " of " + std::to_string(k));
     m.images_per_s += r.at("images_per_s").get<double>();
     m.step_s += r.at("step_s").get<double>() / k;
   }
