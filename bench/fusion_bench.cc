@@ -133,21 +133,15 @@ int main(int argc, char** argv) {
         for (size_t k = ts.size(); k-- > 0;) comm->allreduce(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum);
       };
       auto fused = [&] {
-        auto st0 = collective::world_engine_stats();
-        double a = now_s();
         std::vector<Handle> hs;
         hs.reserve(ts.size());
         for (size_t k = ts.size(); k-- > 0;)  // backprop order: last layer first
           hs.push_back(edl::allreduce_async(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]));
-        double b = now_s();
         for (auto& h : hs) h.wait();
-        double c = now_s();
-        auto st1 = collective::world_engine_stats();
-        if (rank == 0) fprintf(stderr, "enq %.0f total %.0f exec %.0f nego %.0f cycles %lu\n", (b - a) * 1e6, (c - a) * 1e6, st1.execution_us - st0.execution_us, st1.negotiation_us - st0.negotiation_us, (unsigned long)(st1.cycles - st0.cycles));
       };
       std::vector<collective::Span> spans;
       for (auto& t : ts) spans.push_back({t.data(), t.size() * sizeof(float)});
-      auto spans_direct = [&] { double a = now_s(); comm->allreduce_spans(spans, DataType::kFloat32, ReduceOp::kSum); if (rank == 0) fprintf(stderr, "direct %.0f\n", (now_s() - a) * 1e6); };
+      auto spans_direct = [&] { comm->allreduce_spans(spans, DataType::kFloat32, ReduceOp::kSum); };
       auto one = [&] { comm->allreduce(single[0].data(), total, DataType::kFloat32, ReduceOp::kSum); };
 
       // Modes are interleaved (iteration i of every mode before iteration i+1 of any) so that load
@@ -194,7 +188,7 @@ int main(int argc, char** argv) {
         auto st = collective::world_engine_stats();
         std::cout << "engine: cycles " << st.cycles << " cached " << st.cached_cycles << " collectives "
                   << st.collectives << " fused " << st.fused_collectives << " negotiation_us " << st.negotiation_us
-                  << " execution_us " << st.execution_us << std::endl;
+                  << " execution_us " << st.execution_us << " helped_rounds " << st.helped_rounds << std::endl;
       }
     }
     comm->barrier();

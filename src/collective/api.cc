@@ -35,7 +35,7 @@ Handle allreduce_async(void* data, size_t count, DataType dtype, ReduceOp op, co
 
 void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name) {
   auto g = current();  // keeps the generation alive until the call returns
-  g->engine->allreduce(data, count, dtype, op, name).wait();
+  g->engine->allreduce(data, count, dtype, op, name, true).wait();
 }
 
 Handle broadcast_async(void* data, size_t count, DataType dtype, int root, const std::string& name) {
@@ -44,7 +44,7 @@ Handle broadcast_async(void* data, size_t count, DataType dtype, int root, const
 
 void broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name) {
   auto g = current();
-  g->engine->broadcast(data, count, dtype, root, name).wait();
+  g->engine->broadcast(data, count, dtype, root, name, true).wait();
 }
 
 Handle allgather_async(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
@@ -55,14 +55,14 @@ Handle allgather_async(const void* in, size_t count, DataType dtype, std::vector
 void allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out, std::vector<size_t>* counts,
                const std::string& name) {
   auto g = current();
-  g->engine->allgather(in, count, dtype, &out, counts, name).wait();
+  g->engine->allgather(in, count, dtype, &out, counts, name, true).wait();
 }
 
 Handle barrier_async() { return current()->engine->barrier(""); }
 
 void barrier() {
   auto g = current();
-  g->engine->barrier("").wait();
+  g->engine->barrier("", true).wait();
 }
 
 namespace collective {

@@ -1,7 +1,11 @@
 // Engine: negotiation (with response cache), fusion and execution of asynchronous collectives.
 #include "collective/engine.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "collective/tcp_communicator.h"
@@ -98,6 +102,9 @@ std::string describe_mismatch(const std::string& name, const Engine::Desc& a, co
 Engine::Engine(std::shared_ptr<Communicator> comm, EngineOptions options)
     : comm_(std::move(comm)), options_(options) {
   if (!comm_) throw InvalidArgument("Engine needs a communicator");
+  if (!options_.tick) tcp_ = dynamic_cast<TcpCommunicator*>(comm_.get());
+  next_ = Clock::now();
+  bell_->engine = this;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -107,22 +114,46 @@ void Engine::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    bell_->engine = nullptr;
   }
-  cv_.notify_all();
+  bell_->ring();
   if (thread_.joinable()) {
     // A collective in flight may wait for peers that are stopping too: abort it.
     comm_->abort("collective engine stopped");
     thread_.join();
   }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return bell_->helpers == 0; });
 }
 
-void Engine::Doorbell::waiting() {
+Engine::Doorbell::Doorbell() {
+  fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) throw CommError(std::string("collective engine: eventfd(): ") + std::strerror(errno));
+}
+
+Engine::Doorbell::~Doorbell() { close(fd); }
+
+void Engine::Doorbell::ring() {
+  cv.notify_all();
+  uint64_t one = 1;
+  ssize_t ignored = write(fd, &one, sizeof(one));
+  (void)ignored;
+}
+
+void Engine::Doorbell::help(detail::HandleState& s) {
+  Engine* e;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (queued == 0) return;  // nothing waits for a burst window (the request is negotiating)
-    flush = true;
+    e = engine;
+    if (!e) return;
+    ++helpers;
   }
-  cv.notify_one();
+  e->help(s);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    --helpers;
+  }
+  cv.notify_all();
 }
 
 EngineStats Engine::stats() const {
@@ -130,7 +161,7 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
-Handle Engine::enqueue(RequestPtr r, const char* kind) {
+Handle Engine::enqueue(RequestPtr r, const char* kind, bool will_wait) {
   r->state = std::make_shared<detail::HandleState>();
   r->state->listener = bell_;
   Handle h(r->state);
@@ -147,11 +178,13 @@ Handle Engine::enqueue(RequestPtr r, const char* kind) {
   if (incoming_.empty()) first_incoming_ = last_incoming_;
   incoming_.push_back(std::move(r));
   bell_->queued = incoming_.size();
-  if (incoming_.size() == 1) cv_.notify_one();  // an idle engine starts its fusion window
+  // An idle engine starts its fusion window; a blocking caller starts the round itself.
+  if (incoming_.size() == 1 && !will_wait) bell_->ring();
   return h;
 }
 
-Handle Engine::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name) {
+Handle Engine::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name,
+                         bool will_wait) {
   (void)dtype_size(dtype);
   EDL_CHECK(data != nullptr || count == 0, InvalidArgument,
             "allreduce: data is null but count is " + std::to_string(count));
@@ -161,10 +194,11 @@ Handle Engine::allreduce(void* data, size_t count, DataType dtype, ReduceOp op, 
   r->name = name;
   r->desc = Desc{kAllreduce, static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), -1, count};
   r->data = data;
-  return enqueue(std::move(r), "allreduce");
+  return enqueue(std::move(r), "allreduce", will_wait);
 }
 
-Handle Engine::broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name) {
+Handle Engine::broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name,
+                         bool will_wait) {
   (void)dtype_size(dtype);
   EDL_CHECK(data != nullptr || count == 0, InvalidArgument,
             "broadcast: data is null but count is " + std::to_string(count));
@@ -174,11 +208,11 @@ Handle Engine::broadcast(void* data, size_t count, DataType dtype, int root, con
   r->name = name;
   r->desc = Desc{kBroadcast, static_cast<uint8_t>(dtype), 0, root, count};
   r->data = data;
-  return enqueue(std::move(r), "broadcast");
+  return enqueue(std::move(r), "broadcast", will_wait);
 }
 
 Handle Engine::allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>* out,
-                         std::vector<size_t>* counts, const std::string& name) {
+                         std::vector<size_t>* counts, const std::string& name, bool will_wait) {
   (void)dtype_size(dtype);
   EDL_CHECK(in != nullptr || count == 0, InvalidArgument,
             "allgather: input is null but count is " + std::to_string(count));
@@ -191,31 +225,71 @@ Handle Engine::allgather(const void* in, size_t count, DataType dtype, std::vect
   r->out = out;
   r->counts = counts;
   r->local_count = count;
-  return enqueue(std::move(r), "allgather");
+  return enqueue(std::move(r), "allgather", will_wait);
 }
 
-Handle Engine::barrier(const std::string& name) {
+Handle Engine::barrier(const std::string& name, bool will_wait) {
   auto r = std::make_shared<Request>();
   r->name = name;
   r->desc = Desc{kBarrier, 0, 0, -1, 0};
-  return enqueue(std::move(r), "barrier");
+  return enqueue(std::move(r), "barrier", will_wait);
 }
 
 // A round starts at `next` (the tick: one cycle_time after the previous round started) or, when
 // requests arrive first, as soon as their burst is over (50 us without a new one, at most
 // cycle_time after the first): an engine does not add a whole cycle of latency, and a burst of
 // enqueues is still fused as a whole.
-bool Engine::wait_for_round(Clock::time_point next) {
+// Takes the round role once the next round is due. The engine thread: after a burst of new
+// requests (or at once when a thread waits on one), when a peer starts the round (event-driven) or
+// at next_. A helper (a thread in Handle::wait()) takes the role only when no round is running,
+// then runs the round at once if it brought requests, else when a peer starts one.
+bool Engine::acquire_round(detail::HandleState* helping, bool holding) {
   const auto gap = std::min<Clock::duration>(options_.cycle_time, std::chrono::microseconds(50));
   std::unique_lock<std::mutex> lock(mu_);
+  bool mine = holding;  // a helper holds the role while it waits (and between its rounds)
   for (;;) {
-    if (stopping_) return false;
-    auto due = next;
-    if (bell_->flush && !incoming_.empty()) break;  // a waiter: no burst window
+    if (stopping_ || broken_) {
+      if (mine) {
+        busy_ = false;
+        cv_.notify_all();
+      }
+      return false;
+    }
+    if (helping && !mine) {
+      if (busy_) {  // a round is running on the engine thread: have it start the next one at once
+        if (!incoming_.empty()) bell_->flush = true;
+        lock.unlock();
+        bell_->ring();
+        return false;
+      }
+      busy_ = mine = true;
+    }
+    if (!helping && busy_) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (!incoming_.empty() && (helping || bell_->flush)) break;  // a waiter: no burst window
+    auto due = next_;
     if (!incoming_.empty()) due = std::min(due, std::min(first_incoming_ + options_.cycle_time, last_incoming_ + gap));
     if (Clock::now() >= due) break;
-    cv_.wait_until(lock, due);
+    if (!tcp_) {
+      cv_.wait_until(lock, due);
+      continue;
+    }
+    lock.unlock();
+    const bool peer_started = tcp_->wait_incoming(bell_->fd, due);
+    lock.lock();
+    if (!helping && busy_) {
+      // A helper took the role while this thread slept: leave the wake-up (if it was the doorbell)
+      // to the helper, which waits on the same descriptors, and stand by.
+      lock.unlock();
+      bell_->ring();
+      lock.lock();
+      continue;
+    }
+    if (peer_started && !stopping_) break;  // join the round a peer has begun
   }
+  busy_ = true;
   bell_->flush = false;
   bell_->queued = 0;
   while (!incoming_.empty()) {
@@ -225,37 +299,87 @@ bool Engine::wait_for_round(Clock::time_point next) {
   return true;
 }
 
+void Engine::release_round() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+}
+
+void Engine::run_round(bool helper) {
+  const auto t0 = Clock::now();
+  next_ = t0 + options_.cycle_time;
+  Progress p;
+  std::vector<RequestPtr> ready = negotiate(&p);
+  // Next round. Event-driven (TcpCommunicator, the default): no ticks. The next round starts when
+  // this rank has new requests (after their burst, or at once for a waiter) or when a peer starts
+  // it (its first bytes arrive); the rank that submits a request last always starts the round that
+  // runs it. idle_round only bounds how long pending requests go without a round (stall warnings).
+  // Ticking: a rank whose requests all wait for other ranks (and that lacks nothing they listed)
+  // goes straight into the next round and waits there; every other rank starts it at its next tick
+  // or, when requests arrive first, as soon as their burst is complete.
+  if (tcp_) next_ = t0 + options_.idle_round;
+  else if (p.others_lack && !p.i_lack) next_ = t0;
+  const auto t1 = Clock::now();
+  if (!ready.empty()) {
+    executing_ = ready;
+    execute(ready);
+    executing_.clear();
+  }
+  const auto t2 = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.negotiation_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+  stats_.execution_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
+  if (helper) ++stats_.helped_rounds;
+}
+
 void Engine::loop() {
-  auto next = Clock::now();
   try {
-    while (wait_for_round(next)) {
-      const auto t0 = Clock::now();
-      next = t0 + options_.cycle_time;
-      Progress p;
-      std::vector<RequestPtr> ready = negotiate(&p);
-      // Next round: a rank whose requests all wait for other ranks (and that lacks nothing they
-      // listed) goes straight into it and waits there: the round completes as soon as the last
-      // rank joins. Every other rank starts it at its next tick or, when requests arrive first, as
-      // soon as their burst is complete (wait_for_round): a blocking collective never waits for a
-      // tick, and requests that arrive while a round executes are fused into the next one.
-      if (p.others_lack && !p.i_lack) next = t0;
-      const auto t1 = Clock::now();
-      if (!ready.empty()) {
-        executing_ = ready;
-        execute(ready);
-        executing_.clear();
-      }
-      const auto t2 = Clock::now();
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.negotiation_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
-      stats_.execution_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
+    while (acquire_round(nullptr, false)) {
+      run_round(false);
+      release_round();
     }
   } catch (const std::exception& e) {
     EDL_LOG(2) << "collective engine on rank " << comm_->rank() << " stopped: " << e.what();
     fail_all(std::current_exception());
+    release_round();
     return;
   }
+  // Stopping (or a helper hit the error): fail what is left, with the role.
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+    busy_ = true;
+  }
   fail_all(std::make_exception_ptr(AbortedError("collective engine stopped")));
+}
+
+// A thread waiting on `s` runs the rounds itself while the engine thread is idle: the round
+// starts without waking another thread, and the collectives run on a thread that is already on
+// a CPU. Only for the event-driven engine.
+void Engine::help(detail::HandleState& s) {
+  if (!tcp_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (incoming_.empty()) return;  // nothing waits for a burst window (the request is negotiating)
+      bell_->flush = true;
+    }
+    bell_->ring();
+    return;
+  }
+  bool holding = false;  // keep the role from one round to the next: no hand-over in between
+  try {
+    while (!s.finished()) {
+      holding = acquire_round(&s, holding);
+      if (!holding) return;
+      run_round(true);
+    }
+  } catch (const std::exception& e) {
+    EDL_LOG(2) << "collective engine on rank " << comm_->rank() << " stopped: " << e.what();
+    fail_all(std::current_exception());
+  }
+  if (holding) release_round();
 }
 
 // One negotiation round. Message of each rank: magic, cache size, bitset over the response cache

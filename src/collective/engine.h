@@ -37,6 +37,8 @@
 
 namespace edl::collective {
 
+class TcpCommunicator;
+
 struct EngineOptions {
   // Largest fused allreduce, in bytes. Default 64 MiB (as Horovod); EDL_FUSION_THRESHOLD. 0 = no fusion.
   size_t fusion_threshold_bytes = 64u << 20;
@@ -45,6 +47,15 @@ struct EngineOptions {
   // cycle_time after the first of them. A rank whose requests only wait for other ranks enters the
   // next round at once and waits inside it (docs/collectives.md, "Negotiation").
   std::chrono::microseconds cycle_time{1000};
+  // Between rounds the engine sleeps until this rank has new requests or a peer starts a round
+  // (its first bytes arrive): no round runs while no rank has work, so an idle or computing
+  // worker is not woken every cycle. true = Horovod's behaviour instead: a round every cycle_time
+  // on every rank, idle or not (EDL_ENGINE_TICK=1; kept for comparison). Communicators other than
+  // TcpCommunicator always tick.
+  bool tick = false;
+  // Event-driven engine: the longest time pending requests go without a round (which also runs
+  // the stall warnings). Default 1 s.
+  std::chrono::milliseconds idle_round{1000};
 };
 
 struct EngineStats {
@@ -54,6 +65,7 @@ struct EngineStats {
   uint64_t fused_collectives = 0;  // allreduces that carried more than one tensor
   uint64_t fused_tensors = 0;      // tensors that travelled in those
   uint64_t completed = 0;          // requests completed (successfully or not)
+  uint64_t helped_rounds = 0;      // rounds run by a thread waiting on a handle (not the engine thread)
   double negotiation_us = 0;       // time spent in negotiation rounds
   double execution_us = 0;         // time spent running the collectives
 };
@@ -68,11 +80,15 @@ class EDL_API Engine {
   // Buffers must stay valid and untouched until the handle completes. An empty name gets the auto
   // name "<kind>.<n>" (n counts this rank's unnamed requests of that kind). Throws InvalidArgument
   // for bad arguments or a name that is already pending.
-  Handle allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name);
-  Handle broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name);
+  // will_wait: the caller waits on the handle at once (a blocking call): the engine thread is not
+  // woken for it; the waiting thread starts the round (Handle::wait()).
+  Handle allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name,
+                   bool will_wait = false);
+  Handle broadcast(void* data, size_t count, DataType dtype, int root, const std::string& name,
+                   bool will_wait = false);
   Handle allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>* out,
-                   std::vector<size_t>* counts, const std::string& name);
-  Handle barrier(const std::string& name);
+                   std::vector<size_t>* counts, const std::string& name, bool will_wait = false);
+  Handle barrier(const std::string& name, bool will_wait = false);
 
   void stop();
   EngineStats stats() const;
@@ -105,8 +121,15 @@ class EDL_API Engine {
   };
   using RequestPtr = std::shared_ptr<Request>;
 
-  Handle enqueue(RequestPtr r, const char* kind);
+  Handle enqueue(RequestPtr r, const char* kind, bool will_wait);
   void loop();
+  // The round role: one thread at a time waits for and runs rounds (the engine thread, or a thread
+  // waiting on a handle while the engine thread is idle: help()). acquire_round() waits until the
+  // next round is due and takes the role (false: stopping, broken, or a helper that cannot help).
+  bool acquire_round(detail::HandleState* helping, bool holding);
+  void run_round(bool helper);  // negotiation + execution; with the role
+  void release_round();
+  void help(detail::HandleState& s);
   // What a negotiation round saw, for scheduling the next one.
   struct Progress {
     bool i_lack = false;       // another rank listed a request this rank does not have yet
@@ -115,8 +138,6 @@ class EDL_API Engine {
   // One negotiation; returns the requests ready on every rank, in the agreed order (requests that
   // mismatch are failed and left out).
   std::vector<RequestPtr> negotiate(Progress* progress);
-  // Sleeps until the next round is due (see loop()); false when stopping.
-  bool wait_for_round(std::chrono::steady_clock::time_point next);
   void execute(const std::vector<RequestPtr>& ready);
   void run_allreduce_group(const std::vector<RequestPtr>& group);
   void run_single(const RequestPtr& r);
@@ -128,20 +149,28 @@ class EDL_API Engine {
 
   std::shared_ptr<Communicator> comm_;
   EngineOptions options_;
+  TcpCommunicator* tcp_ = nullptr;  // comm_ when it is one (event-driven rounds)
 
   // The engine's lock and wake-up, shared with its handles: Handle::wait() rings it and may
   // outlive the engine, so they live in a block of their own.
   struct Doorbell : detail::WaitListener {
+    Doorbell();
+    ~Doorbell() override;
     std::mutex mu;
     std::condition_variable cv;
+    int fd = -1;         // eventfd: wakes an engine that sleeps in TcpCommunicator::wait_incoming()
     bool flush = false;  // a Handle::wait() while requests were queued: start the round now
     size_t queued = 0;   // incoming_.size(), readable without the engine
-    void waiting() override;
+    Engine* engine = nullptr;  // null once stop() began: handles no longer call into the engine
+    int helpers = 0;           // threads inside Engine::help()
+    void help(detail::HandleState& s) override;
+    void ring();  // wakes the engine thread (cv and fd); any thread
   };
   std::shared_ptr<Doorbell> bell_ = std::make_shared<Doorbell>();
   std::mutex& mu_ = bell_->mu;
   std::condition_variable& cv_ = bell_->cv;
   bool stopping_ = false;
+  bool busy_ = false;          // a thread holds the round role
   std::exception_ptr broken_;  // first CommError: every later request fails with it
   std::deque<RequestPtr> incoming_;
   std::chrono::steady_clock::time_point first_incoming_;  // arrival of the oldest request in incoming_
@@ -150,7 +179,8 @@ class EDL_API Engine {
   std::unordered_map<std::string, uint64_t> auto_counter_;
   EngineStats stats_;
 
-  // Engine-thread state.
+  // Round state: touched only by the holder of the round role.
+  std::chrono::steady_clock::time_point next_;       // when the next round is due at the latest
   std::vector<RequestPtr> pending_;                  // arrival order
   std::vector<RequestPtr> executing_;                // the cycle's ready list while it runs
   std::vector<std::pair<std::string, Desc>> cache_;  // response cache: id -> (name, descriptor)

@@ -9,11 +9,16 @@
 
 namespace edl::detail {
 
-// Told when a thread starts waiting on an unfinished handle (the collective engine starts its
-// round at once). Shared by the handles of one engine; it may outlive the engine.
+struct HandleState;
+
+// Called when a thread starts waiting on an unfinished handle, before it blocks: the collective
+// engine runs its rounds on the waiting thread when its own thread is idle (no wake-up of another
+// thread on the critical path), or else starts its next round at once. Returns when `s` finished
+// or the waiter cannot help; the waiter then blocks as usual. Shared by the handles of one engine;
+// it may outlive the engine.
 struct WaitListener {
   virtual ~WaitListener() = default;
-  virtual void waiting() = 0;
+  virtual void help(HandleState& s) = 0;
 };
 
 struct HandleState {
@@ -35,7 +40,7 @@ struct HandleState {
     std::unique_lock<std::mutex> lock(mu);
     if (!done && listener) {
       lock.unlock();
-      listener->waiting();  // the waiter enqueues nothing more for now: no burst to wait for
+      listener->help(*this);  // the waiter enqueues nothing more for now: no burst to wait for
       lock.lock();
     }
     cv.wait(lock, [&] { return done; });

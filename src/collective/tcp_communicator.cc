@@ -273,6 +273,36 @@ void TcpCommunicator::io_error(int peer, int err, bool sending, const char* what
                       " failed: " + errno_text(err));
 }
 
+bool TcpCommunicator::wait_incoming(int extra_fd, Clock::time_point until) {
+  std::vector<pollfd> fds;
+  fds.reserve(static_cast<size_t>(size_) + 2);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && recv_fd_[p] >= 0) fds.push_back(pollfd{recv_fd_[p], POLLIN, 0});
+  const size_t peers = fds.size();
+  fds.push_back(pollfd{event_fd_, POLLIN, 0});
+  if (extra_fd >= 0) fds.push_back(pollfd{extra_fd, POLLIN, 0});
+  for (;;) {
+    if (aborted()) return true;
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    // ppoll: microsecond timeouts (the engine's 50 us burst window), at most 1 s per call.
+    const long long left_ns =
+        std::min<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count(), 1000000000LL);
+    const timespec ts{static_cast<time_t>(left_ns / 1000000000LL), static_cast<long>(left_ns % 1000000000LL)};
+    int rc = ppoll(fds.data(), fds.size(), &ts, nullptr);
+    if (rc < 0 && errno != EINTR) return true;  // let the next collective report the failure
+    if (rc <= 0) continue;
+    for (size_t i = 0; i <= peers; ++i)
+      if (fds[i].revents) return true;  // data, EOF or error from a peer; or abort()
+    if (extra_fd >= 0 && fds.back().revents) {
+      uint64_t v;
+      ssize_t ignored = read(extra_fd, &v, sizeof(v));
+      (void)ignored;
+      return false;
+    }
+  }
+}
+
 // ---- Waiter ----------------------------------------------------------------------------------
 
 TcpCommunicator::Waiter::Waiter(const TcpCommunicator& c, Clock::time_point dl, const char* w)

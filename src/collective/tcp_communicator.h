@@ -72,6 +72,14 @@ class EDL_API TcpCommunicator final : public Communicator {
   void abort(const std::string& reason) override;
   bool aborted() const override;
 
+  // Blocks until a peer has sent this rank something (the first bytes of its next collective: every
+  // collective starts by sending a header to every peer), a connection failed, the communicator
+  // was aborted (all three: true, the next collective reports it), `extra_fd` became readable (it
+  // is drained; false) or `until` passed (false). Reads nothing from the connections. The
+  // collective engine waits here between rounds instead of ticking (docs/collectives.md).
+  // Same thread rule as the collectives.
+  bool wait_incoming(int extra_fd, Clock::time_point until);
+
   void set_tuning(const AlgorithmTuning& t) { tuning_ = t; }
   const AlgorithmTuning& tuning() const { return tuning_; }
   CommStats stats() const;

@@ -102,6 +102,7 @@ Config Config::from_env() {
   c.fusion_threshold = static_cast<size_t>(env_int("EDL_FUSION_THRESHOLD", static_cast<long long>(c.fusion_threshold),
                                                    0, 1LL << 40));
   c.cycle_time_ms = env_double("EDL_CYCLE_TIME_MS", c.cycle_time_ms, 0.0, 10000.0);
+  c.engine_tick = env_bool("EDL_ENGINE_TICK", c.engine_tick);
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
   return c;
 }

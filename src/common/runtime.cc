@@ -69,6 +69,7 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   collective::EngineOptions eo;
   eo.fusion_threshold_bytes = config_.fusion_threshold;
   eo.cycle_time = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000.0));
+  eo.tick = config_.engine_tick;
   g->engine = std::make_shared<collective::Engine>(g->comm, eo);
   return g;
 #endif

@@ -22,14 +22,14 @@ class RuntimeGroup final : public Group {
   int rank() const override { return gen_->rank; }
   int size() const override { return gen_->size; }
   void allreduce(void* d, size_t n, DataType t, ReduceOp op) override {
-    gen_->engine->allreduce(d, n, t, op, "edl.elastic.allreduce").wait();
+    gen_->engine->allreduce(d, n, t, op, "edl.elastic.allreduce", true).wait();
   }
   void broadcast(void* d, size_t n, DataType t, int root) override {
-    gen_->engine->broadcast(d, n, t, root, "edl.elastic.broadcast").wait();
+    gen_->engine->broadcast(d, n, t, root, "edl.elastic.broadcast", true).wait();
   }
   void allgatherv(const void* in, size_t n, DataType t, std::vector<uint8_t>& out,
                   std::vector<size_t>* counts) override {
-    gen_->engine->allgather(in, n, t, &out, counts, "edl.elastic.allgather").wait();
+    gen_->engine->allgather(in, n, t, &out, counts, "edl.elastic.allgather", true).wait();
   }
   std::function<void()> allreduce_max_async(int64_t* value) override {
     Handle h = gen_->engine->allreduce(value, 1, DataType::kInt64, ReduceOp::kMax, "edl.elastic.flag");

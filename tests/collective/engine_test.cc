@@ -14,26 +14,14 @@ using edl::collective::Engine;
 using edl::collective::EngineOptions;
 using edl::collective::TcpCommunicator;
 
-namespace {
-
-// Runs fn(rank, engine) on n threads; each rank's engine wraps its own communicator.
-void run_engines(int n, EngineOptions eo, const std::function<void(int, Engine&)>& fn) {
-  test::run_ranks(n, [&](int rank, TcpCommunicator& comm) {
-    // The engine shares ownership of the communicator with run_ranks' local variable: wrap without
-    // deleting (run_ranks owns it and outlives the engine).
-    std::shared_ptr<Communicator> c(&comm, [](Communicator*) {});
-    Engine engine(c, eo);
-    fn(rank, engine);
-    engine.stop();
-  });
-}
-
-}  // namespace
+using edl::test::run_engines;
 
 TEST_CASE("engine: shuffled per-rank request orders fuse the same tensors", "[collective][engine]") {
-  for (int n : {2, 3}) {
+  for (int n : {2, 3}) for (bool tick : {false, true}) {
+    INFO(n << " ranks, " << (tick ? "ticking" : "event-driven"));
     EngineOptions eo;
     eo.cycle_time = std::chrono::milliseconds(20);
+    eo.tick = tick;
     std::vector<collective::EngineStats> stats(n);
     run_engines(n, eo, [&](int rank, Engine& engine) {
       const int kTensors = 60;
@@ -103,8 +91,13 @@ TEST_CASE("engine: requests never wait for the tick (waiters, lagging ranks, blo
   // exchange below must finish far sooner. Rank 1 lags: rank 0's round finds "b" on rank 0 only,
   // rank 0 (which lacks nothing) must go straight into the next round and wait there, and rank 1's
   // late burst must start that round.
+  // Both schedules: event-driven (idle_round 60 s: a missed wake-up stalls the same way) and ticking.
+  for (bool tick : {false, true}) {
+  INFO((tick ? "ticking engine" : "event-driven engine"));
   EngineOptions eo;
   eo.cycle_time = std::chrono::seconds(60);
+  eo.idle_round = std::chrono::seconds(60);
+  eo.tick = tick;
   const auto t0 = std::chrono::steady_clock::now();
   run_engines(2, eo, [&](int rank, Engine& engine) {
     double a = rank + 1, b = 10 * (rank + 1);
@@ -130,6 +123,7 @@ TEST_CASE("engine: requests never wait for the tick (waiters, lagging ranks, blo
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO("took " << s << " s with a 60 s cycle");
   CHECK(s < 30);
+  }
 }
 
 TEST_CASE("engine: broadcast, allgather, barrier and auto names", "[collective][engine]") {

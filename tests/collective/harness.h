@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective/engine.h"
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
 #include "edl/store.h"
@@ -58,6 +59,18 @@ inline void run_ranks(int n, const std::function<void(int, collective::TcpCommun
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// Runs fn(rank, engine) on n threads; each rank's engine wraps its own communicator.
+inline void run_engines(int n, collective::EngineOptions eo, const std::function<void(int, collective::Engine&)>& fn) {
+  run_ranks(n, [&](int rank, collective::TcpCommunicator& comm) {
+    // The engine shares ownership of the communicator with run_ranks' local variable: wrap without
+    // deleting (run_ranks owns it and outlives the engine).
+    std::shared_ptr<Communicator> c(&comm, [](Communicator*) {});
+    collective::Engine engine(c, eo);
+    fn(rank, engine);
+    engine.stop();
+  });
 }
 
 // A Store over a directory, so forked processes can bootstrap a communicator (set/get/wait only
