@@ -272,7 +272,9 @@ void allreduce_section(Ctx& c, const Rows& rows) {
 // of the per-epoch test accuracy and training loss with every run's curve. Unknown rows are skipped.
 void convergence_section(Ctx& c, const Rows& rows) {
   c.md << "Target: (b) and (c) end within 0.3 points of (a); (c)'s loss spike after each resize smaller than (b)'s "
-          "(spike = mean training loss of the W steps after the worker count changed minus the W steps before).\n";
+          "(spike = mean training loss of the W steps after the worker count changed minus the W steps before). "
+          "(d), where present, is LR scaling as u-form SGD (PyTorch's) applies it: the whole momentum history at "
+          "the new LR at once (eq. 5); docs/experiments.md compares (c) with both (b) and (d).\n";
   Rows finals, resizes;
   std::map<std::string, std::vector<std::pair<double, double>>> acc, loss;
   for (const Json& r : rows) {

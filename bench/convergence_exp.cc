@@ -1,12 +1,15 @@
 // convergence_exp: Experiment 3 of issue 7 — convergence under a changing worker count.
-// ResNet20 on Fashion-MNIST (the edl-resnet20 trainer under edl-run), three runs that differ only
+// ResNet20 on Fashion-MNIST (the edl-resnet20 trainer under edl-run), four runs that differ only
 // in how the world size evolves and how the optimizer reacts to it:
 //   a_fixed2               -np 2 for the whole run
 //   b_lr_scaling           1 -> 3 -> 2 workers (--resize-at), linear LR scaling only
 //   c_lr_scaling_momentum  the same resizes, LR scaling plus momentum compensation (eq. 6, T = 8)
+//   d_lr_scaling_uform     the same resizes, LR scaling as PyTorch-style
+//                          u-form SGD applies it: the whole momentum history at the new LR at once
+//                          (eq. 5 = compensation with T = 0); target 2 is reported against b and d
 // Seed, base LR, schedule, local batch, records and epochs are identical.
 //
-//   convergence_exp [--epochs 6] [--train-records 20000] [--test-records 5000] [--runs a,b,c]
+//   convergence_exp [--epochs 6] [--train-records 20000] [--test-records 5000] [--runs a,b,c,d]
 //                   [--resize-at 0.5:3,2.5:2] [--window 20] [--quick] [--keep-logs DIR] [--json PATH]
 //
 // Elastic runs use edl-run's host discovery: a script prints "localhost:N" from a slot file that
@@ -63,7 +66,7 @@ void on_signal(int) { g_stop = 1; }
 struct Config {
   int epochs = 6;
   int64_t train_records = 20000, test_records = 5000;
-  std::vector<std::string> runs = {"a", "b", "c"};
+  std::vector<std::string> runs = {"a", "b", "c", "d"};
   int start_workers = 1, fixed_workers = 2;
   std::vector<cv::ResizePoint> plan;
   int window = 20;
@@ -79,6 +82,7 @@ struct Config {
 struct RunSpec {
   std::string key, name;  // "a" / "a_fixed2"
   bool elastic = false, compensation = false;
+  int compensation_steps = 8;  // T of eq. 6 (0: eq. 5, the buffer scaled by k at once)
 };
 
 struct RunResult {
@@ -173,7 +177,8 @@ std::vector<std::string> trainer_args(const Config& c, const RunSpec& r, const s
           "--train-records", std::to_string(c.train_records), "--test-records", std::to_string(c.test_records),
           "--batch-size", std::to_string(c.batch), "--lr", fmt(c.lr, 6), "--base-size", std::to_string(c.base_size),
           "--lr-schedule", "cosine", "--lr-scaling", "linear",
-          std::string("--momentum-compensation=") + (r.compensation ? "true" : "false"), "--seed", std::to_string(c.seed), "--run-name", r.name,
+          std::string("--momentum-compensation=") + (r.compensation ? "true" : "false"),
+          "--compensation-steps", std::to_string(r.compensation_steps), "--seed", std::to_string(c.seed), "--run-name", r.name,
           "--json", dir + "/epochs.jsonl", "--loss-log", dir + "/loss.jsonl"};
 }
 
@@ -281,7 +286,9 @@ void report(const Config& c, const std::vector<RunResult>& results, edl::bench::
   const RunResult* fixed = nullptr;
   const RunResult* b = nullptr;
   const RunResult* cc = nullptr;
+  const RunResult* d = nullptr;
   for (const auto& r : results) {
+    if (r.spec.key == "d") d = &r;
     if (r.spec.key == "a") fixed = &r;
     if (r.spec.key == "b") b = &r;
     if (r.spec.key == "c") cc = &r;
@@ -309,19 +316,20 @@ void report(const Config& c, const std::vector<RunResult>& results, edl::bench::
              fmt(k.event.epoch_progress, 3), fmt(k.loss_before, 4), fmt(k.loss_after, 4), fmt(k.spike, 4)});
   }
   std::cout << "\n";
-  for (const RunResult* r : {b, cc}) {
+  for (const RunResult* r : {b, cc, d}) {
     if (!r || !fixed) continue;
     double d = 100 * (r->final_acc - fixed->final_acc);
     std::cout << "target 1: " << r->spec.name << " ends " << fmt(d, 2) << " points from " << fixed->spec.name
               << " (|delta| <= " << fmt(c.tolerance_pts, 2) << "): " << verdict(std::fabs(d) <= c.tolerance_pts)
               << "\n";
   }
-  if (b && cc) {
-    for (size_t i = 0; i < std::min(b->spikes.size(), cc->spikes.size()); ++i) {
-      const auto& kb = b->spikes[i];
+  for (const RunResult* base : {b, d}) {
+    if (!base || !cc) continue;
+    for (size_t i = 0; i < std::min(base->spikes.size(), cc->spikes.size()); ++i) {
+      const auto& kb = base->spikes[i];
       const auto& kc = cc->spikes[i];
       std::cout << "target 2: resize " << i + 1 << " (" << kb.event.from_workers << "->" << kb.event.to_workers
-                << "): spike " << cc->spec.name << " " << fmt(kc.spike, 4) << " vs " << b->spec.name << " "
+                << "): spike " << cc->spec.name << " " << fmt(kc.spike, 4) << " vs " << base->spec.name << " "
                 << fmt(kb.spike, 4) << ": " << verdict(kc.spike < kb.spike) << "\n";
     }
   }
@@ -332,7 +340,11 @@ RunSpec spec_of(const std::string& key, const Config& c) {
   if (key == "a") return {"a", "a_fixed" + std::to_string(c.fixed_workers), false, false};
   if (key == "b") return {"b", "b_lr_scaling", true, false};
   if (key == "c") return {"c", "c_lr_scaling_momentum", true, true};
-  throw std::invalid_argument("--runs: unknown run '" + key + "' (a = fixed, b = LR scaling, c = LR scaling + momentum)");
+  // The u-form baseline: LR scaling in PyTorch-style SGD (buf = mu buf + g; w -= lr buf) applies the
+  // new LR to the whole momentum history at once; in our v-form that is eq. 5 (T = 0).
+  if (key == "d") return {"d", "d_lr_scaling_uform", true, true, 0};
+  throw std::invalid_argument("--runs: unknown run '" + key +
+                              "' (a = fixed, b = LR scaling, c = LR scaling + momentum, d = LR scaling, u-form SGD)");
 }
 
 Config parse(int argc, char** argv, bool* help) {
@@ -342,7 +354,7 @@ Config parse(int argc, char** argv, bool* help) {
     ("epochs", "epochs per run", cxxopts::value<int>()->default_value("6"))
     ("train-records", "training records (first N of Fashion-MNIST)", cxxopts::value<int64_t>()->default_value("20000"))
     ("test-records", "test records", cxxopts::value<int64_t>()->default_value("5000"))
-    ("runs", "runs: a (fixed), b (LR scaling), c (LR scaling + momentum compensation)", cxxopts::value<std::string>()->default_value("a,b,c"))
+    ("runs", "runs: a (fixed), b (LR scaling), c (LR scaling + momentum compensation), d (LR scaling as u-form SGD applies it: eq. 5)", cxxopts::value<std::string>()->default_value("a,b,c,d"))
     ("fixed-workers", "workers of run a", cxxopts::value<int>()->default_value("2"))
     ("start-workers", "workers at the start of runs b, c", cxxopts::value<int>()->default_value("1"))
     ("resize-at", "runs b, c: PROGRESS:WORKERS list (progress in epochs)", cxxopts::value<std::string>()->default_value("0.5:3,2.5:2"))

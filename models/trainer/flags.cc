@@ -25,6 +25,7 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
     ("lr-scaling", "linear | sqrt | none: how the LR follows the world size", cxxopts::value<std::string>()->default_value(d.lr_scaling))
     ("warmup-steps", "LR ramp after a resize that raises it", cxxopts::value<int>()->default_value("0"))
     ("momentum-compensation", "scale momentum on resize (Lin et al. 2019)", cxxopts::value<bool>()->default_value("true"))
+    ("compensation-steps", "T of the momentum compensation ramp (eq. 6); 0 = scale the momentum buffer by k at once (eq. 5, what u-form SGD such as PyTorch's does when its LR changes)", cxxopts::value<int>()->default_value("8"))
     ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
     ("weight-decay", "L2 weight decay", cxxopts::value<double>()->default_value("0.0005"))
     ("nesterov", "Nesterov momentum", cxxopts::value<bool>()->default_value("false"))
@@ -63,6 +64,7 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
     o->lr_scaling = r["lr-scaling"].as<std::string>();
     o->warmup_steps = r["warmup-steps"].as<int>();
     o->momentum_compensation = r["momentum-compensation"].as<bool>();
+    o->compensation_steps = r["compensation-steps"].as<int>();
     o->momentum = r["momentum"].as<double>();
     o->weight_decay = r["weight-decay"].as<double>();
     o->nesterov = r["nesterov"].as<bool>();
@@ -90,6 +92,7 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
   else if (o->batch < 1) bad = "--batch-size must be >= 1";
   else if (!(o->lr > 0)) bad = "--lr must be > 0";
   else if (o->base_size < 1) bad = "--base-size must be >= 1";
+  else if (o->compensation_steps < 0) bad = "--compensation-steps must be >= 0";
   else if (o->lr_schedule != "cosine" && o->lr_schedule != "step" && o->lr_schedule != "const")
     bad = "--lr-schedule must be cosine, step or const";
   else if (o->lr_scaling != "linear" && o->lr_scaling != "sqrt" && o->lr_scaling != "none")

@@ -150,6 +150,7 @@ int run_training(const TrainerOptions& o) {
                                                    : optim::LrScaling::kLinear;
   oo.scaling.warmup_steps = o.warmup_steps;
   oo.scaling.momentum_compensation = o.momentum_compensation;
+  oo.scaling.compensation_steps = o.compensation_steps;
   oo.scaling.batch.mode = optim::BatchMode::kFixedLocal;
   oo.scaling.batch.local_batch = o.batch;
   DistributedOptimizer opt(oo);

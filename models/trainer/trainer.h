@@ -36,6 +36,7 @@ struct TrainerOptions {
   std::string lr_scaling = "linear";     // linear | sqrt | none
   int warmup_steps = 0;                  // ramp after a resize that raises the LR
   bool momentum_compensation = true;     // Lin et al. 2019 eq. 6
+  int compensation_steps = 8;            // T of eq. 6; 0 = the pre-resize buffer scaled by k at once (eq. 5)
   double momentum = 0.9;
   double weight_decay = 5e-4;
   bool nesterov = false;

@@ -16,3 +16,8 @@ execute_process(COMMAND ${CMD} --no-such-flag RESULT_VARIABLE rc ERROR_VARIABLE 
 if(NOT rc EQUAL 2)
   message(FATAL_ERROR "unknown flag: exit ${rc}, message: ${err}")
 endif()
+execute_process(COMMAND ${CMD} --compensation-steps -1 RESULT_VARIABLE rc ERROR_VARIABLE err)
+string(FIND "${err}" "--compensation-steps must be >= 0" pos)
+if(NOT rc EQUAL 2 OR pos EQUAL -1)
+  message(FATAL_ERROR "bad --compensation-steps: exit ${rc}, message: ${err}")
+endif()
