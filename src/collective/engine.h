@@ -1,10 +1,14 @@
 // Engine: the background thread that runs a generation's asynchronous collectives (Horovod-style).
 //
-// Callers enqueue named requests and get an edl::Handle. Every cycle (EngineOptions::cycle_time)
-// the engine thread of every rank takes part in one negotiation: an allgather of the requests each
-// rank has ready (a bitset over the response cache for names negotiated before, full descriptors
-// for new names). A request runs once every rank has it; the order is rank 0's message order, so
-// all ranks run the same collectives in the same order whatever order their requests arrived in.
+// Callers enqueue named requests and get an edl::Handle. In a round, every rank takes part in one
+// negotiation: an allgather of the requests each rank has ready (a bitset over the response cache
+// for names negotiated before, full descriptors for new names). Rounds are event-driven: a rank
+// starts one when it has new requests (after their burst) or a thread waits, and joins one when a
+// peer's first bytes arrive; no round runs while no rank has work (EngineOptions::tick restores a
+// round every cycle_time). The round runs on the engine thread, or on a thread waiting on a handle
+// while the engine thread is idle. A request runs once every rank has it; the order is rank 0's
+// message order, so all ranks run the same collectives in the same order whatever order their
+// requests arrived in.
 // Ready allreduces with the same dtype and op are fused into one collective of up to
 // fusion_threshold_bytes; the fused allreduce reads and writes the user tensors directly (no pack
 // or unpack copies) — see docs/collectives.md.
@@ -14,7 +18,8 @@
 // (the communicator is poisoned; the generation is over). stop() fails pending handles with
 // AbortedError; it is idempotent and the destructor calls it.
 //
-// Thread-safety: enqueue methods, stop() and stats() may be called from any thread.
+// Thread-safety: enqueue methods, stop() and stats() may be called from any thread; one thread at
+// a time holds the round role (the round state below is touched only by it).
 #pragma once
 
 #include <chrono>
