@@ -12,7 +12,8 @@
 // edl::elastic::run, others should exit.
 //
 // Thread-safety: the free functions may be called from any thread; a Handle may be polled/waited
-// from any thread, and wait() may be called more than once.
+// from any thread, and wait() may be called more than once. wait() may run the engine's pending
+// collectives on the calling thread (when the engine's own thread is idle).
 #pragma once
 
 #include <cstddef>
