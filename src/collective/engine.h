@@ -99,6 +99,8 @@ class EDL_API Engine {
   EngineStats stats() const;
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
+  // Request kinds on the wire (Desc::kind).
+  enum Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
   // Wire descriptor of a request (public for the implementation's helpers).
   struct Desc {
     uint8_t kind = 0;
@@ -165,7 +167,6 @@ class EDL_API Engine {
     std::condition_variable cv;
     int fd = -1;         // eventfd: wakes an engine that sleeps in TcpCommunicator::wait_incoming()
     bool flush = false;  // a Handle::wait() while requests were queued: start the round now
-    size_t queued = 0;   // incoming_.size(), readable without the engine
     Engine* engine = nullptr;  // null once stop() began: handles no longer call into the engine
     int helpers = 0;           // threads inside Engine::help()
     void help(detail::HandleState& s) override;

@@ -1,0 +1,298 @@
+// Engine negotiation: the allgather of every rank's ready requests (response cache bits for names
+// negotiated before, full descriptors for new ones), decoding into the agreed ready list, mismatch
+// detection and the stall warnings. See engine.h and docs/collectives.md.
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "collective/engine.h"
+#include "collective/tcp_communicator.h"
+#include "common/logging.h"
+#include "edl/error.h"
+
+namespace edl::collective {
+namespace {
+
+constexpr uint32_t kNegotiationMagic = 0x45444c4eu;  // "EDLN"
+constexpr size_t kMaxCacheEntries = 1u << 16;
+constexpr std::chrono::seconds kStallWarning{60};
+
+const char* kind_str(uint8_t k) {
+  switch (k) {
+    case Engine::kAllreduce: return "allreduce";
+    case Engine::kBroadcast: return "broadcast";
+    case Engine::kAllgather: return "allgather";
+    case Engine::kBarrier: return "barrier";
+  }
+  return "collective";
+}
+
+// Auto names ("allreduce.17") never repeat, so they are not worth a cache entry.
+bool is_auto_name(const std::string& n) {
+  for (const char* k : {"allreduce.", "broadcast.", "allgather.", "barrier."}) {
+    const size_t len = std::strlen(k);
+    if (n.size() > len && n.compare(0, len, k) == 0)
+      return std::all_of(n.begin() + static_cast<long>(len), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  }
+  return false;
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& b, T v) {
+  size_t at = b.size();
+  b.resize(at + sizeof(T));
+  std::memcpy(b.data() + at, &v, sizeof(T));
+}
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n, int rank) : p_(p), n_(n), rank_(rank) {}
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, p_ + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  std::string str(size_t len) {
+    need(len);
+    std::string s(reinterpret_cast<const char*>(p_ + at_), len);
+    at_ += len;
+    return s;
+  }
+
+ private:
+  void need(size_t k) {
+    if (n_ - at_ < k)
+      throw CommError("collective engine: truncated negotiation message from rank " + std::to_string(rank_));
+  }
+  const uint8_t* p_;
+  size_t n_;
+  size_t at_ = 0;
+  int rank_;
+};
+
+std::string describe_mismatch(const std::string& name, const Engine::Desc& a, const Engine::Desc& b, int rb) {
+  std::string k = std::string(kind_str(a.kind)) + " '" + name + "'";
+  std::string rr = ", rank " + std::to_string(rb);
+  if (a.kind != b.kind)
+    return "collective mismatch for '" + name + "': rank 0 called " + kind_str(a.kind) + rr + " called " +
+           kind_str(b.kind);
+  if (a.dtype != b.dtype)
+    return k + " dtype mismatch: rank 0 has " + dtype_name(static_cast<DataType>(a.dtype)) + rr + " has " +
+           dtype_name(static_cast<DataType>(b.dtype));
+  if (a.count != b.count)
+    return k + " count mismatch: rank 0 has " + std::to_string(a.count) + " elements" + rr + " has " +
+           std::to_string(b.count);
+  if (a.op != b.op)
+    return k + " op mismatch: rank 0 uses " + op_name(static_cast<ReduceOp>(a.op)) + rr + " uses " +
+           op_name(static_cast<ReduceOp>(b.op));
+  return k + " root mismatch: rank 0 uses root " + std::to_string(a.root) + rr + " uses root " +
+         std::to_string(b.root);
+}
+
+}  // namespace
+
+// One negotiation round. Message of each rank: magic, cache size, bitset over the response cache
+// (requests whose name and descriptor were negotiated before), then full descriptors + names of
+// the other requests. Every rank decodes every message, so every rank computes the same ready list.
+std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
+  const int n = comm_->size();
+  std::vector<RequestPtr> ready;
+  *p = Progress{};
+  if (n == 1) {
+    ready.swap(pending_);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.cycles;
+    return ready;
+  }
+  std::vector<uint64_t> bits((cache_.size() + 63) / 64, 0);
+  std::vector<uint8_t> msg;
+  std::vector<const Request*> fresh;
+  for (const RequestPtr& r : pending_) {
+    auto it = cache_ids_.find(r->name);
+    if (it != cache_ids_.end() && cache_[it->second].second == r->desc)
+      bits[it->second / 64] |= 1ull << (it->second % 64);
+    else
+      fresh.push_back(r.get());
+  }
+  put<uint32_t>(msg, kNegotiationMagic);
+  put<uint32_t>(msg, static_cast<uint32_t>(cache_.size()));
+  for (uint64_t w : bits) put<uint64_t>(msg, w);
+  put<uint32_t>(msg, static_cast<uint32_t>(fresh.size()));
+  for (const Request* r : fresh) {
+    put<uint8_t>(msg, r->desc.kind);
+    put<uint8_t>(msg, r->desc.dtype);
+    put<uint8_t>(msg, r->desc.op);
+    put<int32_t>(msg, r->desc.root);
+    put<uint64_t>(msg, r->desc.count);
+    put<uint32_t>(msg, static_cast<uint32_t>(r->name.size()));
+    msg.insert(msg.end(), r->name.begin(), r->name.end());
+  }
+  std::vector<uint8_t> all;
+  std::vector<size_t> counts;
+  auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get());
+  if (tcp && pending_.empty()) {
+    // A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
+    // aligned across ranks): block at once instead of spinning, so it costs no CPU and does not
+    // make the transport see contention (which would switch off its spinning for the data
+    // collectives that follow). Rounds with requests keep the data tuning: the other ranks are
+    // usually about to join. This thread is the communicator's only user.
+    AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
+    quiet.spin = std::chrono::microseconds(0);
+    tcp->set_tuning(quiet);
+    try {
+      tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+    } catch (...) {
+      tcp->set_tuning(data_tuning);
+      throw;
+    }
+    tcp->set_tuning(data_tuning);
+  } else {
+    comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+  }
+
+  // Decode into integer keys: cache ids [0, C), then one key per distinct new name of this round.
+  // In steady state every request is a cache bit and no string is touched.
+  const size_t C = cache_.size();
+  struct Entry {
+    uint32_t key;
+    Desc desc;
+  };
+  std::unordered_map<std::string, uint32_t> fresh_key;
+  std::vector<std::string> fresh_name;  // key - C -> name
+  std::vector<std::vector<Entry>> lists(n);
+  size_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    Reader rd(all.data() + off, counts[r], r);
+    off += counts[r];
+    if (rd.get<uint32_t>() != kNegotiationMagic || rd.get<uint32_t>() != C)
+      throw CommError("collective engine: negotiation message of rank " + std::to_string(r) +
+                      " is corrupt or its response cache diverged");
+    for (size_t w = 0; w < bits.size(); ++w) {
+      uint64_t word = rd.get<uint64_t>();
+      while (word) {
+        const uint32_t id = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+        word &= word - 1;
+        if (id >= C) throw CommError("collective engine: bad cache id from rank " + std::to_string(r));
+        lists[r].push_back(Entry{id, cache_[id].second});
+      }
+    }
+    uint32_t nf = rd.get<uint32_t>();
+    for (uint32_t i = 0; i < nf; ++i) {
+      Desc d;
+      d.kind = rd.get<uint8_t>();
+      d.dtype = rd.get<uint8_t>();
+      d.op = rd.get<uint8_t>();
+      d.root = rd.get<int32_t>();
+      d.count = rd.get<uint64_t>();
+      std::string name = rd.str(rd.get<uint32_t>());
+      uint32_t key;
+      auto cached = cache_ids_.find(name);
+      if (cached != cache_ids_.end()) {
+        key = cached->second;  // known name, new descriptor
+      } else {
+        auto [it, inserted] = fresh_key.emplace(name, static_cast<uint32_t>(C + fresh_name.size()));
+        if (inserted) fresh_name.push_back(name);
+        key = it->second;
+      }
+      lists[r].push_back(Entry{key, d});
+    }
+  }
+  const bool sent_names = !fresh.empty();
+  const size_t total = C + fresh_name.size();
+  auto name_of = [&](uint32_t key) -> const std::string& { return key < C ? cache_[key].first : fresh_name[key - C]; };
+
+  // Presence count per key; rank 0's descriptor; the first differing descriptor of another rank.
+  std::vector<int> present(total, 0);
+  std::vector<Desc> desc0(total);
+  std::vector<int> differ_rank(total, -1);
+  std::vector<Desc> differ_desc(total);
+  for (int r = 0; r < n; ++r) {
+    for (const Entry& e : lists[r]) {
+      ++present[e.key];
+      if (r == 0) {
+        desc0[e.key] = e.desc;
+      } else if (differ_rank[e.key] < 0 && present[e.key] > 1 && !(e.desc == desc0[e.key])) {
+        differ_rank[e.key] = r;
+        differ_desc[e.key] = e.desc;
+      }
+    }
+  }
+  size_t listed_keys = 0;
+  for (int c : present)
+    if (c > 0) ++listed_keys;
+
+  // This rank's pending requests by key.
+  std::vector<int> local(total, -1);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    auto it = cache_ids_.find(pending_[i]->name);
+    uint32_t key;
+    if (it != cache_ids_.end()) key = it->second;
+    else key = fresh_key.at(pending_[i]->name);
+    local[key] = static_cast<int>(i);
+  }
+
+  // Ready = present on every rank; agreed order = rank 0's message order.
+  std::vector<bool> taken(pending_.size(), false);
+  size_t decided = 0;
+  for (const Entry& e : lists[0]) {
+    if (present[e.key] != n) continue;
+    ++decided;
+    const int i = local[e.key];
+    if (i < 0) throw InternalError("collective engine: a ready request is not pending on this rank");
+    taken[static_cast<size_t>(i)] = true;
+    if (differ_rank[e.key] >= 0) {
+      complete(pending_[static_cast<size_t>(i)],
+               std::make_exception_ptr(MismatchError(
+                   describe_mismatch(name_of(e.key), e.desc, differ_desc[e.key], differ_rank[e.key]))));
+      continue;
+    }
+    ready.push_back(pending_[static_cast<size_t>(i)]);
+    // Response cache: the same decision on every rank (same agreed list).
+    if (e.key < C) {
+      cache_[e.key].second = e.desc;
+    } else if (!is_auto_name(name_of(e.key)) && cache_.size() < kMaxCacheEntries) {
+      cache_ids_.emplace(name_of(e.key), static_cast<uint32_t>(cache_.size()));
+      cache_.emplace_back(name_of(e.key), e.desc);
+    }
+  }
+  if (listed_keys > decided) {
+    size_t mine = 0;  // listed keys that are pending here (and so missing on some other rank)
+    std::vector<int> present_on(pending_.size(), n);
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (taken[i]) continue;
+      // Not taken, so not newly cached this round: a cache id below C, or a key of this round.
+      auto it = cache_ids_.find(pending_[i]->name);
+      present_on[i] = present[it != cache_ids_.end() ? it->second : fresh_key.at(pending_[i]->name)];
+      ++mine;
+    }
+    p->others_lack = mine > 0;
+    p->i_lack = listed_keys - decided > mine;
+    warn_stalled(present_on, n);
+  }
+  std::vector<RequestPtr> rest;
+  for (size_t i = 0; i < pending_.size(); ++i)
+    if (!taken[i]) rest.push_back(std::move(pending_[i]));
+  pending_.swap(rest);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.cycles;
+  if (!sent_names) ++stats_.cached_cycles;
+  return ready;
+}
+
+void Engine::warn_stalled(const std::vector<int>& present_on, int n) {
+  const auto now = Clock::now();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Request& r = *pending_[i];
+    if (r.stall_warned || present_on[i] >= n || now - r.enqueued < kStallWarning) continue;
+    r.stall_warned = true;
+    EDL_LOG(1) << "collective engine on rank " << comm_->rank() << ": '" << r.name << "' has waited "
+               << std::chrono::duration_cast<std::chrono::seconds>(now - r.enqueued).count() << " s; only "
+               << present_on[i] << " of " << n
+               << " ranks submitted it (do all ranks issue the same collectives with the same names?)";
+  }
+}
+
+}  // namespace edl::collective
