@@ -238,6 +238,7 @@ int run_training(const TrainerOptions& o) {
       srow.lr = opt.lr();
       srow.momentum_gamma = opt.rescaler().step_params().gamma;
       double local[3] = {0, 0, 0};
+      opt.set_step_samples(rec.records.size());  // weighted mean: short and empty steps count for what they hold
       if (!rec.records.empty()) {
         data::assemble_batch(*d.train, rec.records.data(), rec.records.size(), train_norm,
                              static_cast<uint64_t>(rec.epoch), &batch);

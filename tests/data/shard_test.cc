@@ -334,3 +334,67 @@ TEST_CASE("the convenience constructor refuses to run before edl::init in a laun
   CHECK_THROWS_WITH(ShardGenerator(opts(40, 10, 8)), Contains("after edl::init()"));
   unsetenv("EDL_STORE");
 }
+
+TEST_CASE("batch_for_size: the local batch follows the world size at each generation, records stay exactly-once",
+          "[data][shards]") {
+  auto store = edl::make_memory_store();
+  auto o = opts(300, 40, 1);
+  o.epochs = 1;
+  o.batch_for_size = [](int size) { return static_cast<uint64_t>(12 / size); };  // fixed global batch 12
+  ShardGenerator g(store, o);
+  edl::elastic::GenerationInfo info;
+  info.generation = 1;
+  info.size = 2;
+  g.on_generation(info);
+  CHECK(g.batch_size() == 6);
+  std::multiset<uint64_t> seen;
+  for (int i = 0; i < 3; ++i) {
+    auto s = g.next();
+    CHECK(s.records.size() == 6);
+    seen.insert(s.records.begin(), s.records.end());
+  }
+  g.save();  // commit at step 3
+  info.generation = 2;
+  info.size = 4;
+  g.on_generation(info);
+  CHECK(g.batch_size() == 3);
+  for (;;) {
+    auto s = g.next();
+    if (s.end_of_data) break;
+    CHECK(s.records.size() <= 3);
+    seen.insert(s.records.begin(), s.records.end());
+  }
+  CHECK(seen.size() == 300);
+  for (uint64_t r = 0; r < 300; ++r) CHECK(seen.count(r) == 1);
+
+  auto bad = opts(300, 40, 1);
+  bad.batch_for_size = [](int) { return uint64_t{0}; };
+  ShardGenerator b(edl::make_memory_store(), bad);
+  CHECK_THROWS_AS(b.on_generation(info), edl::InvalidArgument);
+}
+
+TEST_CASE("take_committed: a worker learns which of its batches were committed, never the rolled-back ones",
+          "[data][shards]") {
+  ShardGenerator g(edl::make_memory_store(), opts(1000, 50, 5));
+  CHECK(g.committed_step() == 0);
+  std::vector<StepRecords> first;
+  for (int i = 0; i < 3; ++i) first.push_back(g.next());
+  CHECK(g.take_committed().empty());  // nothing committed yet
+  const std::string snap = g.save();  // commit at step 3
+  CHECK(g.committed_step() == 3);
+  auto c = g.take_committed();
+  REQUIRE(c.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(c[i].records == first[i].records);
+  CHECK(g.take_committed().empty());  // taken once
+
+  std::vector<StepRecords> lost{g.next(), g.next()};
+  g.load(snap);  // failure: roll back to step 3
+  CHECK(g.take_committed().empty());  // the two batches after the commit were not committed
+  std::vector<StepRecords> again{g.next(), g.next()};
+  g.save();
+  auto c2 = g.take_committed();
+  REQUIRE(c2.size() == 2);
+  CHECK(c2[0].step == 3);
+  CHECK(c2[0].records == again[0].records);
+  CHECK(c2[1].records == again[1].records);
+}
