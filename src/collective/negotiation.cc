@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "collective/engine.h"
+#include "collective/negotiation_message.h"
 #include "collective/tcp_communicator.h"
 #include "common/logging.h"
 #include "edl/error.h"
@@ -13,7 +14,6 @@
 namespace edl::collective {
 namespace {
 
-constexpr uint32_t kNegotiationMagic = 0x45444c4eu;  // "EDLN"
 constexpr size_t kMaxCacheEntries = 1u << 16;
 constexpr std::chrono::seconds kStallWarning{60};
 
@@ -36,42 +36,6 @@ bool is_auto_name(const std::string& n) {
   }
   return false;
 }
-
-template <typename T>
-void put(std::vector<uint8_t>& b, T v) {
-  size_t at = b.size();
-  b.resize(at + sizeof(T));
-  std::memcpy(b.data() + at, &v, sizeof(T));
-}
-
-class Reader {
- public:
-  Reader(const uint8_t* p, size_t n, int rank) : p_(p), n_(n), rank_(rank) {}
-  template <typename T>
-  T get() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, p_ + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  std::string str(size_t len) {
-    need(len);
-    std::string s(reinterpret_cast<const char*>(p_ + at_), len);
-    at_ += len;
-    return s;
-  }
-
- private:
-  void need(size_t k) {
-    if (n_ - at_ < k)
-      throw CommError("collective engine: truncated negotiation message from rank " + std::to_string(rank_));
-  }
-  const uint8_t* p_;
-  size_t n_;
-  size_t at_ = 0;
-  int rank_;
-};
 
 std::string describe_mismatch(const std::string& name, const Engine::Desc& a, const Engine::Desc& b, int rb) {
   std::string k = std::string(kind_str(a.kind)) + " '" + name + "'";
@@ -108,28 +72,15 @@ std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
     return ready;
   }
   std::vector<uint64_t> bits((cache_.size() + 63) / 64, 0);
-  std::vector<uint8_t> msg;
-  std::vector<const Request*> fresh;
+  std::vector<NegotiationMessage::Fresh> fresh;
   for (const RequestPtr& r : pending_) {
     auto it = cache_ids_.find(r->name);
     if (it != cache_ids_.end() && cache_[it->second].second == r->desc)
       bits[it->second / 64] |= 1ull << (it->second % 64);
     else
-      fresh.push_back(r.get());
+      fresh.push_back(NegotiationMessage::Fresh{r->desc, r->name});
   }
-  put<uint32_t>(msg, kNegotiationMagic);
-  put<uint32_t>(msg, static_cast<uint32_t>(cache_.size()));
-  for (uint64_t w : bits) put<uint64_t>(msg, w);
-  put<uint32_t>(msg, static_cast<uint32_t>(fresh.size()));
-  for (const Request* r : fresh) {
-    put<uint8_t>(msg, r->desc.kind);
-    put<uint8_t>(msg, r->desc.dtype);
-    put<uint8_t>(msg, r->desc.op);
-    put<int32_t>(msg, r->desc.root);
-    put<uint64_t>(msg, r->desc.count);
-    put<uint32_t>(msg, static_cast<uint32_t>(r->name.size()));
-    msg.insert(msg.end(), r->name.begin(), r->name.end());
-  }
+  const std::vector<uint8_t> msg = encode_negotiation(static_cast<uint32_t>(cache_.size()), bits, fresh);
   std::vector<uint8_t> all;
   std::vector<size_t> counts;
   auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get());
@@ -165,39 +116,21 @@ std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
   std::vector<std::vector<Entry>> lists(n);
   size_t off = 0;
   for (int r = 0; r < n; ++r) {
-    Reader rd(all.data() + off, counts[r], r);
+    NegotiationMessage m = decode_negotiation(all.data() + off, counts[r], static_cast<uint32_t>(C), r);
     off += counts[r];
-    if (rd.get<uint32_t>() != kNegotiationMagic || rd.get<uint32_t>() != C)
-      throw CommError("collective engine: negotiation message of rank " + std::to_string(r) +
-                      " is corrupt or its response cache diverged");
-    for (size_t w = 0; w < bits.size(); ++w) {
-      uint64_t word = rd.get<uint64_t>();
-      while (word) {
-        const uint32_t id = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
-        word &= word - 1;
-        if (id >= C) throw CommError("collective engine: bad cache id from rank " + std::to_string(r));
-        lists[r].push_back(Entry{id, cache_[id].second});
-      }
-    }
-    uint32_t nf = rd.get<uint32_t>();
-    for (uint32_t i = 0; i < nf; ++i) {
-      Desc d;
-      d.kind = rd.get<uint8_t>();
-      d.dtype = rd.get<uint8_t>();
-      d.op = rd.get<uint8_t>();
-      d.root = rd.get<int32_t>();
-      d.count = rd.get<uint64_t>();
-      std::string name = rd.str(rd.get<uint32_t>());
+    lists[r].reserve(m.cached.size() + m.fresh.size());
+    for (uint32_t id : m.cached) lists[r].push_back(Entry{id, cache_[id].second});
+    for (auto& f : m.fresh) {
       uint32_t key;
-      auto cached = cache_ids_.find(name);
+      auto cached = cache_ids_.find(f.name);
       if (cached != cache_ids_.end()) {
         key = cached->second;  // known name, new descriptor
       } else {
-        auto [it, inserted] = fresh_key.emplace(name, static_cast<uint32_t>(C + fresh_name.size()));
-        if (inserted) fresh_name.push_back(name);
+        auto [it, inserted] = fresh_key.emplace(f.name, static_cast<uint32_t>(C + fresh_name.size()));
+        if (inserted) fresh_name.push_back(std::move(f.name));
         key = it->second;
       }
-      lists[r].push_back(Entry{key, d});
+      lists[r].push_back(Entry{key, f.desc});
     }
   }
   const bool sent_names = !fresh.empty();
