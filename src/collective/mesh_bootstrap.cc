@@ -2,7 +2,8 @@
 // of mesh_handshake.h on every connection (docs/collectives.md, "Mesh bootstrap").
 //
 // Every rank publishes its listening address, dials every peer (its send socket to that peer) and
-// accepts one authenticated connection from every peer (its receive socket). Accepted connections
+// accepts one authenticated connection from every peer (its receive socket), in one loop: the
+// listener is served while peers' addresses are still awaited. Accepted connections
 // that send garbage, a foreign job's or generation's hello, a rank outside this generation, a wrong
 // proof of the secret, or nothing at all are closed (logged) and the rank keeps waiting for the
 // genuine peer until connect_timeout. A dialled peer that fails the handshake is fatal: the address
@@ -31,6 +32,7 @@ using std::chrono::milliseconds;
 
 constexpr size_t kMaxPendingAccepts = 256;  // half-open strangers beyond this: the oldest is closed
 constexpr size_t kRememberedRejections = 4;  // quoted in the timeout error
+constexpr std::chrono::milliseconds kDialWait{20};  // store wait per turn while serving the listener
 
 long long ms_left(Clock::time_point deadline) {
   return std::max<long long>(0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
@@ -63,11 +65,11 @@ class MeshBuilder {
 
   void run() {
     listen_and_publish();
-    dial_peers();
     while (accepted_ok_ < c_.size_ - 1 || dialled_ok_ < c_.size_ - 1) {
       if (c_.aborted_.load()) c_.throw_aborted();
       if (ms_left(deadline_) <= 0) timeout();
-      wait_readable();
+      const bool dialling = dial_next();
+      wait_readable(dialling ? 0 : 100);
       accept_new();
       step_accepted();
       step_dialled();
@@ -94,38 +96,39 @@ class MeshBuilder {
     store_.set(key_of(c_.rank_), c_.options_.bind_address + ":" + std::to_string(port));
   }
 
-  // Connects to every peer's published address and sends our hello (96 bytes fit in an empty
-  // socket buffer).
-  void dial_peers() {
-    for (int p = 0; p < c_.size_; ++p) {
-      if (p == c_.rank_) continue;
-      const std::string key = key_of(p);
-      if (!store_.wait({key}, milliseconds(ms_left(deadline_))))
-        throw TimeoutError(setup() + ": rank " + std::to_string(p) + " did not publish its address under '" + key +
-                           "' within " + std::to_string(c_.options_.connect_timeout.count()) + " ms");
-      Dialled& d = dialled_[p];
-      d.addr = store_.get(key).value_or("");
-      c_.peer_addr_[p] = d.addr;
-      int fd = connect_until(d.addr, deadline_);
-      if (fd < 0)
-        throw TimeoutError(setup() + ": cannot connect to rank " + std::to_string(p) + " at " + d.addr + " within " +
-                           std::to_string(c_.options_.connect_timeout.count()) + " ms");
-      c_.send_fd_[p] = fd;
-      d.hs = std::make_unique<mesh::ConnectSide>(id_, c_.rank_, p, crypto::random_bytes(mesh::kNonceBytes));
-      const std::string hello = d.hs->hello();
-      if (!write_all(fd, hello.data(), hello.size(), deadline_))
-        throw PeerLostError(setup() + ": sending the handshake to rank " + std::to_string(p) + " at " + d.addr +
-                            " failed");
-    }
+  // Dials the next peer once its address is published (waiting at most kDialWait for it, so that
+  // the listener is served meanwhile) and sends our hello (96 bytes fit in an empty socket buffer).
+  // Returns whether peers remain to be dialled.
+  bool dial_next() {
+    if (next_dial_ == c_.rank_) ++next_dial_;
+    if (next_dial_ >= c_.size_) return false;
+    const int p = next_dial_;
+    const std::string key = key_of(p);
+    if (!store_.wait({key}, std::min(kDialWait, milliseconds(ms_left(deadline_))))) return true;
+    Dialled& d = dialled_[p];
+    d.addr = store_.get(key).value_or("");
+    c_.peer_addr_[p] = d.addr;
+    int fd = connect_until(d.addr, deadline_);
+    if (fd < 0)
+      throw TimeoutError(setup() + ": cannot connect to rank " + std::to_string(p) + " at " + d.addr + " within " +
+                         std::to_string(c_.options_.connect_timeout.count()) + " ms");
+    c_.send_fd_[p] = fd;
+    d.hs = std::make_unique<mesh::ConnectSide>(id_, c_.rank_, p, crypto::random_bytes(mesh::kNonceBytes));
+    const std::string hello = d.hs->hello();
+    if (!write_all(fd, hello.data(), hello.size(), deadline_))
+      throw PeerLostError(setup() + ": sending the handshake to rank " + std::to_string(p) + " at " + d.addr +
+                          " failed");
+    ++next_dial_;
+    return true;
   }
 
-  void wait_readable() {
+  void wait_readable(int max_ms) {
     std::vector<pollfd> fds;
     fds.push_back({lfd_, POLLIN, 0});
     for (auto& a : accepted_) fds.push_back({a.fd, POLLIN, 0});
     for (int p = 0; p < c_.size_; ++p)
       if (dialled_[p].hs && dialled_[p].hs->wanted() > 0) fds.push_back({c_.send_fd_[p], POLLIN, 0});
-    poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(ms_left(deadline_), 100)));
+    poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(ms_left(deadline_), max_ms)));
   }
 
   void accept_new() {
@@ -216,6 +219,10 @@ class MeshBuilder {
   }
 
   [[noreturn]] void timeout() {
+    if (next_dial_ < c_.size_ && !(next_dial_ == c_.rank_ && next_dial_ + 1 >= c_.size_))
+      throw TimeoutError(setup() + ": rank " + std::to_string(next_dial_) + " did not publish its address under '" +
+                         key_of(next_dial_) + "' within " + std::to_string(c_.options_.connect_timeout.count()) +
+                         " ms");
     std::string missing;
     for (int p = 0; p < c_.size_; ++p)
       if (p != c_.rank_ && c_.recv_fd_[p] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
@@ -237,6 +244,7 @@ class MeshBuilder {
   std::deque<std::string> rejections_;
   int accepted_ok_ = 0;
   int dialled_ok_ = 0;
+  int next_dial_ = 0;
 };
 
 void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {

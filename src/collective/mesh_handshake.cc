@@ -86,6 +86,15 @@ std::string AcceptSide::feed(const uint8_t* p, size_t n) {
     size_t k = take(buf_.data(), &got_, want, p, n);
     p += k;
     n -= k;
+    if (state_ == State::kWantHello && got_ >= sizeof(uint64_t) && got_ < want) {
+      uint64_t magic;
+      std::memcpy(&magic, buf_.data(), sizeof(magic));
+      if (magic != kHelloMagic) {  // refuse garbage at once, without waiting for a whole hello
+        state_ = State::kRejected;
+        reason_ = "bad magic (not an EDL mesh peer, or an older EDL version)";
+        return reply;
+      }
+    }
     if (got_ < want) break;
     got_ = 0;
     reply += state_ == State::kWantHello ? on_hello() : on_proof();

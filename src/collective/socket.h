@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 EDL_API uint64_t fnv1a(const std::string& s);
 
 // Listens on address:0; returns the fd and puts the chosen port in *port. Throws CommError.
-int listen_any_port(const std::string& address, int* port);
+EDL_API int listen_any_port(const std::string& address, int* port);
 // Connects to "host:port" before deadline (retrying refused connections). Returns fd or -1 when the
 // deadline passed; throws CommError for a malformed address.
 EDL_API int connect_until(const std::string& host_port, Clock::time_point deadline);
