@@ -56,6 +56,86 @@ std::string describe_mismatch(const std::string& name, const Engine::Desc& a, co
          std::to_string(b.root);
 }
 
+// The negotiation allgather.
+void gather(Communicator& comm, bool idle, const std::vector<uint8_t>& msg, std::vector<uint8_t>& all,
+            std::vector<size_t>& counts) {
+  auto* tcp = dynamic_cast<TcpCommunicator*>(&comm);
+  if (tcp && idle) {
+    // A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
+    // aligned across ranks): block at once instead of spinning, so it costs no CPU and does not
+    // make the transport see contention (which would switch off its spinning for the data
+    // collectives that follow). Rounds with requests keep the data tuning: the other ranks are
+    // usually about to join. This thread is the communicator's only user.
+    AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
+    quiet.spin = std::chrono::microseconds(0);
+    tcp->set_tuning(quiet);
+    try {
+      tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+    } catch (...) {
+      tcp->set_tuning(data_tuning);
+      throw;
+    }
+    tcp->set_tuning(data_tuning);
+  } else {
+    comm.allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+  }
+}
+
+// The decoded messages of one round as integer keys: cache ids [0, C), then one key per distinct
+// new name of this round. In steady state every request is a cache bit and no string is touched.
+struct Entry {
+  uint32_t key;
+  Engine::Desc desc;
+};
+struct Round {
+  std::vector<std::vector<Entry>> lists;  // per rank, in its message order
+  std::unordered_map<std::string, uint32_t> fresh_key;
+  std::vector<std::string> fresh_name;  // key - C -> name
+};
+
+Round decode_round(const std::vector<uint8_t>& all, const std::vector<size_t>& counts, int n,
+                   const std::vector<std::pair<std::string, Engine::Desc>>& cache,
+                   const std::unordered_map<std::string, uint32_t>& cache_ids) {
+  const size_t C = cache.size();
+  if (counts.size() != static_cast<size_t>(n))
+    throw CommError("collective engine: the negotiation allgather returned " + std::to_string(counts.size()) +
+                    " messages for " + std::to_string(n) + " ranks");
+  Round round;
+  round.lists.resize(static_cast<size_t>(n));
+  std::vector<int> listed_by(C, -1);  // key -> last rank that listed it (a rank lists a key once)
+  size_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    if (counts[r] > all.size() - off)
+      throw CommError("collective engine: negotiation message of rank " + std::to_string(r) + " overruns the round");
+    NegotiationMessage m = decode_negotiation(all.data() + off, counts[r], static_cast<uint32_t>(C), r);
+    off += counts[r];
+    auto& list = round.lists[static_cast<size_t>(r)];
+    list.reserve(m.cached.size() + m.fresh.size());
+    auto add = [&](uint32_t key, const Engine::Desc& d, const std::string& name) {
+      if (listed_by.size() <= key) listed_by.resize(key + 1, -1);
+      if (listed_by[key] == r)
+        throw CommError("collective engine: negotiation message of rank " + std::to_string(r) + " lists '" + name +
+                        "' twice");
+      listed_by[key] = r;
+      list.push_back(Entry{key, d});
+    };
+    for (uint32_t id : m.cached) add(id, cache[id].second, cache[id].first);
+    for (auto& f : m.fresh) {
+      uint32_t key;
+      auto cached = cache_ids.find(f.name);
+      if (cached != cache_ids.end()) {
+        key = cached->second;  // known name, new descriptor
+      } else {
+        auto [it, inserted] = round.fresh_key.emplace(f.name, static_cast<uint32_t>(C + round.fresh_name.size()));
+        if (inserted) round.fresh_name.push_back(f.name);
+        key = it->second;
+      }
+      add(key, f.desc, f.name);
+    }
+  }
+  return round;
+}
+
 }  // namespace
 
 // One negotiation round. Message of each rank: magic, cache size, bitset over the response cache
@@ -83,56 +163,14 @@ std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
   const std::vector<uint8_t> msg = encode_negotiation(static_cast<uint32_t>(cache_.size()), bits, fresh);
   std::vector<uint8_t> all;
   std::vector<size_t> counts;
-  auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get());
-  if (tcp && pending_.empty()) {
-    // A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
-    // aligned across ranks): block at once instead of spinning, so it costs no CPU and does not
-    // make the transport see contention (which would switch off its spinning for the data
-    // collectives that follow). Rounds with requests keep the data tuning: the other ranks are
-    // usually about to join. This thread is the communicator's only user.
-    AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
-    quiet.spin = std::chrono::microseconds(0);
-    tcp->set_tuning(quiet);
-    try {
-      tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
-    } catch (...) {
-      tcp->set_tuning(data_tuning);
-      throw;
-    }
-    tcp->set_tuning(data_tuning);
-  } else {
-    comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
-  }
+  gather(*comm_, pending_.empty(), msg, all, counts);
 
   // Decode into integer keys: cache ids [0, C), then one key per distinct new name of this round.
-  // In steady state every request is a cache bit and no string is touched.
   const size_t C = cache_.size();
-  struct Entry {
-    uint32_t key;
-    Desc desc;
-  };
-  std::unordered_map<std::string, uint32_t> fresh_key;
-  std::vector<std::string> fresh_name;  // key - C -> name
-  std::vector<std::vector<Entry>> lists(n);
-  size_t off = 0;
-  for (int r = 0; r < n; ++r) {
-    NegotiationMessage m = decode_negotiation(all.data() + off, counts[r], static_cast<uint32_t>(C), r);
-    off += counts[r];
-    lists[r].reserve(m.cached.size() + m.fresh.size());
-    for (uint32_t id : m.cached) lists[r].push_back(Entry{id, cache_[id].second});
-    for (auto& f : m.fresh) {
-      uint32_t key;
-      auto cached = cache_ids_.find(f.name);
-      if (cached != cache_ids_.end()) {
-        key = cached->second;  // known name, new descriptor
-      } else {
-        auto [it, inserted] = fresh_key.emplace(f.name, static_cast<uint32_t>(C + fresh_name.size()));
-        if (inserted) fresh_name.push_back(std::move(f.name));
-        key = it->second;
-      }
-      lists[r].push_back(Entry{key, f.desc});
-    }
-  }
+  Round round = decode_round(all, counts, n, cache_, cache_ids_);
+  std::vector<std::vector<Entry>>& lists = round.lists;
+  std::unordered_map<std::string, uint32_t>& fresh_key = round.fresh_key;
+  std::vector<std::string>& fresh_name = round.fresh_name;
   const bool sent_names = !fresh.empty();
   const size_t total = C + fresh_name.size();
   auto name_of = [&](uint32_t key) -> const std::string& { return key < C ? cache_[key].first : fresh_name[key - C]; };

@@ -351,3 +351,47 @@ TEST_CASE("negotiation: absurd counts and lengths from a peer are refused with C
   bad.dtype = 200;
   refused(encode_negotiation(0, {}, {{bad, "x"}}), 0, "unknown kind/dtype/op");
 }
+
+TEST_CASE("negotiation: a peer listing one request twice fails the round with CommError, not an invariant error",
+          "[collective][mesh]") {
+  auto store = make_memory_store();
+  const std::string prefix = test::unique_prefix("dupneg");
+  std::shared_ptr<Communicator> c0;
+  std::exception_ptr e0;
+  std::thread t([&] {
+    try {
+      c0 = Communicator::create(store, prefix, 0, 2, secret_options("k"));
+    } catch (...) {
+      e0 = std::current_exception();
+    }
+  });
+  FakeRank fake;
+  fake.join(*store, prefix, 1, 2, "k");
+  t.join();
+  if (e0) std::rethrow_exception(e0);
+  // Rank 1 lists "x" twice: with rank 0 not listing it, it would look present on both ranks.
+  collective::Engine::Desc d;
+  d.kind = collective::Engine::kAllreduce;
+  d.count = 1;
+  std::vector<uint8_t> msg = collective::encode_negotiation(0, {}, {{d, "x"}, {d, "x"}});
+  using Header = collective::TcpCommunicator::Header;
+  Header h{collective::kHeaderMagic, static_cast<uint8_t>(collective::Kind::kAllgather),
+           static_cast<uint8_t>(DataType::kUInt8), 0, 0, -1, 1, msg.size(), 1, msg.size(), 0};
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  REQUIRE(collective::write_all(fake.send_fd, &h, sizeof(h), deadline));
+  REQUIRE(collective::write_all(fake.send_fd, msg.data(), msg.size(), deadline));
+  collective::Engine engine(c0, collective::EngineOptions{});
+  float y = 1;
+  Handle hy = engine.allreduce(&y, 1, DataType::kFloat32, ReduceOp::kSum, "y");
+  std::string what;
+  try {
+    hy.wait();
+  } catch (const InternalError& e) {
+    what = std::string("InternalError: ") + e.what();
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  engine.stop();
+  INFO(what);
+  CHECK(what.find("negotiation message of rank 1 lists 'x' twice") != std::string::npos);
+}
