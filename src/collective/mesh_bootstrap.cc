@@ -32,6 +32,7 @@ using std::chrono::milliseconds;
 
 constexpr size_t kMaxPendingAccepts = 256;  // half-open strangers beyond this: the oldest is closed
 constexpr size_t kRememberedRejections = 4;  // quoted in the timeout error
+constexpr int kAcceptsPerTurn = 64;
 constexpr std::chrono::milliseconds kDialWait{20};  // store wait per turn while serving the listener
 
 long long ms_left(Clock::time_point deadline) {
@@ -132,7 +133,7 @@ class MeshBuilder {
   }
 
   void accept_new() {
-    for (;;) {
+    for (int i = 0; i < kAcceptsPerTurn; ++i) {  // bounded: a flood must not starve the handshakes
       int fd = accept4(lfd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;
       if (accepted_.size() >= kMaxPendingAccepts) reject(accepted_.begin(), "too many half-open connections");
