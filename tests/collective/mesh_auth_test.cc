@@ -237,17 +237,27 @@ TEST_CASE("mesh: ranks with different job secrets refuse each other with AuthErr
         what[r] = "connected";
       } catch (const AuthError& e) {
         what[r] = std::string("AuthError: ") + e.what();
+      } catch (const PeerLostError& e) {
+        what[r] = std::string("PeerLostError: ") + e.what();
       } catch (const std::exception& e) {
         what[r] = std::string("other: ") + e.what();
       }
     });
   for (auto& t : ts) t.join();
+  // The rank that first verifies the other's MAC fails with AuthError. The other one usually does
+  // too; it may instead see the connection closed before its own check (PeerLostError).
+  int auth = 0;
   for (int r = 0; r < 2; ++r) {
     INFO(what[r]);
-    CHECK(what[r].rfind("AuthError: ", 0) == 0);
     CHECK(what[r].find("127.0.0.1:") != std::string::npos);
-    CHECK(what[r].find("job secret") != std::string::npos);
+    if (what[r].rfind("AuthError: ", 0) == 0) {
+      ++auth;
+      CHECK(what[r].find("job secret") != std::string::npos);
+    } else {
+      CHECK(what[r].rfind("PeerLostError: ", 0) == 0);
+    }
   }
+  CHECK(auth >= 1);
 }
 
 TEST_CASE("allgather: a peer announcing a 4 GiB contribution fails with CommError before allocating",
