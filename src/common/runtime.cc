@@ -64,6 +64,7 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   if (connect_timeout.count() > 0 && connect_timeout < co.connect_timeout) co.connect_timeout = connect_timeout;
   co.bind_address = config_.bind_address;
   co.generation = id;
+  co.secret = config_.secret;
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
   g->comm = Communicator::create(store, prefix, rank, size, co);
   collective::EngineOptions eo;
