@@ -31,6 +31,8 @@ class Launch {
   template <typename Pred>
   bool wait_for(Pred pred, std::chrono::milliseconds timeout) const;
   RunResult wait(std::chrono::milliseconds timeout);
+  // SIGKILLs edl-run alone (not its workers: they must notice by themselves) and reaps it.
+  void kill_launcher();
   const std::string& dir() const { return dir_; }
 
  private:
@@ -42,6 +44,15 @@ class Launch {
 
 RunResult run_edl(const std::vector<std::string>& args, std::chrono::milliseconds timeout = std::chrono::seconds(30),
                   const std::vector<std::string>& env = {});
+
+// A port that was free a moment ago (bound to 127.0.0.1:0, then released).
+int free_port();
+
+// Live (not zombie) processes whose environment holds every one of `needles` ("NAME=value").
+std::vector<pid_t> processes_with_env(const std::vector<std::string>& needles);
+
+// Waits until no process matches `needles`; false if some still do after `timeout`.
+bool wait_processes_gone(const std::vector<std::string>& needles, std::chrono::milliseconds timeout);
 
 std::vector<std::string> lines_of(const std::string& text);
 size_t count_of(const std::string& text, const std::string& needle);

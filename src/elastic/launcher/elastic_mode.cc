@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <map>
 #include <set>
 
+#include "common/config.h"
 #include "edl/error.h"
 #include "elastic/launcher/binding.h"
 #include "elastic/launcher/discovery.h"
@@ -20,6 +22,10 @@ namespace edl::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Exit code of a worker that hit a non-retryable error (user code, data, mismatch): the runtime
+// writes <job>/failed first. edl-run fails the job with it unless --retry-user-errors.
+constexpr int kUserErrorExit = 3;
 using std::chrono::milliseconds;
 
 int64_t ms_between(Clock::time_point a, Clock::time_point b) {
@@ -33,6 +39,7 @@ struct Slot {
   int failures = 0;          // consecutive failures (drives the cooldown)
   bool retired = false;      // removed by discovery: not restarted
   bool stopping = false;     // we sent SIGTERM (scale-down or shutdown)
+  bool evicted = false;      // not a member when the job finished: ended by us, its exit code ignored
   Clock::time_point start_at{};  // earliest (re)start: the blacklist cooldown
   Clock::time_point started{};
   std::string worker_id;
@@ -46,9 +53,16 @@ class ElasticLauncher {
   }
 
   int run() {
+    StoreWatcherOptions wo;
+    wo.job_id = job_.job_id;
+    wo.url = job_.store_url;
+    wo.lost_after = milliseconds(Config::from_env().store_timeout_ms);
     StoreOptions so;
     so.secret = job_.secret;
-    watcher_ = std::make_unique<StoreWatcher>(connect_store(job_.store_url, so), job_.job_id);
+    so.connect_timeout = std::min<milliseconds>(so.connect_timeout, std::max<milliseconds>(wo.lost_after / 2, milliseconds(100)));
+    so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.lost_after, milliseconds(100)));
+    wo.connect = [url = job_.store_url, so] { return connect_store(url, so); };
+    watcher_ = std::make_unique<StoreWatcher>(wo.connect(), wo);
     log("event=job job=" + job_.job_id + " store=" + job_.store_url + " min_np=" + std::to_string(o_.min_np) +
         " max_np=" + std::to_string(o_.max_np) + " reset_limit=" +
         (o_.reset_limit < 0 ? std::string("unlimited") : std::to_string(o_.reset_limit)));
@@ -66,17 +80,17 @@ class ElasticLauncher {
       for (const auto& e : exits) on_exit(e);
       on_generations();
       check_job_health();
-      if (!stopping_ && !finishing_ && !o_.discovery_script.empty() &&
-          Clock::now() >= next_discovery_) {
-        int t = discover(false);
-        if (t >= 0) resize(t);
-      }
+      if (finishing_) end_non_members();
+      poll_discovery();
       start_due_slots();
       escalate_kills();
     }
     sup_.drain(1000);
     watcher_.reset();
-    if (result_ != 0) return result_;
+    if (result_ != 0) {
+      log("event=job-failed code=" + std::to_string(result_) + " reason=\"" + reason_ + "\"");
+      return result_;
+    }
     if (interrupted_by_) return 128 + interrupted_by_;
     return final_code_;
   }
@@ -90,10 +104,28 @@ class ElasticLauncher {
 
   int cap(int slots) const { return o_.max_np > 0 ? std::min(slots, o_.max_np) : slots; }
 
-  // Runs the discovery script; returns this host's (capped) slot count or -1 when it failed.
+  // Starts the discovery script in the background when due; applies a finished run. The loop
+  // never waits for the script (it may take up to its 10 s deadline).
+  void poll_discovery() {
+    if (o_.discovery_script.empty()) return;
+    if (discovery_.valid()) {
+      if (discovery_.wait_for(milliseconds(0)) != std::future_status::ready) return;
+      int t = apply_discovery(discovery_.get(), false);
+      if (t >= 0 && !stopping_ && !finishing_) resize(t);
+    }
+    if (stopping_ || finishing_ || Clock::now() < next_discovery_) return;
+    next_discovery_ = Clock::now() + milliseconds(o_.discovery_interval_ms);
+    discovery_ = std::async(std::launch::async, run_discovery, o_.discovery_script, 10000);
+  }
+
+  // Runs the discovery script (first time, before the loop starts); returns this host's slots.
   int discover(bool first) {
     next_discovery_ = Clock::now() + milliseconds(o_.discovery_interval_ms);
-    DiscoveryResult d = run_discovery(o_.discovery_script, 10000);
+    return apply_discovery(run_discovery(o_.discovery_script, 10000), first);
+  }
+
+  // Logs a discovery result; returns this host's (capped) slot count or -1 when the run failed.
+  int apply_discovery(const DiscoveryResult& d, bool first) {
     if (!d.ok) {
       if (d.error != last_discovery_error_)  // once per distinct reason, not every interval
         log("event=discovery-failed reason=\"" + d.error + "\"" + (first ? " (starting no workers yet)" : ""));
@@ -161,19 +193,20 @@ class ElasticLauncher {
   }
 
   void start_due_slots() {
-    if (stopping_ || finishing_ || result_ != 0) return;
+    if (stopping_ || finishing_ || result_ != 0 || watcher_->unreachable()) return;
     auto now = Clock::now();
     bool changed = false;
     for (auto& s : slots_) {
       if (s.retired || s.pid > 0 || now < s.start_at) continue;
-      ++s.incarnation;
+      s.incarnation = next_incarnation(s);
       s.worker_id = o_.hostname + ":" + std::to_string(s.index) + "." + std::to_string(s.incarnation);
       auto env = make_environment(
           {"EDL_STORE=" + job_.store_url, "EDL_JOB_SECRET=" + job_.secret, "EDL_JOB_ID=" + job_.job_id,
            "EDL_ELASTIC=1", "EDL_MIN_NP=" + std::to_string(o_.min_np), "EDL_MAX_NP=" + std::to_string(o_.max_np),
            "EDL_WORKER_ID=" + s.worker_id, "EDL_HOSTNAME=" + o_.hostname,
            "EDL_RENDEZVOUS_TIMEOUT_MS=" + std::to_string(static_cast<int64_t>(o_.rendezvous_timeout_s * 1000))},
-          {"EDL_RANK", "EDL_SIZE", "EDL_LOCAL_RANK", "EDL_LOCAL_SIZE"});
+          worker_env_removals());
+      add_policy_env(&env);
       std::vector<std::string> argv = o_.command;
       argv[0] = program_;
       const std::vector<int> bound = cpus_for_slot(o_.bind_to, s.index, o_.max_np, cpus_);
@@ -187,6 +220,36 @@ class ElasticLauncher {
       changed = true;
     }
     if (changed) write_pids();
+  }
+
+  // EDL_RESET_LIMIT (workers count the same resets, see docs/launcher.md "Reset limit") and the
+  // opt-in flags; variables edl-run does not set are removed so that they mean "off".
+  std::vector<std::string> worker_env_removals() const {
+    std::vector<std::string> r{"EDL_RANK", "EDL_SIZE", "EDL_LOCAL_RANK", "EDL_LOCAL_SIZE"};
+    if (o_.reset_limit < 1) r.push_back("EDL_RESET_LIMIT");
+    if (!o_.retry_user_errors) r.push_back("EDL_RETRY_USER_ERRORS");
+    if (!o_.allow_restart_from_scratch) r.push_back("EDL_ALLOW_RESTART_FROM_SCRATCH");
+    return r;
+  }
+
+  void add_policy_env(std::vector<std::string>* env) const {
+    if (o_.reset_limit >= 1) env->push_back("EDL_RESET_LIMIT=" + std::to_string(o_.reset_limit));
+    if (o_.retry_user_errors) env->push_back("EDL_RETRY_USER_ERRORS=1");
+    if (o_.allow_restart_from_scratch) env->push_back("EDL_ALLOW_RESTART_FROM_SCRATCH=1");
+  }
+
+  // The slot's next incarnation, unique across restarts of edl-run on this host: a counter in the
+  // store (<job>/launcher/incarnation/<host>:<slot>), so a restarted edl-run never reuses the id of
+  // a worker whose lease may still be live. Falls back to a local count if the store does not answer.
+  int next_incarnation(const Slot& s) {
+    try {
+      if (auto st = watcher_->store())
+        return static_cast<int>(st->add(job_.job_id + "/launcher/incarnation/" + o_.hostname + ":" +
+                                            std::to_string(s.index), 1) - 1);
+    } catch (const Error& e) {
+      log("event=warning reason=\"no incarnation counter from the store: " + std::string(e.what()) + "\"");
+    }
+    return s.incarnation + 1;
   }
 
   void write_pids() {
@@ -207,8 +270,9 @@ class ElasticLauncher {
     s.pid = -1;
     write_pids();
     if (s.stopping || stopping_) {
-      log("event=left " + who + " status=\"" + describe_status(e.status) + "\"");
-      if (finishing_ && code != 0 && final_code_ == 0 && !stopping_) final_code_ = code;
+      log("event=left " + who + " status=\"" + describe_status(e.status) + "\"" + (s.evicted ? " (evicted)" : ""));
+      if (finishing_ && code != 0 && final_code_ == 0 && !stopping_ && !s.evicted) final_code_ = code;
+      s.evicted = false;
       return;
     }
     if (code == 0) {
@@ -222,13 +286,26 @@ class ElasticLauncher {
       if (final_code_ == 0) final_code_ = code;
       return;
     }
+    if (code == kUserErrorExit && !o_.retry_user_errors) {
+      std::string why = failure_reason();
+      log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" (non-retryable error: " + why + ")");
+      fail_job(kUserErrorExit, "worker " + s.worker_id + ": " + why);
+      return;
+    }
     last_failure_ = Clock::now();
+    if (watcher_->unreachable()) {  // the store is down: not the worker's fault; restart once it is back
+      log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" (the store is unreachable: "
+          "restart when it answers again, not counted)");
+      s.start_at = Clock::now();
+      return;
+    }
     ++s.failures;
     if (o_.reset_limit >= 0 && restarts_ >= o_.reset_limit) {
       log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" restarts=" +
           std::to_string(restarts_) + "/" + std::to_string(o_.reset_limit) +
           " -> reset limit reached; stopping the job");
-      fail_job(code);
+      fail_job(code, "worker " + s.worker_id + " " + describe_status(e.status) + " after " + std::to_string(restarts_) +
+                         " restarts (--reset-limit " + std::to_string(o_.reset_limit) + ")");
       return;
     }
     ++restarts_;
@@ -244,9 +321,38 @@ class ElasticLauncher {
         " cooldown_ms=" + std::to_string(cooldown_ms));
   }
 
-  void fail_job(int code) {
-    if (result_ == 0) result_ = code != 0 ? code : 1;
+  void fail_job(int code, const std::string& reason) {
+    if (result_ == 0) {
+      result_ = code != 0 ? code : 1;
+      reason_ = reason;
+    }
     begin_stop(SIGTERM);
+  }
+
+  // The reason a worker wrote to <job>/failed (read now: the watcher may not have seen it yet).
+  std::string failure_reason() {
+    std::string r = watcher_->job_failed();
+    if (!r.empty()) return r;
+    try {
+      if (auto st = watcher_->store())
+        if (auto v = st->get(job_.job_id + "/failed")) return *v;
+    } catch (const Error&) {
+    }
+    return "exit code 3 = non-retryable error (no reason in " + job_.job_id + "/failed)";
+  }
+
+  // Once training finished, a worker that is not in the last generation (evicted, e.g. it was
+  // stopped and its lease expired, or a replacement still joining) would hold edl-run open: end it.
+  void end_non_members() {
+    if (members_.empty() || stopping_) return;
+    for (auto& s : slots_) {
+      if (s.pid <= 0 || s.stopping || members_.count(s.worker_id)) continue;
+      s.evicted = true;
+      log("event=evict slot=" + std::to_string(s.index) + " worker=" + s.worker_id +
+          " (not in the final generation; training finished)");
+      stop_slot(s);
+      sup_.signal(s.pid, SIGCONT);  // a stopped process must run to act on SIGTERM
+    }
   }
 
   void begin_stop(int sig) {
@@ -314,11 +420,24 @@ class ElasticLauncher {
   }
 
   void check_job_health() {
-    if (stopping_ || finishing_) return;
+    if (stopping_) return;
+    std::string failed = watcher_->job_failed();
+    if (!failed.empty() && !o_.retry_user_errors) {
+      log("event=job-error reason=\"" + failed + "\" (" + job_.job_id + "/failed)");
+      fail_job(kUserErrorExit, failed);
+      return;
+    }
+    if (finishing_) return;
+    std::string lost = watcher_->store_lost();
+    if (!lost.empty()) {
+      log("event=job-error reason=\"" + lost + "\"");
+      fail_job(1, lost);
+      return;
+    }
     std::string err = watcher_->job_error();
     if (!err.empty()) {
       log("event=job-error reason=\"" + err + "\"");
-      fail_job(1);
+      fail_job(1, err);
       return;
     }
     if (watcher_->finished()) {
@@ -332,10 +451,13 @@ class ElasticLauncher {
       below_min_since_ = now;
       return;
     }
+    if (watcher_->unreachable()) below_min_since_ = now;  // unknown while the store is down (store_lost decides)
     if (ms_between(below_min_since_, now) > static_cast<int64_t>(o_.rendezvous_timeout_s * 1000)) {
-      log("event=job-error reason=\"fewer than --min-np " + std::to_string(o_.min_np) + " live workers (" +
-          std::to_string(std::max(live, 0)) + ") for more than " + std::to_string(o_.rendezvous_timeout_s) + " s\"");
-      fail_job(1);
+      std::string why = "fewer than --min-np " + std::to_string(o_.min_np) + " live workers (" +
+                        std::to_string(std::max(live, 0)) + ") for more than " +
+                        std::to_string(o_.rendezvous_timeout_s) + " s";
+      log("event=job-error reason=\"" + why + "\"");
+      fail_job(1, why);
     }
   }
 
@@ -365,6 +487,8 @@ class ElasticLauncher {
   int restarts_ = 0;
   int result_ = 0;           // non-zero: the job failed with this code
   int final_code_ = 0;       // first non-zero exit among the final workers
+  std::string reason_;       // why the job failed (result_ != 0)
+  std::future<DiscoveryResult> discovery_;  // the discovery run in flight
   int interrupted_by_ = 0;
 };
 

@@ -69,6 +69,10 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
       ("pid-file", "write '<rank|slot> <pid>' lines here whenever workers change", cxxopts::value<std::string>())
       ("bind-to", "CPU binding of local workers: none | core (each slot its own share of the CPUs) | auto "
                   "(core when the slots fit the CPUs)", cxxopts::value<std::string>()->default_value("none"))
+      ("retry-user-errors", "elastic: restart workers after a non-retryable error too (exit code 3, "
+                            "EDL_RETRY_USER_ERRORS=1) instead of failing the job")
+      ("allow-restart-from-scratch", "elastic: workers may restart from step 0 when no committed state "
+                                     "survives (EDL_ALLOW_RESTART_FROM_SCRATCH=1)")
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
   *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
@@ -106,6 +110,8 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   L.rendezvous_timeout_s = r["rendezvous-timeout"].as<double>();
   if (r.count("pid-file")) L.pid_file = r["pid-file"].as<std::string>();
   L.verbose = r.count("verbose") > 0;
+  L.retry_user_errors = r.count("retry-user-errors") > 0;
+  L.allow_restart_from_scratch = r.count("allow-restart-from-scratch") > 0;
   L.bind_to = r["bind-to"].as<std::string>();
   if (L.bind_to != "none" && L.bind_to != "core" && L.bind_to != "auto")
     throw UsageError("--bind-to must be none, core or auto, got '" + L.bind_to + "'");
