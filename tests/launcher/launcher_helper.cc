@@ -13,7 +13,8 @@
 //                        "done STEP CHECKSUM" at the end. --print-mb: a second thread writes N MiB of
 //                        1 KiB lines to stdout meanwhile. --user-error-at-step K: the rank-0 worker
 //                        acts as the runtime does on a non-retryable error (writes <job>/failed with
-//                        the reason, exits 3) at step K
+//                        the reason, exits 3) at step K. --own-sigterm-handler: install a SIGTERM
+//                        handler before init, print whether it is back after shutdown
 //   flood                print 1 KiB lines to stdout until killed (default SIGTERM action)
 #include <signal.h>
 #include <unistd.h>
@@ -153,6 +154,10 @@ int main(int argc, char** argv) {
     int step_ms = std::atoi(argv[3]);
     long print_mb = 0;
     int64_t error_at = -1;
+    bool own_handler = false;
+    for (int i = 4; i < argc; ++i)
+      if (std::strcmp(argv[i], "--own-sigterm-handler") == 0) own_handler = true;
+    if (own_handler) signal(SIGTERM, on_signal);  // must be what SIGTERM does again after shutdown()
     for (int i = 4; i + 1 < argc; i += 2) {
       if (std::strcmp(argv[i], "--print-mb") == 0) print_mb = std::atol(argv[i + 1]);
       if (std::strcmp(argv[i], "--user-error-at-step") == 0) error_at = std::atoll(argv[i + 1]);
@@ -184,6 +189,11 @@ int main(int argc, char** argv) {
     if (printer.joinable()) printer.join();
     std::printf("done %lld %.6f\n", static_cast<long long>(state.step), sum);
     edl::shutdown();
+    if (own_handler) {
+      struct sigaction cur {};
+      sigaction(SIGTERM, nullptr, &cur);
+      std::printf("sigterm handler %s\n", cur.sa_handler == on_signal ? "restored" : "NOT restored");
+    }
     return 0;
   }
   return 64;
