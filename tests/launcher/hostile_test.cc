@@ -212,3 +212,27 @@ TEST_CASE("edl-run elastic: the runtime restores the program's own SIGTERM handl
   CHECK(r.code == 0);
   CHECK(count_of(r.out, "sigterm handler restored") == 1);
 }
+
+TEST_CASE("edl-run elastic: --reset-limit counts resets as the workers do and is passed to them", "[launcher][elastic]") {
+  // A kill costs two resets: the generation without the dead worker and the one its replacement joins.
+  Launch l({"--min-np", "2", "--max-np", "3", "-np", "3", "--reset-limit", "1", "--pid-file", "pids", "--grace-period",
+            "2", kHelper, "elastic-train", "100000", "10"});
+  REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=3") != std::string::npos; },
+                     60s));
+  auto pids = lines_of(edl::test::read_file(l.dir() + "/pids"));
+  REQUIRE(pids.size() == 3);
+  std::istringstream line(pids[1]);
+  int slot = 0;
+  pid_t victim = 0;
+  line >> slot >> victim;
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  auto r = l.wait(90s);
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.code != -1);
+  CHECK(r.err.find("event=job-failed") != std::string::npos);
+  CHECK(r.err.find("reset limit of 1") != std::string::npos);
+  // The workers got the same limit.
+  auto env = edl::test::run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "4", kHelper, "env"}, 30s);
+  CHECK(env.out.find("EDL_RESET_LIMIT=4") != std::string::npos);
+}

@@ -413,10 +413,24 @@ class ElasticLauncher {
         }
       }
       log(line);
+      check_reset_limit(g.gen);
       for (auto& s : slots_)
         if (now.count(s.worker_id)) s.failures = 0;  // a successful join resets the cooldown growth
       members_ = std::move(now);
     }
+  }
+
+  // The reset limit as the workers count it (EDL_RESET_LIMIT): generations after the first one this
+  // edl-run saw. Workers enforce it too; edl-run also covers --reset-limit 0, which they cannot express.
+  void check_reset_limit(uint64_t gen) {
+    if (first_gen_ == 0) first_gen_ = gen;
+    uint64_t resets = gen - first_gen_;
+    if (o_.reset_limit < 0 || resets <= static_cast<uint64_t>(o_.reset_limit) || finishing_ || stopping_) return;
+    std::string why = "reset limit of " + std::to_string(o_.reset_limit) + " reached (--reset-limit): generation " +
+                      std::to_string(gen) + " is reset " + std::to_string(resets) + " after generation " +
+                      std::to_string(first_gen_);
+    log("event=job-error reason=\"" + why + "\"");
+    fail_job(1, why);
   }
 
   void check_job_health() {
@@ -488,6 +502,7 @@ class ElasticLauncher {
   int result_ = 0;           // non-zero: the job failed with this code
   int final_code_ = 0;       // first non-zero exit among the final workers
   std::string reason_;       // why the job failed (result_ != 0)
+  uint64_t first_gen_ = 0;   // the first generation this edl-run saw (reset counting)
   std::future<DiscoveryResult> discovery_;  // the discovery run in flight
   int interrupted_by_ = 0;
 };
