@@ -208,6 +208,21 @@ TEST_CASE("edl-run: a worker printing 200 MB while training causes no eviction",
   CHECK(printed + dropped == 2 * 100 * 1024);
 }
 
+TEST_CASE("edl-run: a stalled stdout drops worker lines (counted) instead of blocking", "[launcher][hostile]") {
+  // edl-run's stdout is a pipe nobody reads: the writer thread blocks on it, the worker's lines are
+  // dropped once 8 MiB are queued, and edl-run still sees the worker finish and exits.
+  Launch l({"-np", "1", "--grace-period", "2", kHelper, "lines", "60000"}, {}, /*stall_stdout=*/true);
+  auto r = l.wait(120s);
+  INFO(r.err.substr(0, 2000));
+  CHECK(r.code == 0);
+  CHECK(r.err.find("output to fd 1 is slower than the workers write") != std::string::npos);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.err, m, std::regex("event=output-dropped fd=1 lines=([0-9]+) bytes=([0-9]+)")));
+  CHECK(std::stoul(m[1]) > 0);
+  // stderr was not stalled: every stderr line arrived.
+  CHECK(count_of(r.err, " end\n") == 60000);
+}
+
 TEST_CASE("edl-run stays responsive while a worker floods its stdout", "[launcher][hostile]") {
   Launch l({"-np", "2", "--grace-period", "2", kHelper, "flood"});
   const std::string out_path = l.dir() + "/out";

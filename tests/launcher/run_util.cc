@@ -41,7 +41,7 @@ size_t count_of(const std::string& text, const std::string& needle) {
   return n;
 }
 
-Launch::Launch(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+Launch::Launch(const std::vector<std::string>& args, const std::vector<std::string>& env, bool stall_stdout) {
   char tmpl[] = "/tmp/edl-launch-XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -57,6 +57,9 @@ Launch::Launch(const std::vector<std::string>& args, const std::vector<std::stri
   std::vector<char*> cenv;
   for (auto& e : envs) cenv.push_back(e.data());
   cenv.push_back(nullptr);
+  int stall[2] = {-1, -1};
+  if (stall_stdout && pipe2(stall, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  stalled_fd_ = stall[0];
   pid_t parent = getpid();
   pid_ = fork();
   if (pid_ == 0) {
@@ -66,11 +69,12 @@ Launch::Launch(const std::vector<std::string>& args, const std::vector<std::stri
     if (chdir(dir_.c_str()) != 0) _exit(1);  // relative paths (e.g. --pid-file pids) land in dir()
     int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
+    dup2(stall_stdout ? stall[1] : o, 1);
     dup2(e, 2);
     execve(cargv[0], cargv.data(), cenv.data());
     _exit(126);
   }
+  if (stall[1] >= 0) close(stall[1]);
 }
 
 Launch::~Launch() {
@@ -80,6 +84,7 @@ Launch::~Launch() {
     int st = 0;
     waitpid(pid_, &st, 0);
   }
+  if (stalled_fd_ >= 0) close(stalled_fd_);
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
 }

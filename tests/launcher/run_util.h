@@ -19,7 +19,9 @@ struct RunResult {
 class Launch {
  public:
   // argv excludes the edl-run path itself; env entries "NAME=value" are added.
-  explicit Launch(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+  // stall_stdout: edl-run's stdout is a pipe that nobody reads (a stalled terminal); out() is empty.
+  explicit Launch(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                  bool stall_stdout = false);
   ~Launch();
   Launch(const Launch&) = delete;
   Launch& operator=(const Launch&) = delete;
@@ -37,6 +39,7 @@ class Launch {
 
  private:
   pid_t pid_ = -1;
+  int stalled_fd_ = -1;  // read end of the never-read stdout pipe
   std::string dir_;
   bool reaped_ = false;
   int code_ = -1;

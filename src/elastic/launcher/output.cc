@@ -27,22 +27,23 @@ OutputSink::OutputSink(int fd, size_t capacity) : fd_(fd), capacity_(capacity) {
 }
 
 void OutputSink::write(std::string line, bool droppable) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (droppable && queued_bytes_ + line.size() > capacity_) {
-    if (dropped_lines_++ == 0) {
-      std::string note = "edl-run: warning: output to fd " + std::to_string(fd_) +
-                         " is slower than the workers write; dropping worker lines while " +
-                         std::to_string(capacity_ >> 20) + " MiB are queued (counted at exit)\n";
-      queued_bytes_ += note.size();
-      queue_.push_back(std::move(note));
+  std::string note;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!droppable || queued_bytes_ + line.size() <= capacity_) {
+      queued_bytes_ += line.size();
+      queue_.push_back(std::move(line));
+      cv_.notify_one();
+      return;
     }
+    if (dropped_lines_++ == 0)
+      note = "edl-run: warning: output to fd " + std::to_string(fd_) +
+             " is slower than the workers write; dropping worker lines while " + std::to_string(capacity_ >> 20) +
+             " MiB are queued (counted at exit)\n";
     dropped_bytes_ += line.size();
-    cv_.notify_one();
-    return;
   }
-  queued_bytes_ += line.size();
-  queue_.push_back(std::move(line));
-  cv_.notify_one();
+  // Announce the first drop on stderr (on the stalled sink itself when that is stderr).
+  if (!note.empty()) output_sink(fd_ == 1 ? 2 : fd_).write(std::move(note), /*droppable=*/false);
 }
 
 void OutputSink::writer_loop() {
