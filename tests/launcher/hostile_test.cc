@@ -268,3 +268,28 @@ TEST_CASE("edl-run elastic: --reset-limit counts resets as the workers do and is
   auto env = edl::test::run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "4", kHelper, "env"}, 30s);
   CHECK(env.out.find("EDL_RESET_LIMIT=4") != std::string::npos);
 }
+
+TEST_CASE("edl-run elastic: a hanging discovery script does not block the loop", "[launcher][elastic][hostile]") {
+  char tmpl[] = "/tmp/edl-disc-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  std::ofstream(dir + "/slots") << "localhost:1\n";
+  const std::string script = "cat " + dir + "/slots; if [ -f " + dir + "/hang ]; then sleep 30; fi";
+  Launch l({"--min-np", "1", "--host-discovery-script", script, "--discovery-interval-ms", "50", "--grace-period", "2",
+            kHelper, "sleep-ms", "60000"});
+  REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("event=started") != std::string::npos; },
+                     30s));
+  std::ofstream(dir + "/hang") << "1\n";
+  usleep(500 * 1000);  // several intervals: a run of the script is hanging now
+  REQUIRE(kill(l.pid(), SIGTERM) == 0);
+  auto r = l.wait(60s);
+  std::filesystem::remove_all(dir);
+  INFO(r.err);
+  CHECK(r.code == 128 + SIGTERM);
+  // The signal was acted on while the script hung: a loop blocked in the script would first have
+  // logged its 10 s timeout ("discovery-failed").
+  auto sig = r.err.find("event=signal");
+  REQUIRE(sig != std::string::npos);
+  CHECK(r.err.find("event=discovery-failed") == std::string::npos);
+  CHECK(r.err.find("event=left slot=0") != std::string::npos);
+}

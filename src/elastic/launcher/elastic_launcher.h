@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -125,7 +126,8 @@ class ElasticLauncher {
   int final_code_ = 0;       // first non-zero exit among the final workers
   std::string reason_;       // why the job failed (result_ != 0)
   uint64_t first_gen_ = 0;   // the first generation this edl-run saw (reset counting)
-  std::future<DiscoveryResult> discovery_;  // the discovery run in flight
+  std::atomic<bool> cancel_discovery_{false};  // set when the loop ends: kills a script still running
+  std::future<DiscoveryResult> discovery_;  // the discovery run in flight (declared after its flag)
   int interrupted_by_ = 0;
 };
 

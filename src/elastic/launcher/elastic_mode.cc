@@ -47,6 +47,7 @@ int ElasticLauncher::run() {
     start_due_slots();
     escalate_kills();
   }
+  cancel_discovery_ = true;  // a script still running is killed, not waited for
   sup_.drain(1000);
   watcher_.reset();
   if (result_ != 0) {
@@ -74,7 +75,7 @@ void ElasticLauncher::poll_discovery() {
   }
   if (stopping_ || finishing_ || Clock::now() < next_discovery_) return;
   next_discovery_ = Clock::now() + milliseconds(o_.discovery_interval_ms);
-  discovery_ = std::async(std::launch::async, run_discovery, o_.discovery_script, 10000);
+  discovery_ = std::async(std::launch::async, run_discovery, o_.discovery_script, 10000, &cancel_discovery_);
 }
 
 // Runs the discovery script (first time, before the loop starts); returns this host's slots.
