@@ -293,3 +293,20 @@ TEST_CASE("edl-run elastic: a hanging discovery script does not block the loop",
   CHECK(r.err.find("event=discovery-failed") == std::string::npos);
   CHECK(r.err.find("event=left slot=0") != std::string::npos);
 }
+
+TEST_CASE("edl-run elastic: opt-in flags reach the workers as EDL_* variables, and only then", "[launcher][elastic]") {
+  auto on = edl::test::run_edl({"--min-np", "1", "-np", "1", "--retry-user-errors", "--allow-restart-from-scratch",
+                                kHelper, "env"},
+                               30s);
+  CHECK(on.code == 0);
+  CHECK(on.out.find("EDL_RETRY_USER_ERRORS=1") != std::string::npos);
+  CHECK(on.out.find("EDL_ALLOW_RESTART_FROM_SCRATCH=1") != std::string::npos);
+  CHECK(on.out.find("EDL_LAUNCHER_FD=") != std::string::npos);
+  // Set in edl-run's own environment but not asked for on its command line: removed.
+  auto off = edl::test::run_edl({"--min-np", "1", "-np", "1", kHelper, "env"}, 30s,
+                                {"EDL_RETRY_USER_ERRORS=1", "EDL_ALLOW_RESTART_FROM_SCRATCH=1", "EDL_RESET_LIMIT=9"});
+  CHECK(off.code == 0);
+  CHECK(off.out.find("EDL_RETRY_USER_ERRORS") == std::string::npos);
+  CHECK(off.out.find("EDL_ALLOW_RESTART_FROM_SCRATCH") == std::string::npos);
+  CHECK(off.out.find("EDL_RESET_LIMIT") == std::string::npos);
+}
