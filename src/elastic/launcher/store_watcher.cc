@@ -96,7 +96,7 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
   }
   live_ = static_cast<int>(s->keys(keys.lease_prefix()).size());
   finished_ = s->get(keys.finished()).has_value();
-  unreachable_ = false;
+  if (unreachable_.exchange(false)) log_event("store " + opt_.url + " answers again");
   *known = cur;
   s->wait_change(keys.gen(), *known, std::chrono::milliseconds(500));
 }
