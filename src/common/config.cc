@@ -77,6 +77,8 @@ Config Config::from_env() {
   c.local_size = static_cast<int>(env_int("EDL_LOCAL_SIZE", 1, 1, 1 << 20));
   c.local_rank = static_cast<int>(env_int("EDL_LOCAL_RANK", 0, 0, c.local_size - 1));
   c.bind_address = env_str("EDL_BIND_ADDR", c.bind_address);
+  c.launcher_fd = static_cast<int>(env_int("EDL_LAUNCHER_FD", -1, -1, 1 << 20));
+  c.store_timeout_ms = static_cast<int>(env_int("EDL_STORE_TIMEOUT_MS", c.store_timeout_ms, 1, 86400000));
 
   c.elastic = env_bool("EDL_ELASTIC", false);
   c.min_np = static_cast<int>(env_int("EDL_MIN_NP", 1, 1, 1 << 20));

@@ -25,6 +25,9 @@ struct Config {
   int local_size = 1;               // EDL_LOCAL_SIZE
   std::string hostname;             // EDL_HOSTNAME: default gethostname()
   std::string bind_address = "127.0.0.1";  // EDL_BIND_ADDR: address peers connect to
+  int launcher_fd = -1;             // EDL_LAUNCHER_FD: edl-run's liveness pipe (EOF = edl-run died; -1 = none)
+  int store_timeout_ms = 30000;     // EDL_STORE_TIMEOUT_MS: how long the store may be unreachable before
+                                    // it counts as lost (edl-run: the job fails naming the store)
 
   // --- elastic mode ----------------------------------------------------------------------------
   bool elastic = false;             // EDL_ELASTIC=1

@@ -286,17 +286,17 @@ TEST_CASE("edl-run elastic: worker environment", "[launcher][elastic]") {
 }
 
 TEST_CASE("edl-run elastic: failed workers are restarted within --reset-limit", "[launcher][elastic]") {
-  // Incarnation 0 and 1 fail with 3, incarnation 2 succeeds: two restarts needed.
-  auto ok = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "2", kHelper, "incarnation-exit", "3", "3", "0"},
+  // Incarnation 0 and 1 fail with 5, incarnation 2 succeeds: two restarts needed.
+  auto ok = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "2", kHelper, "incarnation-exit", "5", "5", "0"},
                     30s);
   CHECK(ok.code == 0);
   CHECK(count_of(ok.err, "event=started") == 3);
   CHECK(count_of(ok.err, "event=failed") == 2);
   CHECK(count_of(ok.out, "incarnation 2 exits with 0") == 1);
   // One restart allowed: the second failure fails the job with the worker's code.
-  auto fail = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "1", kHelper, "incarnation-exit", "3", "3", "0"},
+  auto fail = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "1", kHelper, "incarnation-exit", "5", "5", "0"},
                       30s);
-  CHECK(fail.code == 3);
+  CHECK(fail.code == 5);
   CHECK(count_of(fail.err, "event=started") == 2);
   CHECK(fail.err.find("reset limit reached") != std::string::npos);
 }
@@ -304,7 +304,7 @@ TEST_CASE("edl-run elastic: failed workers are restarted within --reset-limit", 
 TEST_CASE("edl-run elastic: a failed slot rests for the blacklist cooldown, growing exponentially",
           "[launcher][elastic]") {
   auto r = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "3", "--blacklist-cooldown-range", "1,2", kHelper,
-                    "incarnation-exit", "3", "3", "0"},
+                    "incarnation-exit", "5", "5", "0"},
                    30s);
   CHECK(r.code == 0);
   CHECK(r.err.find("cooldown_ms=1000") != std::string::npos);
