@@ -42,6 +42,7 @@ struct Config {
   // --- collectives -----------------------------------------------------------------------------
   int timeout_ms = 30000;           // EDL_TIMEOUT_MS: deadline of every collective
   int connect_timeout_ms = 30000;   // EDL_CONNECT_TIMEOUT_MS: connecting the mesh / the store
+  int store_timeout_ms = 30000;     // EDL_STORE_TIMEOUT_MS: how long a lost store connection is retried
   size_t fusion_threshold = 64u << 20;  // EDL_FUSION_THRESHOLD: fusion buffer bytes
   double cycle_time_ms = 1.0;       // EDL_CYCLE_TIME_MS: engine cycle
   bool engine_tick = false;         // EDL_ENGINE_TICK: negotiate every cycle even when idle (Horovod's way)

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "common/config.h"
 #include "edl/error.h"
 #include "elastic/launcher/binding.h"
 #include "elastic/launcher/discovery.h"
@@ -48,6 +49,7 @@ class ElasticLauncher {
   int run() {
     StoreOptions so;
     so.secret = job_.secret;
+    so.reconnect_timeout = std::chrono::milliseconds(Config::from_env().store_timeout_ms);  // EDL_STORE_TIMEOUT_MS
     watcher_ = std::make_unique<StoreWatcher>(connect_store(job_.store_url, so), job_.job_id);
     log("event=job job=" + job_.job_id + " store=" + job_.store_url + " min_np=" + std::to_string(o_.min_np) +
         " max_np=" + std::to_string(o_.max_np) + " reset_limit=" +

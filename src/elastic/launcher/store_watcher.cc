@@ -79,6 +79,12 @@ void StoreWatcher::loop() {
       finished_ = store_->get(keys.finished()).has_value();
       known = cur;
       store_->wait_change(keys.gen(), known, std::chrono::milliseconds(500));
+    } catch (const StoreError& e) {
+      // The client already retried for EDL_STORE_TIMEOUT_MS: the store is gone, the job fails with
+      // this reason (edl-run exits non-zero) instead of restarting workers that cannot reach it.
+      std::lock_guard<std::mutex> lock(mu_);
+      job_error_ = std::string("the store is unreachable: ") + e.what();
+      return;
     } catch (const Error& e) {
       if (!warned) log_event(std::string("warning: cannot watch the store: ") + e.what());
       warned = true;
