@@ -9,11 +9,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "common/logging.h"
 #include "edl/error.h"
+#include "elastic/store_backoff.h"
 #include "elastic/tcp_store_auth.h"
 #include "elastic/tcp_store_dial.h"
 #include "elastic/tcp_store_frame.h"
@@ -25,8 +25,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int64_t kMaxWaitMs = int64_t(365) * 24 * 3600 * 1000;
-constexpr milliseconds kFirstBackoff{10};
-constexpr milliseconds kMaxBackoff{1000};
 
 int64_t clamp_ms(milliseconds t) {
   int64_t ms = t.count();
@@ -338,16 +336,14 @@ class TcpStore final : public Store {
     cv_.notify_all();
   }
 
-  // Redials with bounded exponential backoff (10 ms doubling to 1 s, +-25% jitter) until
-  // reconnect_timeout; on success re-sends every unanswered request. False = dead.
+  // Redials with bounded exponential backoff (store_backoff.h) until reconnect_timeout; on success
+  // re-sends every unanswered request. False = dead.
   bool reconnect(const std::string& why, FrameReader* reader) {
     const auto start = Clock::now();
-    const auto deadline = start + opts_.reconnect_timeout;
-    std::minstd_rand jitter(static_cast<unsigned>(start.time_since_epoch().count()));
-    milliseconds backoff = kFirstBackoff;
+    Backoff backoff(start + opts_.reconnect_timeout);
     std::string last = why;
     for (;;) {
-      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      auto left = std::chrono::duration_cast<milliseconds>(backoff.deadline() - Clock::now());
       if (left.count() > 0) {
         try {
           *reader = FrameReader();
@@ -362,18 +358,16 @@ class TcpStore final : public Store {
           last = e.what();
         }
       }
-      auto pause = milliseconds(static_cast<int64_t>(backoff.count() * (0.75 + 0.5 * (jitter() % 1000) / 1000.0)));
       std::unique_lock<std::mutex> lock(mu_);
       if (closing_) return give_up_locked("client closed"), false;
-      if (Clock::now() >= deadline) {
+      if (backoff.expired()) {
         give_up_locked("connection lost (" + why + ") and not re-established within " +
                        std::to_string(opts_.reconnect_timeout.count()) + " ms (EDL_STORE_TIMEOUT_MS); last error: " +
                        last);
         EDL_LOG(0) << dead_reason_;
         return false;
       }
-      cv_.wait_until(lock, std::min(Clock::now() + pause, deadline), [&] { return closing_; });
-      backoff = std::min(backoff * 2, kMaxBackoff);
+      cv_.wait_until(lock, backoff.next(), [&] { return closing_; });
     }
   }
 
