@@ -24,6 +24,7 @@
 #include "edl/store_server.h"
 #include "elastic/tcp_store_auth.h"
 #include "elastic/tcp_store_frame.h"
+#include "store/hostile_client.h"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -315,50 +316,6 @@ pid_t spawn_server(const std::string& secret, int* port) {
   return pid;
 }
 
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
-
-// The hostile process: rounds of 1,000 connections, each sending a 4 GiB length prefix, random
-// bytes, an AUTH with a wrong secret, or nothing; until killed. A byte on `signal_fd` after each round.
-[[noreturn]] void flood(int port, int signal_fd) {
-  std::mt19937 rng(1234);
-  for (;;) {
-    std::vector<int> fds;
-    for (int i = 0; i < 1000; ++i) {
-      int fd = connect_to(port);
-      if (fd < 0) continue;
-      fds.push_back(fd);
-      switch (i % 4) {
-        case 0:
-          send_all(fd, le32(0xFFFFFFFFu) + std::string(1024, 'A'));
-          break;
-        case 1: {
-          std::string junk(8192, '\0');
-          for (auto& ch : junk) ch = static_cast<char>(rng());
-          send_all(fd, junk);
-          break;
-        }
-        case 2: {
-          st::Message auth;
-          auth.op = st::Op::kAuth;
-          auth.value = st::auth_mac("wrong-secret", std::string(st::kNonceBytes, 'n'));
-          send_all(fd, st::encode_frame(auth));
-          break;
-        }
-        default:
-          break;  // silent: holds a handshake slot
-      }
-    }
-    for (int fd : fds) close(fd);
-    if (write(signal_fd, "r", 1) != 1) _exit(1);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("tcp store: a job finishes correctly while another process floods the store", "[store][hostile]") {
@@ -370,25 +327,16 @@ TEST_CASE("tcp store: a job finishes correctly while another process floods the 
   std::vector<std::shared_ptr<edl::Store>> stores;
   for (int w = 0; w < kWorkers; ++w) stores.push_back(client(url, secret));
   stores[0]->set("warm", std::string(1 << 20, 'w'));  // touch the allocator before the baseline
-  long baseline = rss_kib(server_pid);
+  long baseline = edl::test::rss_kib(server_pid);
 
-  int rounds[2];
-  REQUIRE(pipe(rounds) == 0);
-  pid_t attacker = fork();
-  REQUIRE(attacker >= 0);
-  if (attacker == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(rounds[0]);
-    flood(port, rounds[1]);
-  }
-  close(rounds[1]);
-  char round = 0;
-  REQUIRE(read(rounds[0], &round, 1) == 1);  // 1,000 hostile connections have hit the store; more follow
+  auto attacker = edl::test::start_flood(port);
+  REQUIRE(attacker.pid > 0);
+  REQUIRE(edl::test::wait_round(attacker));  // 1,000 hostile connections have hit the store; more follow
   std::atomic<long> peak{baseline};
   std::atomic<bool> done{false};
   std::thread sampler([&] {
     while (!done) {
-      peak = std::max(peak.load(), rss_kib(server_pid));
+      peak = std::max(peak.load(), edl::test::rss_kib(server_pid));
       std::this_thread::sleep_for(20ms);
     }
   });
@@ -418,9 +366,7 @@ TEST_CASE("tcp store: a job finishes correctly while another process floods the 
   for (auto& t : workers) t.join();
   done = true;
   sampler.join();
-  kill(attacker, SIGKILL);
-  waitpid(attacker, nullptr, 0);
-  close(rounds[0]);
+  edl::test::stop_flood(attacker);
 
   CHECK(failures.load() == 0);
   const int per_step = kWorkers * (kWorkers + 1) / 2;
