@@ -22,6 +22,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// The server closed the connection during the handshake: transient (a server that sheds
+// unauthenticated connections under a flood, or one shutting down) — worth another try.
+class HandshakeClosed : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 int ms_left(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
@@ -91,8 +98,8 @@ Message read_frame(int fd, const DialTarget& t, Clock::time_point deadline, mill
                        std::to_string(timeout.count()) + " ms (is this an EDL store?)");
     ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
     if (r <= 0)
-      throw StoreError("store " + t.addr + ": connection closed by the server during the handshake (waiting for " +
-                       expecting + ")");
+      throw HandshakeClosed("store " + t.addr + ": connection closed by the server during the handshake (waiting for " +
+                            expecting + ")");
     if (!reader->feed(buf, static_cast<size_t>(r)))
       throw StoreError("store " + t.addr + ": not an EDL store (" + reader->error() + ")");
   }
@@ -109,7 +116,7 @@ void send_frame(int fd, const std::string& bytes, const DialTarget& t) {
     if (w > 0) {
       off += static_cast<size_t>(w);
     } else if (!(w < 0 && errno == EINTR)) {
-      throw StoreError("store " + t.addr + ": connection lost during the handshake (" + std::strerror(errno) + ")");
+      throw HandshakeClosed("store " + t.addr + ": connection lost during the handshake (" + std::strerror(errno) + ")");
     }
   }
 }
@@ -132,14 +139,23 @@ void handshake(int fd, const DialTarget& t, Clock::time_point deadline, millisec
 
 int dial_store(const DialTarget& t, milliseconds timeout, bool retry, FrameReader* reader) {
   auto deadline = Clock::now() + timeout;
-  int fd = connect_tcp(t, deadline, timeout, retry);
-  try {
-    handshake(fd, t, deadline, timeout, reader);
-  } catch (...) {
-    ::close(fd);
-    throw;
+  for (;;) {
+    int fd = connect_tcp(t, deadline, timeout, retry);
+    try {
+      handshake(fd, t, deadline, timeout, reader);
+      return fd;
+    } catch (const HandshakeClosed&) {
+      // E.g. closed during the handshake by a server shedding a flood of unauthenticated
+      // connections (max_unauthenticated): with `retry`, try again while time is left.
+      ::close(fd);
+      if (!retry || Clock::now() + milliseconds(50) >= deadline) throw;
+      *reader = FrameReader();
+      std::this_thread::sleep_for(milliseconds(50));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
   }
-  return fd;
 }
 
 }  // namespace edl::store

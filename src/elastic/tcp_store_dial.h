@@ -20,8 +20,9 @@ struct DialTarget {
   std::string client_id;  // sent in AUTH (key field)
 };
 
-// Connects and authenticates within `timeout`; when `retry` is set, a refused connection is retried
-// every 50 ms until then (the server may still be starting). Returns a blocking fd with TCP_NODELAY;
+// Connects and authenticates within `timeout`; when `retry` is set, a refused connection or a
+// failed handshake (other than a rejected secret) is retried every 50 ms until then (the server may
+// still be starting, or shedding a flood). Returns a blocking fd with TCP_NODELAY;
 // *reader holds any bytes read past AUTH_OK. Throws StoreError (unreachable, timeout, not an EDL
 // store) or AuthError (secret rejected), each naming the address.
 int dial_store(const DialTarget& t, std::chrono::milliseconds timeout, bool retry, FrameReader* reader);

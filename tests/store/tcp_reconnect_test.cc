@@ -292,6 +292,33 @@ TEST_CASE("tcp store: connection caps and the pre-auth byte budget", "[store][ho
   CHECK(good->get("still") == std::optional<std::string>("served"));
 }
 
+TEST_CASE("tcp store: new clients get in while unauthenticated connections churn", "[store][hostile]") {
+  edl::StoreServerOptions o{"127.0.0.1", 0, "k"};
+  o.max_unauthenticated = 8;
+  edl::StoreServer server(o);
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {  // bursts of 20 silent connections: each burst evicts the oldest handshakes
+    while (!stop) {
+      std::vector<int> fds;
+      for (int i = 0; i < 20; ++i) fds.push_back(connect_to(server.port()));
+      std::this_thread::sleep_for(5ms);
+      for (int fd : fds)
+        if (fd >= 0) close(fd);
+    }
+  });
+  int ok = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto c = client(server.url(), "k");  // a handshake closed by eviction is retried within connect_timeout
+    c->add("joined", 1);
+    ++ok;
+  }
+  stop = true;
+  churn.join();
+  CHECK(ok == 10);
+  CHECK(server.refused_count() > 0);
+  CHECK(client(server.url(), "k")->get("joined") == std::optional<std::string>("10"));
+}
+
 namespace {
 
 // Runs a StoreServer in a child process (so its memory can be read from /proc); returns the pid.
