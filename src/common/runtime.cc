@@ -86,6 +86,7 @@ void Runtime::init() {
       StoreOptions so;
       so.secret = config_.secret;
       so.connect_timeout = std::chrono::milliseconds(config_.connect_timeout_ms);
+      so.reconnect_timeout = std::chrono::milliseconds(config_.store_timeout_ms);
       store_ = connect_store(config_.store_url, so);
     }
   }

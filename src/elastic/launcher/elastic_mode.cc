@@ -21,6 +21,7 @@ int ElasticLauncher::run() {
   wo.lost_after = milliseconds(Config::from_env().store_timeout_ms);
   StoreOptions so;
   so.secret = job_.secret;
+  so.reconnect_timeout = std::chrono::milliseconds(0);  // the watcher reconnects itself, within wo.lost_after
   so.connect_timeout = std::min<milliseconds>(so.connect_timeout, std::max<milliseconds>(wo.lost_after / 2, milliseconds(100)));
   so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.lost_after, milliseconds(100)));
   wo.connect = [url = job_.store_url, so] { return connect_store(url, so); };
