@@ -37,6 +37,7 @@
 #include <cxxopts.hpp>
 
 #include "common/bench_util.h"
+#include "testing/process.h"
 
 #ifndef EDL_RUN_PATH
 #define EDL_RUN_PATH "edl-run"
@@ -171,22 +172,9 @@ class Job {
                           std::string("--params"), std::to_string(params), std::string("--log"), dir + "/" + tag + ".log"})
       args.push_back(x);
     std::string out = dir + "/" + tag + ".edl-run.out";
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-      }
-      std::vector<char*> av;
-      for (auto& a : args) av.push_back(const_cast<char*>(a.c_str()));
-      av.push_back(nullptr);
-      ::execv(av[0], av.data());
-      std::_Exit(127);
-    }
-    ::setpgid(pid_, pid_);
+    edl::testing::SpawnOptions so;
+    so.log = out;
+    pid_ = edl::testing::spawn(args, so);  // own process group: stop() reaches the workers too
     track(pid_, true);
   }
   ~Job() { stop(); }

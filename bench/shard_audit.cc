@@ -31,6 +31,7 @@
 
 #include "../tests/data/shard_sim.h"
 #include "common/bench_util.h"
+#include "testing/process.h"
 
 using namespace edl::bench;
 
@@ -64,59 +65,25 @@ void write_file(const std::string& path, const std::string& text) {
 // The edl-run child: its own process group so that everything it started can be killed at the end.
 class Job {
  public:
-  Job(const std::vector<std::string>& argv, const std::string& log, const std::string& checkpoint_dir) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      setenv("EDL_CHECKPOINT_DIR", checkpoint_dir.c_str(), 1);
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      std::vector<char*> a;
-      for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-      a.push_back(nullptr);
-      execv(a[0], a.data());
-      std::fprintf(stderr, "exec %s: %s\n", a[0], std::strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid_, pid_);
-  }
-  ~Job() { kill_all(); }
-  pid_t pgid() const { return pid_; }
-  // A crash of the whole job: SIGKILL to edl-run (its workers die with it: PR_SET_PDEATHSIG).
+  Job(const std::vector<std::string>& argv, const std::string& log, const std::string& checkpoint_dir)
+      : proc_(argv, options(log, checkpoint_dir)) {}
+  ~Job() { proc_.stop(std::chrono::seconds(5)); }  // SIGTERM to the group, then SIGKILL
+  pid_t pgid() const { return proc_.pid(); }
+  // A crash of the whole job: SIGKILL to edl-run's group (its workers die with it: PR_SET_PDEATHSIG).
   void crash() {
-    if (pid_ <= 0 || poll() >= 0) return;
-    ::kill(-pid_, SIGKILL);
-    int st;
-    waitpid(pid_, &st, 0);
-    status_ = 137;
+    if (poll() < 0) proc_.stop(std::chrono::milliseconds(0));
   }
   // Exit status once edl-run has exited; -1 while it runs.
-  int poll() {
-    if (status_ >= 0) return status_;
-    int st = 0;
-    if (waitpid(pid_, &st, WNOHANG) == pid_) status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return status_;
-  }
-  void kill_all() {
-    if (pid_ <= 0) return;
-    if (poll() < 0) {
-      ::kill(-pid_, SIGTERM);
-      for (int i = 0; i < 50 && poll() < 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ::kill(-pid_, SIGKILL);  // also any worker left behind in the group
-    if (poll() < 0) {
-      int st;
-      waitpid(pid_, &st, 0);
-    }
-    pid_ = -1;
-  }
+  int poll() { return proc_.poll(); }
 
  private:
-  pid_t pid_ = -1;
-  int status_ = -1;
+  static edl::testing::SpawnOptions options(const std::string& log, const std::string& checkpoint_dir) {
+    edl::testing::SpawnOptions o;
+    o.log = log;
+    o.env = {"EDL_CHECKPOINT_DIR=" + checkpoint_dir};
+    return o;
+  }
+  edl::testing::Process proc_;
 };
 
 // Parent pid of a process (from /proc), -1 when it is gone.

@@ -16,7 +16,7 @@
 // this bench rewrites when the trainer's per-step loss log (--loss-log) shows that the training
 // progress (epochs done, from the world's trained records) crossed a resize point, so (b) and (c)
 // resize at the same progress. The actual size change is read back from the loss log
-// (bench/convergence_analysis.h), and its loss spike = mean loss of the --window steps after the
+// (experiments/convergence_analysis.h), and its loss spike = mean loss of the --window steps after the
 // change minus the mean of the --window steps before.
 //
 // Rows (--json): per run and epoch {"run","epoch","test_acc","train_loss"}; per resize
@@ -45,6 +45,7 @@
 
 #include "common/bench_util.h"
 #include "convergence_analysis.h"
+#include "testing/process.h"
 
 #ifndef EDL_RUN_PATH
 #define EDL_RUN_PATH "edl-run"
@@ -137,7 +138,9 @@ class Job {
  public:
   Job(const std::vector<std::string>& argv, const std::string& log, std::string pid_file)
       : pid_file_(std::move(pid_file)) {
-    pid_ = edl::bench::spawn_logged(argv, log);
+    edl::testing::SpawnOptions so;
+    so.log = log;
+    pid_ = edl::testing::spawn(argv, so);
   }
   ~Job() { stop(); }
   // Exit status once it ended (128 + signal when killed), or -1 while it runs.

@@ -1,4 +1,4 @@
-// Experiment 3's analysis (bench/convergence_analysis.h): resize plans, loss-log rows, resize
+// Experiment 3's analysis (experiments/convergence_analysis.h): resize plans, loss-log rows, resize
 // detection and the loss spike of each resize.
 #include <catch2/catch.hpp>
 
