@@ -1,6 +1,6 @@
 // elastic_bench: recovery times of an elastic job on this machine (issue 3 item 9).
 //
-// Starts `edl-run` in elastic mode with the synthetic worker (bench/elastic_worker.cc), which logs
+// Starts `edl-run` in elastic mode with the synthetic worker (testing/elastic_worker.cc), which logs
 // every completed step with a CLOCK_MONOTONIC timestamp to a shared file, and injects events:
 //   kill  — kill -9 of a random member (rank 0 included); recovery = event -> first completed step
 //           of the new generation; lost_steps = last step completed before the event - the step the
