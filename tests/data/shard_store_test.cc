@@ -2,7 +2,7 @@
 // and a private redis-server (a missing redis-server skips, or fails under EDL_REQUIRE_DEPS=1).
 #include <catch2/catch.hpp>
 
-#include "data/shard_sim.h"
+#include "testing/shard_sim.h"
 #include "edl/store_server.h"
 #include "store/redis_server.h"
 #include "testing/require_dep.h"
@@ -10,7 +10,7 @@
 namespace {
 
 void run_audit(std::shared_ptr<edl::Store> store, uint64_t seed) {
-  edl::test::SimOptions o;
+  edl::testing::SimOptions o;
   o.seed = seed;
   o.records = 400;
   o.records_per_shard = 19;
@@ -18,7 +18,7 @@ void run_audit(std::shared_ptr<edl::Store> store, uint64_t seed) {
   o.commit_every = 2;
   o.threads = true;
   o.store = std::move(store);
-  edl::test::Simulation sim(o);
+  edl::testing::Simulation sim(o);
   auto r = sim.run();
   INFO("kills " << r.kills << " joins " << r.joins << " leaves " << r.leaves);
   REQUIRE(r.error.empty());
