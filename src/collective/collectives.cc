@@ -8,16 +8,6 @@
 
 namespace edl::collective {
 
-const char* kind_name(uint8_t k) {
-  switch (static_cast<Kind>(k)) {
-    case Kind::kAllreduce: return "allreduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllgather: return "allgather";
-    case Kind::kBarrier: return "barrier";
-  }
-  return "unknown collective";
-}
-
 int TcpCommunicator::Xfer::fill(iovec* iov, int max, void* sink, size_t sink_bytes) const {
   if (drain) {
     iov[0].iov_base = sink;

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "edl/error.h"
 #include "edl/store_server.h"
@@ -37,8 +38,6 @@ using store::Status;
 constexpr uint64_t kListenId = 0;
 constexpr uint64_t kWakeId = 1;
 constexpr int64_t kMaxTimeoutMs = int64_t(365) * 24 * 3600 * 1000;  // clamp absurd timeouts to a year
-
-std::string errno_text(int e) { return std::strerror(e); }
 
 bool parse_int64(const std::string& s, int64_t* out) {
   if (s.empty() || s.size() > 20) return false;

@@ -4,6 +4,7 @@
 
 #include "edl/error.h"
 #include "elastic/keys.h"
+#include "elastic/member_list.h"
 #include "elastic/launcher/launcher.h"
 
 namespace edl::launcher {
@@ -20,12 +21,7 @@ uint64_t parse_gen(const std::optional<std::string>& v) {
 
 std::vector<std::string> member_ids(const std::string& text) {
   std::vector<std::string> ids;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    ids.push_back(line.substr(0, line.find(' ')));
-  }
+  for (auto& m : elastic::parse_members(text)) ids.push_back(std::move(m.id));
   return ids;
 }
 
@@ -53,7 +49,7 @@ std::string StoreWatcher::job_error() const {
 
 void StoreWatcher::loop() {
   elastic::Keys keys(job_);
-  const std::string error_tag = "!job-error ";
+  const std::string error_tag = elastic::kJobErrorTag;
   std::optional<std::string> known;
   uint64_t reported = 0;
   bool warned = false;
