@@ -3,6 +3,7 @@
 #include "process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -61,6 +62,28 @@ void report_exec_failure(const char* program, int err) {
   }
 }
 
+// Signals are blocked from just before fork() until the child has reset the parent's handlers
+// (the test framework's, netns cleanup) to their default action, so a signal sent to a fresh child
+// at once never runs a handler of the parent in it.
+class BlockSignals {
+ public:
+  BlockSignals() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old_);
+  }
+  ~BlockSignals() { restore(); }
+  void restore() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  // In the child: default actions, then the old mask (a pending signal is delivered here).
+  void child_defaults() {
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) signal(sig, SIG_DFL);
+    restore();
+  }
+
+ private:
+  sigset_t old_;
+};
+
 }  // namespace
 
 int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
@@ -73,9 +96,11 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
   const int out = open_log(o.stdout_path.empty() ? o.log : o.stdout_path);
   const int err = o.stderr_path.empty() ? (o.stdout_path.empty() ? out : open_log(o.log)) : open_log(o.stderr_path);
   const pid_t parent = getpid();
+  BlockSignals blocked;
   const pid_t pid = fork();
   if (pid == 0) {
     if (o.own_group) setpgid(0, 0);
+    blocked.child_defaults();
     if (o.die_with_parent) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);  // the parent died before the flag was set
@@ -91,11 +116,41 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
     _exit(127);
   }
   const int fork_errno = errno;
+  blocked.restore();
   if (out >= 0) close(out);
   if (err >= 0 && err != out) close(err);
   if (pid < 0) throw std::runtime_error("cannot start " + argv[0] + ": fork failed: " + std::strerror(fork_errno));
   if (o.own_group) setpgid(pid, pid);  // also here: no race with the caller signalling the group at once
   return pid;
+}
+
+pid_t fork_call(const std::function<int()>& fn, const SpawnOptions& o) {
+  const pid_t parent = getpid();
+  BlockSignals blocked;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (o.own_group) setpgid(0, 0);
+    blocked.child_defaults();
+    if (o.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+    }
+    int code = 3;
+    try {
+      code = fn();
+    } catch (...) {
+    }
+    _exit(code);
+  }
+  const int fork_errno = errno;
+  blocked.restore();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(fork_errno));
+  if (o.own_group) setpgid(pid, pid);
+  return pid;
+}
+
+Process Process::forked(const std::function<int()>& fn, const SpawnOptions& options) {
+  return Process(fork_call(fn, options), options.own_group);
 }
 
 Process::Process(const std::vector<std::string>& argv, const SpawnOptions& options)

@@ -4,19 +4,22 @@
 // its output in a log file, optionally in a process group of its own (so kill(-pid, ...) reaches
 // everything it starts) and optionally killed when the spawning thread dies (PR_SET_PDEATHSIG).
 // Process owns such a child: poll / wait with a deadline / signal / stop (SIGTERM, grace, SIGKILL),
-// and its destructor never leaves a child behind. run_command() runs a short command to completion
-// and returns its exit status and output (used for `ip` / `tc`).
+// and its destructor never leaves a child behind. fork_call() / Process::forked() run a function in
+// a forked child instead of a program (ranks as processes in tests and benches). run_command() runs
+// a short command to completion and returns its exit status and output (used for `ip` / `tc`).
 //
 // Exit statuses are shell-style everywhere: the exit code, or 128 + signal when killed; an exec
 // failure exits 127 with "exec <program>: <reason>" in the log.
 //
 // Thread-safety: spawn() and run_command() may be called from any thread (the child only calls
-// async-signal-safe functions between fork and exec). A Process is used from one thread.
+// async-signal-safe functions between fork and exec; signals are blocked across the fork until the
+// child has reset handlers to their defaults). A Process is used from one thread.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,13 @@ struct SpawnOptions {
 // Starts argv. Returns the child's pid; throws std::runtime_error when argv is empty or fork fails.
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options = {});
 
+// Forks this process and runs fn() in the child, which then exits with fn's result (3 when fn
+// throws; the exception is never seen by the parent's test framework). The child's fatal and
+// termination signals get their default action (not the parent's handlers). Only `own_group` and
+// `die_with_parent` of the options apply. Fork before the parent starts threads: the child has
+// only the forking thread. Throws std::runtime_error when fork fails.
+pid_t fork_call(const std::function<int()>& fn, const SpawnOptions& options = {});
+
 // Shell-style status of a waitpid() status word: exit code, or 128 + signal.
 int exit_status(int wait_status);
 
@@ -43,6 +53,8 @@ class Process {
  public:
   Process() = default;
   explicit Process(const std::vector<std::string>& argv, const SpawnOptions& options = {});
+  // A forked child running fn() (see fork_call).
+  static Process forked(const std::function<int()>& fn, const SpawnOptions& options = {});
   ~Process();  // stop(0): SIGKILL to the child (its group when own_group) and reap
   Process(Process&& other) noexcept;
   Process& operator=(Process&& other) noexcept;
@@ -62,6 +74,7 @@ class Process {
   int stop(std::chrono::milliseconds grace);
 
  private:
+  Process(pid_t pid, bool group) : pid_(pid), group_(group) {}
   pid_t pid_ = -1;
   bool group_ = true;
   int status_ = -1;

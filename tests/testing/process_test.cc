@@ -158,3 +158,16 @@ TEST_CASE("EDL_REQUIRE_DEPS decides whether a missing dependency fails", "[testi
     CHECK(m.find("fails") != std::string::npos);
   }
 }
+
+TEST_CASE("Process::forked runs a function in a child and reports its result", "[testing][process]") {
+  Process ok = Process::forked([] { return 5; });
+  CHECK(ok.wait(std::chrono::seconds(30)) == 5);
+  Process thrower = Process::forked([]() -> int { throw std::runtime_error("boom"); });
+  CHECK(thrower.wait(std::chrono::seconds(30)) == 3);
+  Process sleeper = Process::forked([] {
+    sleep(300);
+    return 0;
+  });
+  CHECK(sleeper.poll() == -1);
+  CHECK(sleeper.stop(std::chrono::seconds(5)) == 128 + SIGTERM);
+}
