@@ -56,7 +56,7 @@ TEST_CASE("kill from another thread at a random time, mid-allreduce", "[scenario
   c.check_finishers(3);
 }
 
-TEST_CASE("the decider dies in the middle of the rendezvous; another member takes over", "[scenario][rendezvous]") {
+TEST_CASE("the decider dies in the middle of the rendezvous, another member takes over", "[scenario][rendezvous]") {
   Cluster c("s_decider", 1, 4);
   std::atomic<bool> first_kill{false}, decider_killed{false};
   c.on_step = [&](int i, Worker& w, int64_t step) {
@@ -73,7 +73,7 @@ TEST_CASE("the decider dies in the middle of the rendezvous; another member take
   CHECK(decider_killed);
 }
 
-TEST_CASE("a member dies during sync; the rest re-form and finish", "[scenario][sync]") {
+TEST_CASE("a member dies during sync, the rest re-form and finish", "[scenario][sync]") {
   Cluster c("s_sync", 1, 0);
   std::atomic<bool> joined{false}, killed{false};
   c.on_point = [&](int i, Worker& w, const std::string& point) {

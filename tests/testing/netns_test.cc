@@ -79,7 +79,7 @@ TEST_CASE("emulated links carry traffic at the shaped rate and are removed after
   CHECK(namespaces_of(getpid()).empty());
 }
 
-TEST_CASE("a fatal signal removes the namespaces; remove_stale cleans up after SIGKILL", "[netns]") {
+TEST_CASE("a fatal signal removes the namespaces, remove_stale cleans up after SIGKILL", "[netns]") {
   if (!edl::testing::require_dep("network namespaces", NetnsCluster::unsupported_reason().empty(),
                                   NetnsCluster::unsupported_reason()))
     return;
