@@ -1,4 +1,3 @@
-# Store backend benchmark (owner: store/launcher engineer).
-edl_add_bench(store_bench store_bench.cc ${PROJECT_SOURCE_DIR}/tests/store/redis_server.cc)
-target_include_directories(store_bench PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-target_link_libraries(store_bench PRIVATE PkgConfig::HIREDIS)
+# Store backend benchmark: memory, the embedded TCP store and a private redis-server (Redis fixture).
+edl_add_bench(store_bench store_bench.cc)
+target_link_libraries(store_bench PRIVATE edl_redis_fixture)

@@ -17,16 +17,6 @@ namespace {
 constexpr size_t kMaxCacheEntries = 1u << 16;
 constexpr std::chrono::seconds kStallWarning{60};
 
-const char* kind_str(uint8_t k) {
-  switch (k) {
-    case Engine::kAllreduce: return "allreduce";
-    case Engine::kBroadcast: return "broadcast";
-    case Engine::kAllgather: return "allgather";
-    case Engine::kBarrier: return "barrier";
-  }
-  return "collective";
-}
-
 // Auto names ("allreduce.17") never repeat, so they are not worth a cache entry.
 bool is_auto_name(const std::string& n) {
   for (const char* k : {"allreduce.", "broadcast.", "allgather.", "barrier."}) {
@@ -38,11 +28,11 @@ bool is_auto_name(const std::string& n) {
 }
 
 std::string describe_mismatch(const std::string& name, const Engine::Desc& a, const Engine::Desc& b, int rb) {
-  std::string k = std::string(kind_str(a.kind)) + " '" + name + "'";
+  std::string k = std::string(kind_name(a.kind)) + " '" + name + "'";
   std::string rr = ", rank " + std::to_string(rb);
   if (a.kind != b.kind)
-    return "collective mismatch for '" + name + "': rank 0 called " + kind_str(a.kind) + rr + " called " +
-           kind_str(b.kind);
+    return "collective mismatch for '" + name + "': rank 0 called " + kind_name(a.kind) + rr + " called " +
+           kind_name(b.kind);
   if (a.dtype != b.dtype)
     return k + " dtype mismatch: rank 0 has " + dtype_name(static_cast<DataType>(a.dtype)) + rr + " has " +
            dtype_name(static_cast<DataType>(b.dtype));

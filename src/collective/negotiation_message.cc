@@ -103,7 +103,7 @@ NegotiationMessage decode_negotiation(const uint8_t* p, size_t n, uint32_t cache
       rd.fail("announces a request name of " + std::to_string(len) + " bytes with " + std::to_string(rd.left()) +
               " left");
     f.name = rd.str(len, "name");
-    if (f.desc.kind < Engine::kAllreduce || f.desc.kind > Engine::kBarrier || f.desc.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
+    if (f.desc.kind < kAllreduce || f.desc.kind > kBarrier || f.desc.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
         f.desc.op > static_cast<uint8_t>(ReduceOp::kProduct))
       rd.fail("describes '" + f.name + "' with unknown kind/dtype/op " + std::to_string(f.desc.kind) + "/" +
               std::to_string(f.desc.dtype) + "/" + std::to_string(f.desc.op));

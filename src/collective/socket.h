@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/host_port.h"
 #include "edl/export.h"
 
 namespace edl::collective {
@@ -40,7 +41,7 @@ struct IoResult {
 IoResult try_sendv(int fd, const iovec* iov, int iovcnt);
 IoResult try_recvv(int fd, iovec* iov, int iovcnt);
 
-std::string errno_text(int err);
+// errno_text(): common/host_port.h.
 // "host:port" of the other end of a connected socket ("?" if unknown), for messages.
 std::string peer_address(int fd);
 

@@ -9,13 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "collective/kind.h"
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
 
 namespace edl::collective {
 
-enum class Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
-EDL_API const char* kind_name(uint8_t k);
 
 // First bytes of every collective on every connection (48 bytes, host byte order: same-arch jobs).
 struct TcpCommunicator::Header {

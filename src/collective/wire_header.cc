@@ -5,16 +5,6 @@
 
 namespace edl::collective {
 
-const char* kind_name(uint8_t k) {
-  switch (static_cast<Kind>(k)) {
-    case Kind::kAllreduce: return "allreduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllgather: return "allgather";
-    case Kind::kBarrier: return "barrier";
-  }
-  return "unknown collective";
-}
-
 std::string header_problem(const TcpCommunicator::Header& h, const TcpCommunicator::Header& mine, int peer,
                            uint64_t max_gather_bytes) {
   auto says = [&](const std::string& what) {

@@ -1,10 +1,10 @@
 // The process-wide elastic worker behind edl::elastic::run / edl::notify_batch_end, wired into the
-// Runtime (src/common/runtime.cc calls start_elastic / stop_elastic).
+// Runtime (src/runtime/runtime.cc calls start_elastic / stop_elastic).
 #include "elastic/api.h"
 
 #include "collective/engine.h"
 #include "common/logging.h"
-#include "common/runtime.h"
+#include "collective/runtime_state.h"
 #include "edl/elastic.h"
 #include "edl/error.h"
 #include "elastic/launcher_link.h"

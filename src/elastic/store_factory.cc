@@ -2,6 +2,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/host_port.h"
 #include "edl/error.h"
 #include "edl/store.h"
 #include "elastic/redis_store.h"
@@ -9,22 +10,6 @@
 
 namespace edl {
 namespace {
-
-// Splits "HOST:PORT" (HOST may be "[v6addr]"); throws InvalidArgument naming the URL.
-void split_host_port(const std::string& url, const std::string& rest, std::string* host, int* port) {
-  auto bad = [&](const std::string& why) {
-    return InvalidArgument("store URL '" + url + "' is malformed: " + why + " (expected SCHEME://HOST:PORT)");
-  };
-  size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw bad("missing host or port");
-  *host = rest.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-  if (host->find('/') != std::string::npos) throw bad("host contains '/'");
-  std::string p = rest.substr(colon + 1);
-  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) throw bad("port is not a number");
-  *port = std::stoi(p);
-  if (*port < 1 || *port > 65535) throw bad("port out of range 1..65535");
-}
 
 std::shared_ptr<Store> named_memory_store(const std::string& name) {
   static std::mutex mu;
@@ -50,7 +35,8 @@ std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions&
   if (scheme == "tcp" || scheme == "redis") {
     std::string host;
     int port = 0;
-    split_host_port(url, rest, &host, &port);
+    if (std::string why = split_host_port(rest, &host, &port); !why.empty())
+      throw InvalidArgument("store URL '" + url + "' is malformed: " + why + " (expected SCHEME://HOST:PORT)");
     if (scheme == "tcp") return store::connect_tcp_store(host, port, options);
     return store::connect_redis_store(host, port, options);
   }

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "edl/error.h"
 #include "elastic/tcp_store_server_impl.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/logging.h"
-#include "common/runtime.h"
+#include "collective/runtime_state.h"
 #include "edl/error.h"
 #include "edl/optim.h"
 #include "optim/bucket_reducer.h"

@@ -324,7 +324,7 @@ TEST_CASE("negotiation: absurd counts and lengths from a peer are refused with C
   using collective::encode_negotiation;
   using collective::NegotiationMessage;
   collective::Engine::Desc d;
-  d.kind = collective::Engine::kAllreduce;
+  d.kind = collective::kAllreduce;
   d.count = 10;
   std::vector<NegotiationMessage::Fresh> fresh{{d, "grad.w"}};
   std::vector<uint8_t> good = encode_negotiation(3, {0b101}, fresh);
@@ -381,7 +381,7 @@ TEST_CASE("negotiation: a peer listing one request twice fails the round with Co
   if (e0) std::rethrow_exception(e0);
   // Rank 1 lists "x" twice: with rank 0 not listing it, it would look present on both ranks.
   collective::Engine::Desc d;
-  d.kind = collective::Engine::kAllreduce;
+  d.kind = collective::kAllreduce;
   d.count = 1;
   std::vector<uint8_t> msg = collective::encode_negotiation(0, {}, {{d, "x"}, {d, "x"}});
   using Header = collective::TcpCommunicator::Header;

@@ -1,10 +1,10 @@
 // ShardGenerator: shuffle determinism, epoch boundaries, exactly-once accounting under random kills,
-// joins and graceful leaves (tests/data/shard_sim.h), resume from a checkpoint, bad input.
+// joins and graceful leaves (testing/shard_sim.h), resume from a checkpoint, bad input.
 #include <catch2/catch.hpp>
 
 #include <set>
 
-#include "data/shard_sim.h"
+#include "testing/shard_sim.h"
 #include "data/test_files.h"
 #include "edl/data.h"
 #include "edl/error.h"
@@ -24,7 +24,7 @@ ShardOptions opts(uint64_t records, uint64_t rps, uint64_t batch, const std::str
   return o;
 }
 
-void check_audit(const edl::test::SimResult& r, int epochs, uint64_t records) {
+void check_audit(const edl::testing::SimResult& r, int epochs, uint64_t records) {
   INFO("kills " << r.kills << " joins " << r.joins << " leaves " << r.leaves << " partial commits "
                 << r.partial_commits << " steps " << r.steps);
   REQUIRE(r.error.empty());
@@ -114,13 +114,13 @@ TEST_CASE("a worker without a shard waits for the epoch to end", "[data][shards]
 
 TEST_CASE("exactly once per epoch under random kills, joins and leaves", "[data][shards][elastic]") {
   for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
-    edl::test::SimOptions o;
+    edl::testing::SimOptions o;
     o.seed = seed;
     o.records = 600 + 37 * seed;
     o.records_per_shard = 20 + seed * 3;
     o.events = 12;
     o.commit_every = 1 + static_cast<int>(seed % 4);
-    edl::test::Simulation sim(o);
+    edl::testing::Simulation sim(o);
     auto r = sim.run();
     INFO("seed " << seed);
     check_audit(r, o.epochs, o.records);
@@ -131,14 +131,14 @@ TEST_CASE("exactly once per epoch under random kills, joins and leaves", "[data]
 TEST_CASE("exactly once under a storm of events with sparse commits", "[data][shards][elastic]") {
   int partial_commits = 0;
   for (uint64_t seed : {31, 32, 33}) {
-    edl::test::SimOptions o;
+    edl::testing::SimOptions o;
     o.seed = seed;
     o.records = 900;
     o.records_per_shard = 25;
     o.events = 60;
     o.commit_every = 3;
     o.max_workers = 6;
-    edl::test::Simulation sim(o);
+    edl::testing::Simulation sim(o);
     auto r = sim.run();
     INFO("seed " << seed);
     check_audit(r, o.epochs, o.records);
@@ -150,14 +150,14 @@ TEST_CASE("exactly once under a storm of events with sparse commits", "[data][sh
 
 TEST_CASE("exactly once with members drawing concurrently from threads", "[data][shards][elastic]") {
   for (uint64_t seed : {21, 22}) {
-    edl::test::SimOptions o;
+    edl::testing::SimOptions o;
     o.seed = seed;
     o.records = 500;
     o.records_per_shard = 16;
     o.initial_workers = 5;
     o.threads = true;
     o.events = 10;
-    edl::test::Simulation sim(o);
+    edl::testing::Simulation sim(o);
     auto r = sim.run();
     INFO("seed " << seed);
     check_audit(r, o.epochs, o.records);

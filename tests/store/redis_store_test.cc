@@ -16,15 +16,13 @@
 #include "edl/error.h"
 #include "edl/store.h"
 #include "store/redis_server.h"
+#include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
 
 TEST_CASE("redis store: wrong or missing password gives AuthError", "[store][redis]") {
   auto& server = edl::test::RedisServer::shared();
-  if (!server.available()) {
-    WARN("redis-server is not installed: skipping");
-    return;
-  }
+  if (!edl::testing::require_dep("redis-server", server.available(), "Debian package redis-server")) return;
   edl::StoreOptions o;
   o.secret = "not-the-password";
   CHECK_THROWS_AS(edl::connect_store(server.url(), o), edl::AuthError);
@@ -34,10 +32,7 @@ TEST_CASE("redis store: wrong or missing password gives AuthError", "[store][red
 
 TEST_CASE("redis store: server death fails waiters and calls with StoreError", "[store][redis]") {
   edl::test::RedisServer server("pw");
-  if (!server.available()) {
-    WARN("redis-server is not installed: skipping");
-    return;
-  }
+  if (!edl::testing::require_dep("redis-server", server.available(), "Debian package redis-server")) return;
   edl::StoreOptions o;
   o.secret = "pw";
   o.request_timeout = 3000ms;

@@ -4,6 +4,7 @@
 
 #include "edl/error.h"
 #include "elastic/keys.h"
+#include "elastic/member_list.h"
 #include "elastic/launcher/launcher.h"
 
 namespace edl::launcher {
@@ -20,12 +21,7 @@ uint64_t parse_gen(const std::optional<std::string>& v) {
 
 std::vector<std::string> member_ids(const std::string& text) {
   std::vector<std::string> ids;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    ids.push_back(line.substr(0, line.find(' ')));
-  }
+  for (auto& m : elastic::parse_members(text)) ids.push_back(std::move(m.id));
   return ids;
 }
 
@@ -75,7 +71,7 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
     store_ = s;
   }
   elastic::Keys keys(opt_.job_id);
-  const std::string error_tag = "!job-error ";
+  const std::string error_tag = elastic::kJobErrorTag;
   auto cur = s->get(keys.gen());
   uint64_t g = parse_gen(cur);
   if (g > *reported) {

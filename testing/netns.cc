@@ -2,6 +2,8 @@
 // `tc`, cleanup on every exit path, and the TCP probes that check the emulated links.
 #include "netns.h"
 
+#include "process.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -9,7 +11,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -29,9 +30,7 @@
 #include <stdexcept>
 #include <thread>
 
-extern char** environ;
-
-namespace edl::bench {
+namespace edl::testing {
 
 namespace {
 
@@ -115,47 +114,7 @@ std::string fmt_num(double v) {
   return buf;
 }
 
-bool have_program(const char* name) {
-  for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"}) {
-    if (access((std::string(dir) + name).c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
-
-CommandResult run_command(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  CommandResult r;
-  if (rc != 0) {
-    close(fds[0]);
-    r.output = std::string("cannot start ") + argv[0] + ": " + std::strerror(rc);
-    return r;
-  }
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-    if (n > 0) r.output.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
 
 LinkSpec parse_link(const std::string& text) {
   LinkSpec l;
@@ -189,8 +148,8 @@ LinkSpec parse_link(const std::string& text) {
 
 std::string NetnsCluster::unsupported_reason() {
   if (geteuid() != 0) return "needs root (network namespaces, veth and tc)";
-  if (!have_program("ip")) return "the `ip` program (iproute2) is not installed";
-  if (!have_program("tc")) return "the `tc` program (iproute2) is not installed";
+  if (find_program("ip").empty()) return "the `ip` program (iproute2) is not installed";
+  if (find_program("tc").empty()) return "the `tc` program (iproute2) is not installed";
   std::string probe = "edlns" + std::to_string(getpid()) + "-probe";
   CommandResult r = run_command({"ip", "netns", "add", probe});
   if (r.status != 0) return "cannot create a network namespace here: " + r.output;
@@ -479,4 +438,4 @@ double probe_rtt_us(const NetnsCluster& c, int from, int to, int rounds) {
   return us[us.size() / 2];
 }
 
-}  // namespace edl::bench
+}  // namespace edl::testing

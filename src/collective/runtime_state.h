@@ -1,12 +1,18 @@
 // Runtime: the process-wide state behind edl::init() — config, store connection and the current
 // membership generation (its Communicator and background Engine).
 //
-// The Runtime owns one Generation at a time. The static (non-elastic) mode builds one generation
+// This is the collective layer's view of the process: it knows how to build a generation (a
+// communicator plus its engine) and which one is current, and nothing of elastic policy. The wiring
+// that fills it — edl::init()/shutdown(), which connect the store and either build the static
+// generation or start the elastic worker — lives above collective and elastic, in src/runtime/.
+//
+// The Runtime holds one Generation at a time. The static (non-elastic) mode installs one generation
 // from EDL_RANK/EDL_SIZE; the elastic runtime (src/elastic) replaces the generation after each
 // rendezvous. Code that runs collectives takes a shared_ptr to the current Generation and keeps it
 // for the duration of the call, so a concurrent replacement never frees what is in use.
 //
-// Thread-safety: all methods are safe from any thread; init()/shutdown() are serialised.
+// Thread-safety: all methods are safe from any thread; start()/finish() are called by
+// edl::init()/shutdown() only, which serialise them.
 #pragma once
 
 #include <chrono>
@@ -37,8 +43,16 @@ class Runtime {
  public:
   static Runtime& instance();
 
-  void init();
-  void shutdown();
+  // edl::init(): records the config and the job's store (nullptr without a launcher). Returns false
+  // (and changes nothing) when the runtime is already initialized.
+  bool start(const Config& config, std::shared_ptr<Store> store);
+  // The job's store, creating a memory store when there is none (elastic mode without a launcher).
+  std::shared_ptr<Store> ensure_store();
+  // edl::init() done: initialized() becomes true.
+  void mark_initialized();
+  // edl::shutdown(): forgets the store and the generation and stops its engine; returns false when
+  // the runtime was not initialized.
+  bool finish();
   bool initialized() const;
 
   const Config& config() const { return config_; }
@@ -59,7 +73,7 @@ class Runtime {
  private:
   Runtime() = default;
   mutable std::mutex mu_;
-  bool initialized_ = false;
+  bool initialized_ = false;  // edl::init() completed
   Config config_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<Generation> gen_;

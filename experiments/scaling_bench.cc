@@ -1,5 +1,5 @@
 // scaling_bench: data-parallel training throughput of the reference models under edl-run at 1, 2 and
-// 4 workers (1 thread each), over loopback and over emulated cluster links (bench/netns.h), with
+// 4 workers (1 thread each), over loopback and over emulated cluster links (testing/netns.h), with
 // the distributed optimizer's overlapped, fused gradient allreduce (issue 7 item 1).
 //
 //   scaling_bench [--models resnet20,mobilenetv2] [--workers 1,2,4] [--links loopback,10gbit+0.1ms,1gbit+0.1ms]
@@ -46,7 +46,8 @@
 #include "common/bench_util.h"
 #include "models/mobilenetv2/mobilenetv2.h"
 #include "models/resnet20/resnet20.h"
-#include "netns.h"
+#include "testing/netns.h"
+#include "testing/process.h"
 
 #ifndef EDL_RUN_PATH
 #define EDL_RUN_PATH "edl-run"
@@ -78,7 +79,7 @@ void enter_claimed_namespace(const std::string& list, const std::string& slot_di
     int fd = open(slot.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
     if (fd < 0) continue;
     close(fd);
-    edl::bench::NetnsCluster::enter(names[i]);
+    edl::testing::NetnsCluster::enter(names[i]);
     std::string addr = "10.77.0." + std::to_string(i + 1);
     setenv("EDL_BIND_ADDR", addr.c_str(), 1);  // read by edl::init() (Config::from_env)
     return;
@@ -136,20 +137,13 @@ int run_worker(const cxxopts::ParseResult& a) {
 
 // Runs argv in its own process group with output to `log`; kills the group after `timeout_s`.
 int run_bounded(const std::vector<std::string>& argv, const std::string& log, double timeout_s) {
-  const pid_t pid = edl::bench::spawn_logged(argv, log);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  int st = 0;
-  while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(-pid, SIGTERM);
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-      kill(-pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      return 124;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  edl::testing::SpawnOptions so;
+  so.log = log;
+  edl::testing::Process p(argv, so);
+  const int status = p.wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  if (status >= 0) return status;
+  p.stop(std::chrono::seconds(2));
+  return 124;
 }
 
 std::string tail(const std::string& path, size_t bytes) {
@@ -181,17 +175,17 @@ Json read_result(int rc, const std::string& out, const std::string& log, const s
 }
 
 Measurement measure(const cxxopts::ParseResult& a, const std::string& model, int workers,
-                    const edl::bench::LinkSpec& link, const std::string& dir) {
+                    const edl::testing::LinkSpec& link, const std::string& dir) {
   std::string out = dir + "/result.json", log = dir + "/run.log";
   std::vector<std::string> worker = worker_argv(a, model, out);
   std::vector<std::string> argv;
-  std::unique_ptr<edl::bench::NetnsCluster> cluster;
+  std::unique_ptr<edl::testing::NetnsCluster> cluster;
   Measurement m;
   m.effective_link = link.name;
   if (link.name == "loopback") {
     argv = {EDL_RUN_PATH, "-np", std::to_string(workers)};
   } else {
-    cluster = std::make_unique<edl::bench::NetnsCluster>(workers, link);
+    cluster = std::make_unique<edl::testing::NetnsCluster>(workers, link);
     m.effective_link = cluster->effective_label();
     std::string slots = dir + "/slots";
     std::filesystem::remove_all(slots);
@@ -199,7 +193,7 @@ Measurement measure(const cxxopts::ParseResult& a, const std::string& model, int
     std::string names;
     for (int i = 0; i < workers; ++i) names += (i ? "," : "") + cluster->ns(i);
     argv = {"ip", "netns", "exec", cluster->switch_ns(), EDL_RUN_PATH, "-np", std::to_string(workers),
-            "--store-bind", edl::bench::NetnsCluster::switch_address()};
+            "--store-bind", edl::testing::NetnsCluster::switch_address()};
     worker.insert(worker.end(), {"--netns", names, "--slot-dir", slots});
   }
   argv.insert(argv.end(), worker.begin(), worker.end());
@@ -243,11 +237,11 @@ int run_driver(const cxxopts::ParseResult& a) {
   bool need_netns = std::any_of(links.begin(), links.end(),
                                 [](const std::string& l) { return l != "loopback" && l != "independent"; });
   for (const std::string& ln : links)
-    if (ln != "independent") (void)edl::bench::parse_link(ln);  // a bad --links entry fails before any run
+    if (ln != "independent") (void)edl::testing::parse_link(ln);  // a bad --links entry fails before any run
   if (need_netns) {
-    why = edl::bench::NetnsCluster::unsupported_reason();
+    why = edl::testing::NetnsCluster::unsupported_reason();
     if (!why.empty()) std::cout << "note: emulated links skipped: " << why << "\n";
-    edl::bench::NetnsCluster::remove_stale();
+    edl::testing::NetnsCluster::remove_stale();
   }
   unsigned cores = std::thread::hardware_concurrency();
   std::string dir = std::filesystem::temp_directory_path() / ("edl_scaling_" + std::to_string(getpid()));
@@ -258,11 +252,11 @@ int run_driver(const cxxopts::ParseResult& a) {
   int failures = 0;
   const int repeats = std::max(1, a["repeats"].as<int>());
   for (const std::string& model : split(a["models"].as<std::string>())) {
-    Measurement base = measure(a, model, 1, edl::bench::LinkSpec{}, dir);
+    Measurement base = measure(a, model, 1, edl::testing::LinkSpec{}, dir);
     std::map<int, double> ceiling;  // k -> speed-up of k independent copies
     for (const std::string& ln : links) {
       const bool independent = ln == "independent";
-      edl::bench::LinkSpec link = independent ? edl::bench::LinkSpec{"independent"} : edl::bench::parse_link(ln);
+      edl::testing::LinkSpec link = independent ? edl::testing::LinkSpec{"independent"} : edl::testing::parse_link(ln);
       if (link.name != "loopback" && !why.empty()) continue;
       for (int k : counts) {
         Measurement m;
@@ -275,7 +269,7 @@ int run_driver(const cxxopts::ParseResult& a) {
             // the pairs' ratios, so slow drifts of a shared machine's load cancel out.
             std::vector<double> ratio, ips, step, wait;
             for (int r = 0; r < repeats; ++r) {
-              Measurement b = r == 0 ? base : measure(a, model, 1, edl::bench::LinkSpec{}, dir);
+              Measurement b = r == 0 ? base : measure(a, model, 1, edl::testing::LinkSpec{}, dir);
               m = independent ? measure_independent(a, model, k, dir) : measure(a, model, k, link, dir);
               ratio.push_back(m.images_per_s / b.images_per_s);
               ips.push_back(m.images_per_s);

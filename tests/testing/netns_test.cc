@@ -1,4 +1,4 @@
-// bench/netns: link parsing everywhere; as root, namespaces that carry traffic at the shaped rate and
+// testing/netns: link parsing everywhere; as root, namespaces that carry traffic at the shaped rate and
 // that are removed by the destructor, by a fatal signal, and by remove_stale() after SIGKILL.
 #include <catch2/catch.hpp>
 
@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "netns.h"
+#include "testing/netns.h"
+#include "testing/require_dep.h"
 
-using edl::bench::LinkSpec;
-using edl::bench::NetnsCluster;
+using edl::testing::LinkSpec;
+using edl::testing::NetnsCluster;
 
 namespace {
 
@@ -47,45 +48,41 @@ int wait_child(pid_t pid) {
 }  // namespace
 
 TEST_CASE("link specs parse and bad ones are named", "[netns]") {
-  CHECK(edl::bench::parse_link("loopback").rate_mbit == 0);
-  CHECK(edl::bench::parse_link("1gbit").rate_mbit == Approx(1000));
-  CHECK(edl::bench::parse_link("10gbit").rate_mbit == Approx(10000));
-  LinkSpec l = edl::bench::parse_link("100mbit+0.1ms");
+  CHECK(edl::testing::parse_link("loopback").rate_mbit == 0);
+  CHECK(edl::testing::parse_link("1gbit").rate_mbit == Approx(1000));
+  CHECK(edl::testing::parse_link("10gbit").rate_mbit == Approx(10000));
+  LinkSpec l = edl::testing::parse_link("100mbit+0.1ms");
   CHECK(l.rate_mbit == Approx(100));
   CHECK(l.delay_ms == Approx(0.1));
-  CHECK_THROWS_WITH(edl::bench::parse_link("fast"), Catch::Contains("'fast'"));
-  CHECK_THROWS_WITH(edl::bench::parse_link("1gbit+soon"), Catch::Contains("'soon'"));
-  CHECK_THROWS(edl::bench::parse_link("-1gbit"));
+  CHECK_THROWS_WITH(edl::testing::parse_link("fast"), Catch::Contains("'fast'"));
+  CHECK_THROWS_WITH(edl::testing::parse_link("1gbit+soon"), Catch::Contains("'soon'"));
+  CHECK_THROWS(edl::testing::parse_link("-1gbit"));
 }
 
 TEST_CASE("emulated links carry traffic at the shaped rate and are removed afterwards", "[netns]") {
-  std::string why = NetnsCluster::unsupported_reason();
-  if (!why.empty()) {
-    WARN("skipped: " << why);
+  if (!edl::testing::require_dep("network namespaces", NetnsCluster::unsupported_reason().empty(),
+                                  NetnsCluster::unsupported_reason()))
     return;
-  }
   std::vector<std::string> names;
   {
-    NetnsCluster c(2, edl::bench::parse_link("1gbit"));
+    NetnsCluster c(2, edl::testing::parse_link("1gbit"));
     names = namespaces_of(getpid());
     CHECK(names.size() == 3);  // switch + 2 workers
     CHECK(c.address(1) == "10.77.0.2");
     CHECK(c.effective_label() == "1gbit");
-    double gbit = edl::bench::probe_throughput_gbit(c, 0, 1, 24u << 20);
+    double gbit = edl::testing::probe_throughput_gbit(c, 0, 1, 24u << 20);
     // tbf holds the rate (an upper bound only: a loaded machine may carry less; no speed target here).
     CHECK(gbit < 1.1);
     CHECK(gbit > 0);
-    CHECK(edl::bench::probe_rtt_us(c, 1, 0, 20) > 0);
+    CHECK(edl::testing::probe_rtt_us(c, 1, 0, 20) > 0);
   }
   CHECK(namespaces_of(getpid()).empty());
 }
 
-TEST_CASE("a fatal signal removes the namespaces; remove_stale cleans up after SIGKILL", "[netns]") {
-  std::string why = NetnsCluster::unsupported_reason();
-  if (!why.empty()) {
-    WARN("skipped: " << why);
+TEST_CASE("a fatal signal removes the namespaces, remove_stale cleans up after SIGKILL", "[netns]") {
+  if (!edl::testing::require_dep("network namespaces", NetnsCluster::unsupported_reason().empty(),
+                                  NetnsCluster::unsupported_reason()))
     return;
-  }
   for (int sig : {SIGTERM, SIGKILL}) {
     pid_t pid = fork();
     REQUIRE(pid >= 0);

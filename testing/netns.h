@@ -1,4 +1,5 @@
-// NetnsCluster: emulated cluster links on one machine, for benches (scaling_bench). Each worker gets
+// NetnsCluster: emulated hosts and cluster links on one machine, for benches (scaling_bench,
+// optimizer_bench) and multi-host tests (tests/testing/netns_test.cc). Each worker gets
 // its own network namespace with one veth "eth0" (address 10.77.0.<i+1>/24) plugged into a bridge
 // that lives in a further private "switch" namespace (address 10.77.0.254 on the bridge), so
 // nothing is created in, or routed to, the caller's own network namespace. `tc` shapes every veth
@@ -16,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace edl::bench {
+namespace edl::testing {
 
 struct LinkSpec {
   std::string name = "loopback";  // label used in bench rows
@@ -68,17 +69,10 @@ class NetnsCluster {
   bool latency_ok_ = true;
 };
 
-// Result of running an external command (no shell): exit status and combined stdout+stderr.
-struct CommandResult {
-  int status = -1;
-  std::string output;
-};
-CommandResult run_command(const std::vector<std::string>& argv);
-
 // Link probes (used by tests and netns_check): TCP bulk throughput in Gbit/s from worker `from` to
 // worker `to`, and median TCP round trip in microseconds of 1-byte ping-pongs. Every socket wait is
 // bounded (10 s); failures throw std::runtime_error.
 double probe_throughput_gbit(const NetnsCluster& c, int from, int to, size_t bytes);
 double probe_rtt_us(const NetnsCluster& c, int from, int to, int rounds);
 
-}  // namespace edl::bench
+}  // namespace edl::testing

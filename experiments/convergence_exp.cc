@@ -16,7 +16,7 @@
 // this bench rewrites when the trainer's per-step loss log (--loss-log) shows that the training
 // progress (epochs done, from the world's trained records) crossed a resize point, so (b) and (c)
 // resize at the same progress. The actual size change is read back from the loss log
-// (bench/convergence_analysis.h), and its loss spike = mean loss of the --window steps after the
+// (experiments/convergence_analysis.h), and its loss spike = mean loss of the --window steps after the
 // change minus the mean of the --window steps before.
 //
 // Rows (--json): per run and epoch {"run","epoch","test_acc","train_loss"}; per resize
@@ -45,6 +45,7 @@
 
 #include "common/bench_util.h"
 #include "convergence_analysis.h"
+#include "testing/process.h"
 
 #ifndef EDL_RUN_PATH
 #define EDL_RUN_PATH "edl-run"
@@ -137,7 +138,9 @@ class Job {
  public:
   Job(const std::vector<std::string>& argv, const std::string& log, std::string pid_file)
       : pid_file_(std::move(pid_file)) {
-    pid_ = edl::bench::spawn_logged(argv, log);
+    edl::testing::SpawnOptions so;
+    so.log = log;
+    pid_ = edl::testing::spawn(argv, so);
   }
   ~Job() { stop(); }
   // Exit status once it ended (128 + signal when killed), or -1 while it runs.
@@ -193,7 +196,7 @@ std::vector<std::string> launcher_args(const Config& c, const RunSpec& r, const 
   std::ofstream(script) << "#!/bin/sh\ncat '" << dir << "/slots'\n";
   fs::permissions(script, fs::perms::owner_all, fs::perm_options::add);
   return {EDL_RUN_PATH, "--min-np", std::to_string(lo), "--max-np", std::to_string(hi), "--host-discovery-script",
-          script, "--discovery-interval-ms", std::to_string(c.discovery_ms), "--reset-limit", "3", "--pid-file", dir + "/pids"};
+          script, "--discovery-interval-ms", std::to_string(c.discovery_ms), "--reset-limit", "20", "--pid-file", dir + "/pids"};
 }
 
 RunResult run_one(const Config& c, const RunSpec& r, const std::string& dir) {

@@ -1,5 +1,5 @@
 // A simulated elastic job over ShardGenerator, ranks as objects (optionally drawing from threads),
-// one shared Store: the harness of the shard tests and of bench/shard_audit's in-process mode.
+// one shared Store: the harness of the shard tests (tests/data) and of bench/shard_audit's in-process mode.
 //
 // It follows the protocol of edl::elastic::run + State exactly as docs/elastic.md describes it:
 //   - each step every member calls next(), then the "allreduce" adds every member's records to the
@@ -27,7 +27,7 @@
 #include "edl/data/shards.h"
 #include "edl/store.h"
 
-namespace edl::test {
+namespace edl::testing {
 
 struct SimOptions {
   uint64_t records = 1000;
@@ -280,4 +280,4 @@ class Simulation {
   int next_worker_ = 0;
 };
 
-}  // namespace edl::test
+}  // namespace edl::testing

@@ -1,4 +1,4 @@
-// Convergence analysis for Experiment 3 (bench/convergence_exp.cc): the pure parts, unit-tested in
+// Convergence analysis for Experiment 3 (experiments/convergence_exp.cc): the pure parts, unit-tested in
 // tests/experiments/convergence_analysis_test.cc.
 //
 //   * the resize plan: "--resize-at 0.5:3,2.5:2" = at 0.5 epochs of training progress go to 3
