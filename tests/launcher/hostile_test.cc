@@ -64,7 +64,7 @@ bool redis_or_skip(const edl::test::RedisServer& r) {
 
 }  // namespace
 
-TEST_CASE("edl-run multi-host: kill -9 of one host's edl-run; its workers exit, the rest train on, a restart rejoins",
+TEST_CASE("edl-run multi-host: kill -9 of one host's edl-run, its workers exit, the rest train on, a restart rejoins",
           "[launcher][elastic][redis][hostile]") {
   edl::test::RedisServer redis("job-pw");
   if (!redis_or_skip(redis)) return;
