@@ -8,9 +8,9 @@ if(TARGET edl-run)
   add_dependencies(chaos_bench edl-run)
 endif()
 if(EDL_BUILD_TESTS AND TARGET edl-run)
-  add_test(NAME "bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave)"
-    COMMAND chaos_bench --trials 4 --seed 7 --faults kill,kill2,stop,join,leave --edl-run $<TARGET_FILE:edl-run>
+  add_test(NAME "bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave, flood, hostile)"
+    COMMAND chaos_bench --trials 4 --seed 7 --faults kill,kill2,stop,join,leave,flood,hostile --edl-run $<TARGET_FILE:edl-run>
             --worker $<TARGET_FILE:chaos_worker>)
-  set_tests_properties("bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave)"
+  set_tests_properties("bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave, flood, hostile)"
     PROPERTIES LABELS bench TIMEOUT 600)
 endif()

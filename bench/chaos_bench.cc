@@ -124,7 +124,7 @@ int run_trials(const TrialConfig& base, const cxxopts::ParseResult& a, JsonRows&
     }
     Json rj = Json::array();
     for (double x : r.recovery_ms) {
-      rec += (rec.empty() ? "" : ",") + fmt(x, 0);
+      rec += (rec.empty() ? " " : ",") + fmt(x, 0);
       rj.push_back(x);
       recoveries.push_back(x);
     }
@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
   opts.add_options()("trials", "trials", cxxopts::value<int>()->default_value("100"))(
       "seed", "seed of the fault schedules", cxxopts::value<uint64_t>()->default_value("1"))(
       "faults", "fault kinds: kill,kill2,stop,stopforever,join,leave,stuck,flood,hostile",
-      cxxopts::value<std::string>()->default_value("kill,kill2,stop,join,leave"))(
+      cxxopts::value<std::string>()->default_value("kill,kill2,stop,stopforever,join,leave,stuck,flood,hostile"))(
       "phases", "phases of the `kill` kind: step,commit,sync,rendezvous",
       cxxopts::value<std::string>()->default_value("step,commit,sync,rendezvous"))(
       "max-faults", "faults per trial: 1..this many", cxxopts::value<int>()->default_value("3"))(

@@ -31,6 +31,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+double est_steps(const TrialConfig& cfg) {
+  return static_cast<double>(cfg.epochs) * static_cast<double>(cfg.records) /
+         static_cast<double>(cfg.job.np * static_cast<int>(cfg.batch));
+}
+
 struct Kill {
   double t;
   std::string phase;
@@ -61,9 +66,10 @@ class Injector {
       if (!m) return void(f.note = "no member");
       f.rank = m->rank;
       job_.signal(m->pid, SIGSTOP);
-      if (f.kind == "stop") {
+      if (f.kind == "stop") {  // continued after 0.5-5 s, or once training reached 60 % of its steps
         pid_t pid = m->pid;
         later(uniform(500, 5000), [this, pid] { job_.signal(pid, SIGCONT); });
+        conts_.push_back(pid);
       }
     } else if (f.kind == "join" || f.kind == "leave") {
       bool join = f.kind == "join" ? job_.slots() < cfg_.job.max_np : job_.slots() <= 2;
@@ -77,12 +83,19 @@ class Injector {
       job_.log().poll();
       std::string why;
       if (!hostile_.start(job_.log().store_url, &why)) f.note = why;
+      else hostile_fault_ = &f;
     }
   }
 
   // Runs the delayed actions that are due.
   void tick() {
     double now = now_ms();
+    if (!conts_.empty() && job_.log().max_step >= static_cast<int64_t>(0.6 * est_steps(cfg_))) {
+      // A stopped worker must be continued while the job still trains: one that is continued after
+      // the job finished is the `stopforever` case.
+      for (pid_t pid : conts_) job_.signal(pid, SIGCONT);
+      conts_.clear();
+    }
     for (size_t i = 0; i < delayed_.size();) {
       if (delayed_[i].first <= now) {
         auto fn = std::move(delayed_[i].second);
@@ -97,7 +110,10 @@ class Injector {
   // One kill -9 of a random member (MTBF mode).
   void kill_random() { kill_member("mtbf", "", nullptr); }
 
-  void stop_hostile() { hostile_.stop(); }
+  void stop_hostile() {
+    hostile_.stop();
+    if (hostile_fault_) hostile_fault_->note = std::to_string(hostile_.connections()) + " connections";
+  }
 
   // Faults whose marker is still unclaimed at the end: not triggered.
   void mark_untriggered() {
@@ -124,19 +140,23 @@ class Injector {
         }
       }
     } else if (f.phase == "rendezvous") {
+      // The survivors notice a kill within milliseconds (the connection resets) and re-form in about
+      // 10-20 ms here: the second kill follows 1-8 ms after the first, inline (the loop ticks 5 ms).
       std::string first = kill_member("step", "", nullptr);
       const uint64_t g0 = newest_gen();
-      later(uniform(10, 150), [this, first, g0, &f] {
-        // Still re-rendezvousing only if no newer generation formed since the first kill.
-        std::string phase = newest_gen() > g0 ? "step" : "rendezvous";
-        if (phase != "rendezvous") f.note = "generation formed first";
-        kill_member(phase, first, &f.rank);
-      });
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(uniform(1000, 8000))));
+      // Still re-forming only if no newer generation finished its sync since the first kill.
+      std::string phase = newest_gen() > g0 ? "step" : "rendezvous";
+      if (phase != "rendezvous") f.note = "generation formed first";
+      kill_member(phase, first, &f.rank);
     }
   }
 
+  // A random member of the newest generation; none once a worker finished training (a kill after
+  // that is no fault of the training: edl-run rightly reports the worker's non-zero exit).
   std::optional<Member> pick(const std::string& exclude) {
     auto ms = job_.members();
+    if (!job_.log().done.empty()) return std::nullopt;
     ms.erase(std::remove_if(ms.begin(), ms.end(), [&](const Member& m) { return m.worker == exclude; }), ms.end());
     if (ms.empty()) return std::nullopt;
     return ms[rng_() % ms.size()];
@@ -175,20 +195,22 @@ class Injector {
   HostileClient hostile_;
   std::vector<std::pair<double, std::function<void()>>> delayed_;
   std::vector<std::pair<std::string, Fault*>> markers_;
+  std::vector<pid_t> conts_;
+  Fault* hostile_fault_ = nullptr;
 };
 
 std::vector<Fault> draw_faults(const TrialConfig& cfg, std::mt19937_64& rng) {
   std::vector<Fault> faults;
   if (cfg.mtbf_s > 0 || cfg.kinds.empty()) return faults;
-  const double est_steps = static_cast<double>(cfg.epochs) * static_cast<double>(cfg.records) /
-                           static_cast<double>(cfg.job.np * static_cast<int>(cfg.batch));
-  const int64_t hi = std::max<int64_t>(6, static_cast<int64_t>(0.7 * est_steps));
+  const int64_t hi = std::max<int64_t>(6, static_cast<int64_t>(0.7 * est_steps(cfg)));
   const int n = 1 + static_cast<int>(rng() % static_cast<uint64_t>(cfg.max_faults));
   for (int i = 0; i < n; ++i) {
     Fault f;
     f.kind = cfg.kinds[rng() % cfg.kinds.size()];
     if (f.kind == "kill") f.phase = cfg.phases[rng() % cfg.phases.size()];
-    f.at_step = 5 + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - 4));
+    // A stop is injected in the first 40 % of training (it is continued by 60 %).
+    const int64_t top = f.kind == "stop" ? std::max<int64_t>(6, hi * 4 / 7) : hi;
+    f.at_step = 5 + static_cast<int64_t>(rng() % static_cast<uint64_t>(top - 4));
     faults.push_back(f);
   }
   std::sort(faults.begin(), faults.end(), [](const Fault& a, const Fault& b) { return a.at_step < b.at_step; });
