@@ -7,6 +7,11 @@ add_dependencies(chaos_bench chaos_worker)
 if(TARGET edl-run)
   add_dependencies(chaos_bench edl-run)
 endif()
+if(EDL_BUILD_TESTS)
+  add_test(NAME "bench: chaos_bench rejects bad flag values"
+    COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:chaos_bench> -P ${PROJECT_SOURCE_DIR}/tests/bench/chaos_bad_values.cmake)
+  set_tests_properties("bench: chaos_bench rejects bad flag values" PROPERTIES LABELS bench TIMEOUT 120)
+endif()
 if(EDL_BUILD_TESTS AND TARGET edl-run)
   add_test(NAME "bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave, flood, hostile)"
     COMMAND chaos_bench --trials 4 --seed 7 --faults kill,kill2,stop,join,leave,flood,hostile --edl-run $<TARGET_FILE:edl-run>

@@ -214,6 +214,10 @@ void ChaosJob::kill_all() {
 // --- HostileClient --------------------------------------------------------------------------------
 
 bool HostileClient::start(const std::string& url, std::string* why) {
+  if (thread_.joinable()) {
+    *why = "a hostile client already runs";
+    return false;
+  }
   auto scheme = url.find("://");
   std::string rest = scheme == std::string::npos ? url : url.substr(scheme + 3);
   auto colon = rest.rfind(':');
