@@ -106,7 +106,8 @@ int run_trials(const TrialConfig& base, const cxxopts::ParseResult& a, JsonRows&
   std::vector<double> recoveries;
   int ok = 0;
   std::map<std::string, int> kind_count, kind_fail;
-  for (int i = 0; i < trials; ++i) {
+  const int first = a["first-trial"].as<int>();
+  for (int i = first; i < first + trials; ++i) {
     TrialConfig cfg = base;
     cfg.seed = seed * 1000003ull + static_cast<uint64_t>(i);
     cfg.trial = i;
@@ -211,6 +212,9 @@ int main(int argc, char** argv) {
   cxxopts::Options opts("chaos_bench", "random fault schedules against an elastic job under edl-run");
   opts.add_options()("trials", "trials", cxxopts::value<int>()->default_value("100"))(
       "seed", "seed of the fault schedules", cxxopts::value<uint64_t>()->default_value("1"))(
+      "first-trial", "number of the first trial (trial i uses seed * 1000003 + i: --first-trial 41 --trials 1 "
+                     "repeats trial 41)",
+      cxxopts::value<int>()->default_value("0"))(
       "faults", "fault kinds: kill,kill2,stop,stopforever,join,leave,stuck,flood,hostile",
       cxxopts::value<std::string>()->default_value("kill,kill2,stop,stopforever,join,leave,stuck,flood,hostile"))(
       "phases", "phases of the `kill` kind: step,commit,sync,rendezvous",
@@ -245,6 +249,7 @@ int main(int argc, char** argv) {
   cfg.kinds = parse_list("faults", a["faults"].as<std::string>(), kKinds);
   cfg.phases = parse_list("phases", a["phases"].as<std::string>(), kPhases);
   need(a["trials"].as<int>() >= 1, "--trials must be >= 1");
+  need(a["first-trial"].as<int>() >= 0, "--first-trial must be >= 0");
   need(a["max-faults"].as<int>() >= 1, "--max-faults must be >= 1");
   need(a["np"].as<int>() >= 2, "--np must be >= 2");
   need(a["max-np"].as<int>() >= a["np"].as<int>(), "--max-np must be >= --np");
