@@ -172,6 +172,7 @@ int run_mtbf(const TrialConfig& base, const cxxopts::ParseResult& a, JsonRows& j
     cfg.seed = a["seed"].as<uint64_t>() * 1000003ull + static_cast<uint64_t>(p);
     cfg.trial = p;
     cfg.mtbf_s = 0;
+    cfg.kinds.clear();  // the failure-free run: no drawn faults
     TrialResult clean = run_trial(cfg);
     cfg.mtbf_s = mtbf;
     TrialResult faulty = run_trial(cfg);
@@ -287,6 +288,8 @@ int main(int argc, char** argv) {
   cfg.timeout_s = a["trial-timeout-s"].as<int>();
   cfg.keep = a.count("keep") > 0;
   ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGINT, on_signal);
+  ::signal(SIGTERM, on_signal);
   JsonRows json(a["json"].as<std::string>());
   if (a["mtbf-s"].as<double>() > 0) {
     // One epoch sized so that the failure-free run lasts about --mtbf-run-s (a step takes about

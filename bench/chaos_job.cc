@@ -20,6 +20,16 @@
 
 namespace edl::bench::chaos {
 
+namespace {
+volatile sig_atomic_t g_running_job = 0;  // edl-run of the running job, for on_signal
+}
+
+void on_signal(int sig) {
+  if (g_running_job > 0) ::kill(g_running_job, SIGKILL);  // its workers die too (PR_SET_PDEATHSIG)
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -143,6 +153,7 @@ ChaosJob::ChaosJob(const JobConfig& cfg) : cfg_(cfg), log_(cfg.dir + "/log") {
     ::_exit(127);
   }
   ::setpgid(pid_, pid_);
+  g_running_job = pid_;
 }
 
 ChaosJob::~ChaosJob() { kill_all(); }
@@ -194,6 +205,7 @@ std::vector<Member> ChaosJob::members() {
 
 void ChaosJob::kill_all() {
   if (pid_ > 0) {
+    g_running_job = 0;
     if (poll() < 0) {
       ::kill(pid_, SIGTERM);
       for (int i = 0; i < 40 && poll() < 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -18,6 +18,10 @@ namespace edl::bench::chaos {
 
 double now_ms();  // CLOCK_MONOTONIC milliseconds (the workers' log uses the same clock)
 
+// SIGINT / SIGTERM handler of chaos_bench: SIGKILL to the running job's edl-run, then the default
+// action (the workers die with edl-run: PR_SET_PDEATHSIG).
+void on_signal(int sig);
+
 struct StepLine {
   std::string worker;
   int64_t step = 0;
