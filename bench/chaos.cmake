@@ -18,4 +18,9 @@ if(EDL_BUILD_TESTS AND TARGET edl-run)
             --worker $<TARGET_FILE:chaos_worker>)
   set_tests_properties("bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave, flood, hostile)"
     PROPERTIES LABELS bench TIMEOUT 600)
+  # Negative control: without the data position in the State a kill breaks the job or the audit.
+  add_test(NAME "bench: chaos_bench negative control fails"
+    COMMAND chaos_bench --trials 2 --seed 3 --faults kill --phases step --negative-control
+            --edl-run $<TARGET_FILE:edl-run> --worker $<TARGET_FILE:chaos_worker>)
+  set_tests_properties("bench: chaos_bench negative control fails" PROPERTIES LABELS bench TIMEOUT 600 WILL_FAIL TRUE)
 endif()

@@ -240,6 +240,8 @@ int main(int argc, char** argv) {
       cxxopts::value<double>()->default_value("70"))("pairs", "MTBF mode: paired runs",
                                                      cxxopts::value<int>()->default_value("3"))(
       "keep", "keep the work directories of ok trials too")(
+      "negative-control", "the workers do not register their data position in the State: after a kill "
+                          "records are trained twice or never, and trials must FAIL (shows what the audit catches)")(
       "json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))("h,help", "help");
   auto a = parse_flags(opts, argc, argv);
   if (a.count("help")) {
@@ -287,6 +289,7 @@ int main(int argc, char** argv) {
   cfg.max_faults = a["max-faults"].as<int>();
   cfg.timeout_s = a["trial-timeout-s"].as<int>();
   cfg.keep = a.count("keep") > 0;
+  cfg.negative_control = a.count("negative-control") > 0;
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, on_signal);
   ::signal(SIGTERM, on_signal);

@@ -296,6 +296,7 @@ TrialResult run_trial(const TrialConfig& cfg) {
                     "--epochs", std::to_string(cfg.epochs), "--seed", std::to_string(cfg.seed % 1000000),
                     "--step-ms", std::to_string(cfg.step_ms), "--params", std::to_string(cfg.params),
                     "--flood-mib", std::to_string(cfg.flood_mib)};
+  if (cfg.negative_control) jc.worker_args.push_back("--negative-control");
   const double t0 = now_ms();
   std::vector<Kill> kills;
   {

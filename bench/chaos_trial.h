@@ -27,6 +27,7 @@ struct TrialConfig {
   int timeout_s = 90;               // wall-time bound of a trial (a hang otherwise)
   double mtbf_s = 0;                // > 0: MTBF mode (kills at exponential intervals), no drawn faults
   bool keep = false;                // keep the work directory of an ok trial
+  bool negative_control = false;    // chaos_worker --negative-control: the audit must fail
 };
 
 struct Fault {

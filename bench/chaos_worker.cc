@@ -137,7 +137,9 @@ int main(int argc, char** argv) {
       "seed", "shuffle seed", cxxopts::value<uint64_t>()->default_value("1"))(
       "step-ms", "simulated compute per step", cxxopts::value<int>()->default_value("10"))(
       "params", "float32 parameters", cxxopts::value<size_t>()->default_value("4096"))(
-      "flood-mib", "MiB written to stdout when the flood marker appears", cxxopts::value<int>()->default_value("16"));
+      "flood-mib", "MiB written to stdout when the flood marker appears", cxxopts::value<int>()->default_value("16"))(
+      "negative-control", "do NOT register the data position in the State (a rollback then re-trains or skips "
+                          "records: the bench's exactly-once audit must fail)");
   auto args = edl::bench::parse_flags(opts, argc, argv);
   if (!args.count("dir")) {
     std::fprintf(stderr, "chaos_worker: --dir is required\n");
@@ -169,7 +171,7 @@ int main(int argc, char** argv) {
     edl::elastic::State state;
     state.register_tensor("counts", counts.data(), counts.size(), edl::DataType::kInt32);
     state.register_tensor("w", w.data(), w.size(), edl::DataType::kFloat32);
-    state.register_component("shards", &shards);
+    if (!args.count("negative-control")) state.register_component("shards", &shards);
     state.register_component("faults", &faults);
     state.on_generation([&](const edl::elastic::GenerationInfo& g) {
       g_generation = g.generation;
