@@ -93,11 +93,18 @@ if [ $DOC_ONLY -eq 0 ]; then
     SCALING_ARGS=(--steps 8 --warmup 2 --repeats 2)
     ELASTIC_ARGS=(--kills 2 --stops 1 --joins 2 --reps 1)
     CONVERGENCE_ARGS=(--quick)
+    CHAOS_ARGS=(--trials 20)
+    MTBF_ARGS=(--mtbf-run-s 30 --pairs 1)
   else
     SCALING_ARGS=()
     ELASTIC_ARGS=()
     CONVERGENCE_ARGS=()
+    CHAOS_ARGS=()
+    MTBF_ARGS=()
   fi
+  # The fault kinds the runtime handles today; add stuck,stopforever once the progress deadline and
+  # edl-run's ending of evicted workers are in (chaos_bench's default is every kind).
+  CHAOS_FAULTS="${CHAOS_FAULTS:-kill,kill2,stop,join,leave,flood,hostile}"
   run_bench allreduce_bench 1200 "$B/allreduce_bench" --local-ranks 2
   if [ -n "$EDL_RUN" ]; then
     run_bench fusion_bench 1200 "$EDL_RUN" -np 2 "$B/fusion_bench"
@@ -109,6 +116,8 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench optimizer_bench 1200 "$B/optimizer_bench"
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench shard_audit 900 "$B/shard_audit"
+  run_bench chaos_bench 1800 "$B/chaos_bench" --faults "$CHAOS_FAULTS" "${CHAOS_ARGS[@]}"
+  run_bench chaos_mtbf 1800 "$B/chaos_bench" --mtbf-s 10 "${MTBF_ARGS[@]}"
   run_bench netns_check 300 "$B/netns_check"
   run_bench scaling_bench 3600 "$X/scaling_bench" "${SCALING_ARGS[@]}"
   run_bench convergence 3600 "$X/convergence_exp" "${CONVERGENCE_ARGS[@]}"
