@@ -340,6 +340,11 @@ const std::vector<BenchInfo>& benches() {
        "Target at 2 ranks: overlap step_ms <= 0.8x no_overlap, overlap_fraction >= 0.6.", nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
+      {"controlplane_bench", "Control-plane faults on emulated hosts",
+       "Targets (medians of 5 runs): etcd leader kill pause <= 3000 ms with 0 lost steps; host crash pause <= "
+       "lease (3000 ms) + 1000 ms; partition: minority exit_s <= 10 s, split_brain_steps 0; Redis restart ok. "
+       "Scenarios step by step: docs/multihost.md.",
+       nullptr},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
       {"scaling_bench", "Scaling (FTlib benchmark reproduction)", "", scaling_section},

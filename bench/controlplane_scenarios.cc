@@ -7,7 +7,11 @@
 #include <stdexcept>
 #include <thread>
 
+#include <unistd.h>
+
 #include "commit_log.h"
+#include "edl/error.h"
+#include "edl/store.h"
 #include "emulated_hosts.h"
 
 namespace edl::bench {
@@ -203,6 +207,30 @@ const std::vector<std::string>& scenario_names() {
   static const std::vector<std::string> names = {"host_crash",         "partition",     "etcd_leader_kill",
                                                  "etcd_follower_kill", "redis_restart", "store_host_crash"};
   return names;
+}
+
+std::string store_unavailable(const std::string& store) {
+  std::string why = NetnsCluster::unsupported_reason();
+  if (!why.empty()) return why;
+  auto have = [](const std::string& name) {
+    for (const char* dir : {"/usr/sbin/", "/usr/bin/", "/sbin/", "/bin/", "/usr/local/bin/"})
+      if (access((dir + name).c_str(), X_OK) == 0) return true;
+    return false;
+  };
+  if (store == "redis" && !have("redis-server")) return "redis-server is not installed (Debian redis-server)";
+  if (store == "etcd") {
+    if (!have("etcd") || !have("etcdctl")) return "etcd / etcdctl are not installed (Debian etcd-server, etcd-client)";
+    try {
+      StoreOptions o;
+      o.connect_timeout = std::chrono::milliseconds(200);
+      connect_store("etcd://127.0.0.1:1", o);  // nothing listens there: only the scheme matters
+    } catch (const InvalidArgument& e) {
+      if (std::string(e.what()).find("unknown scheme") != std::string::npos)
+        return std::string("this build has no etcd:// store: ") + e.what();
+    } catch (const std::exception&) {  // a connection error: the scheme is known
+    }
+  }
+  return "";
 }
 
 bool scenario_applies(const std::string& scenario, const std::string& store) {

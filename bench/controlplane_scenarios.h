@@ -47,6 +47,9 @@ struct ScenarioResult {
 };
 
 const std::vector<std::string>& scenario_names();
+// "" when jobs on `store` can run here, else why not: no root / namespaces, redis-server or
+// etcd + etcdctl not installed, or this build's store factory has no etcd:// scheme.
+std::string store_unavailable(const std::string& store);
 bool scenario_applies(const std::string& scenario, const std::string& store);
 // Runs one scenario; failures of the job are reported in the result (ok = false, detail), harness
 // failures (namespaces, missing programs) throw std::runtime_error.

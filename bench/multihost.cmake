@@ -3,7 +3,7 @@
 # tests/multihost and controlplane_bench.
 add_library(edl_emulated_hosts STATIC commit_log.cc emulated_hosts.cc controlplane_scenarios.cc)
 target_include_directories(edl_emulated_hosts PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(edl_emulated_hosts PUBLIC edl_netns PRIVATE nlohmann_json::nlohmann_json)
+target_link_libraries(edl_emulated_hosts PUBLIC edl_netns edl PRIVATE nlohmann_json::nlohmann_json)
 target_compile_options(edl_emulated_hosts PRIVATE ${EDL_COMPILE_OPTIONS})
 
 add_executable(multihost_worker multihost_worker.cc)

@@ -7,7 +7,8 @@
 #   --build DIR   build tree with bench/ (default: build)
 #   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, series/, plots/ (default: DIR/bench-results)
 #   --only LIST   run only these benches (the doc is still made from everything in --out)
-#   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp)
+#   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
+#                 controlplane_bench)
 #   --doc-only    do not run anything; regenerate the doc and the plots from --out
 #
 # Needs only bash, coreutils and what the project builds; gnuplot (Debian gnuplot-nox) for the PNGs.
@@ -91,7 +92,9 @@ if [ $DOC_ONLY -eq 0 ]; then
     SCALING_ARGS=(--steps 8 --warmup 2 --repeats 2)
     ELASTIC_ARGS=(--kills 2 --stops 1 --joins 2 --reps 1)
     CONVERGENCE_ARGS=(--quick)
+    CONTROLPLANE_ARGS=(--runs 1)
   else
+    CONTROLPLANE_ARGS=()
     SCALING_ARGS=()
     ELASTIC_ARGS=()
     CONVERGENCE_ARGS=()
@@ -108,6 +111,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench shard_audit 900 "$B/shard_audit"
   run_bench netns_check 300 "$B/netns_check"
+  run_bench controlplane_bench 3600 "$B/controlplane_bench" --store redis,embedded,etcd "${CONTROLPLANE_ARGS[@]}"
   run_bench scaling_bench 3600 "$B/scaling_bench" "${SCALING_ARGS[@]}"
   run_bench convergence 3600 "$B/convergence_exp" "${CONVERGENCE_ARGS[@]}"
   # The simulator takes EDL's own scaling curve and recovery times when both benches produced rows.

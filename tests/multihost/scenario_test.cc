@@ -12,48 +12,22 @@
 #include <string>
 
 #include "controlplane_scenarios.h"
-#include "edl/error.h"
-#include "edl/store.h"
-#include "netns.h"
 
 namespace {
-
-bool have_program(const std::string& name) {
-  for (const char* dir : {"/usr/sbin/", "/usr/bin/", "/sbin/", "/bin/", "/usr/local/bin/"})
-    if (access((dir + name).c_str(), X_OK) == 0) return true;
-  return false;
-}
 
 bool require_deps() {
   const char* v = std::getenv("EDL_REQUIRE_DEPS");
   return v && std::string(v) == "1";
 }
 
-// True when the scenario can run here; otherwise WARNs (or FAILs under EDL_REQUIRE_DEPS=1).
+// True when the scenario can run here; otherwise WARNs, or FAILs under EDL_REQUIRE_DEPS=1 (a build
+// without the etcd:// store only WARNs: that is a feature of the build, not a missing dependency).
 bool ready(const std::string& store) {
-  std::string why = edl::bench::NetnsCluster::unsupported_reason();
-  if (why.empty() && store == "redis" && !have_program("redis-server")) why = "redis-server is not installed";
-  if (why.empty() && store == "etcd" && (!have_program("etcd") || !have_program("etcdctl")))
-    why = "etcd / etcdctl are not installed (Debian etcd-server, etcd-client)";
-  if (!why.empty()) {
-    if (require_deps()) FAIL("EDL_REQUIRE_DEPS=1 but " << why);
-    WARN("skipped: " << why);
-    return false;
-  }
-  if (store == "etcd") {
-    try {
-      edl::StoreOptions o;
-      o.connect_timeout = std::chrono::milliseconds(200);
-      edl::connect_store("etcd://127.0.0.1:1", o);
-    } catch (const edl::InvalidArgument& e) {
-      if (std::string(e.what()).find("unknown scheme") != std::string::npos) {
-        WARN("skipped: this build has no etcd:// store (" << e.what() << ")");
-        return false;
-      }
-    } catch (const std::exception&) {  // a store error: the scheme is known
-    }
-  }
-  return true;
+  std::string why = edl::bench::store_unavailable(store);
+  if (why.empty()) return true;
+  if (require_deps() && why.find("etcd:// store") == std::string::npos) FAIL("EDL_REQUIRE_DEPS=1 but " << why);
+  WARN("skipped: " << why);
+  return false;
 }
 
 int namespaces_left() {
