@@ -28,6 +28,14 @@ int64_t max_step(const CommitLog& l, const std::set<std::string>& hosts = {}) {
   return m;
 }
 
+// Highest step committed at or before `t` (-1: none).
+int64_t step_at(const CommitLog& l, double t) {
+  int64_t m = -1;
+  for (const Commit& c : l.commits)
+    if (c.mono_ms <= t) m = std::max(m, c.step);
+  return m;
+}
+
 std::set<std::string> names_of(const std::vector<int>& hosts) {
   std::set<std::string> s;
   for (int h : hosts) s.insert(EmulatedHosts::host_name(h));
@@ -113,9 +121,8 @@ std::vector<int> all_but(int hosts, int victim) {
 
 bool host_crash(EmulatedHosts& e, ScenarioResult& r, double* t_fault) {
   int victim = e.hosts() - 1;
-  int64_t base = max_step(e.log());
-  *t_fault = EmulatedHosts::now_ms();
-  e.crash_host(victim);
+  *t_fault = e.crash_host(victim);
+  int64_t base = step_at(e.log(), *t_fault);
   std::vector<int> rest = all_but(e.hosts(), victim);
   return progressed(e, rest, base, *t_fault, r, "host crash") && finish(e, rest, r);
 }
@@ -124,9 +131,8 @@ bool partition(EmulatedHosts& e, ScenarioResult& r, double* t_fault) {
   int victim = e.hosts() - 1;
   std::string vname = EmulatedHosts::host_name(victim);
   std::vector<int> rest = all_but(e.hosts(), victim);
-  int64_t base = max_step(e.log());
-  *t_fault = EmulatedHosts::now_ms();
-  e.cut_link(victim);
+  *t_fault = e.cut_link(victim);
+  int64_t base = step_at(e.log(), *t_fault);
   if (!progressed(e, rest, base, *t_fault, r, "partition")) return false;
   // The cut-off host's workers must stop with an error (or its edl-run exit) on their own.
   double stopped = -1;
@@ -167,26 +173,23 @@ bool etcd_member_kill(EmulatedHosts& e, ScenarioResult& r, double* t_fault, bool
     return false;
   }
   int victim = leader ? lead : (lead + 1) % e.hosts();
-  int64_t base = max_step(e.log());
-  *t_fault = EmulatedHosts::now_ms();
-  e.kill_etcd(victim);
+  *t_fault = e.kill_etcd(victim);
+  int64_t base = step_at(e.log(), *t_fault);
   std::vector<int> every = all_but(e.hosts(), -1);
   return progressed(e, every, base, *t_fault, r, leader ? "etcd leader kill" : "etcd follower kill") &&
          finish(e, every, r);
 }
 
 bool redis_restart(EmulatedHosts& e, ScenarioResult& r, double* t_fault) {
-  int64_t base = max_step(e.log());
-  *t_fault = EmulatedHosts::now_ms();
-  e.kill_redis();
+  *t_fault = e.kill_redis();
+  int64_t base = step_at(e.log(), *t_fault);
   e.start_redis();
   std::vector<int> every = all_but(e.hosts(), -1);
   return progressed(e, every, base, *t_fault, r, "redis restart") && finish(e, every, r);
 }
 
 bool store_host_crash(EmulatedHosts& e, ScenarioResult& r, double* t_fault) {
-  *t_fault = EmulatedHosts::now_ms();
-  e.crash_host(0);
+  *t_fault = e.crash_host(0);
   double last = -1;
   for (int h = 1; h < e.hosts(); ++h) {
     int code = e.wait_exit(h, kWaitMs);
@@ -272,9 +275,7 @@ ScenarioResult run_scenario(const std::string& scenario, const ScenarioOptions& 
   }
   CommitLog log = e.log();
   if (t_fault > 0) {  // the pause up to the first commit kProgressSteps beyond the step at the fault
-    int64_t base = -1;
-    for (const Commit& c : log.commits)
-      if (c.mono_ms <= t_fault) base = std::max(base, c.step);
+    int64_t base = step_at(log, t_fault);
     double end = -1;
     for (const Commit& c : log.commits)
       if (c.mono_ms > t_fault && c.step >= base + kProgressSteps && (end < 0 || c.mono_ms < end)) end = c.mono_ms;

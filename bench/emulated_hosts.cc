@@ -274,8 +274,8 @@ int EmulatedHosts::wait_exit(int h, double timeout_ms) {
   return exit_code(h);
 }
 
-void EmulatedHosts::crash_host(int h) {
-  cut_link(h);  // first: the peers must not see the kernel close the sockets (no RST, no FIN)
+double EmulatedHosts::crash_host(int h) {
+  double t = cut_link(h);  // first: the peers must not see the kernel close the sockets (no RST, no FIN)
   kill_namespace(h);
   if (runs_.at(h) > 0) {
     int status = 0;
@@ -288,11 +288,13 @@ void EmulatedHosts::crash_host(int h) {
     waitpid(etcd_[h], nullptr, 0);
     etcd_[h] = -1;
   }
+  return t;
 }
 
-void EmulatedHosts::cut_link(int h) {
+double EmulatedHosts::cut_link(int h) {
   CommandResult r = run_command({"ip", "-n", net_->switch_ns(), "link", "set", "p" + std::to_string(h), "down"});
   if (r.status != 0) throw std::runtime_error("EmulatedHosts: cannot cut host" + std::to_string(h) + ": " + r.output);
+  return now_ms();
 }
 
 void EmulatedHosts::heal_link(int h) {
@@ -313,11 +315,13 @@ void EmulatedHosts::start_redis() {
   wait_tcp(ns, net_->address(ns), kRedisPort, 20000);
 }
 
-void EmulatedHosts::kill_redis() {
-  if (redis_ <= 0) return;
-  ::kill(redis_, SIGKILL);
-  waitpid(redis_, nullptr, 0);
-  redis_ = -1;
+double EmulatedHosts::kill_redis() {
+  if (redis_ > 0) {
+    ::kill(redis_, SIGKILL);
+    waitpid(redis_, nullptr, 0);
+    redis_ = -1;
+  }
+  return now_ms();
 }
 
 void EmulatedHosts::start_etcd(int h) {
@@ -357,11 +361,13 @@ int EmulatedHosts::etcd_leader() {
   return -1;
 }
 
-void EmulatedHosts::kill_etcd(int h) {
-  if (etcd_.at(h) <= 0) return;
-  ::kill(etcd_[h], SIGKILL);
-  waitpid(etcd_[h], nullptr, 0);
-  etcd_[h] = -1;
+double EmulatedHosts::kill_etcd(int h) {
+  if (etcd_.at(h) > 0) {
+    ::kill(etcd_[h], SIGKILL);
+    waitpid(etcd_[h], nullptr, 0);
+    etcd_[h] = -1;
+  }
+  return now_ms();
 }
 
 }  // namespace edl::bench

@@ -74,14 +74,14 @@ class EmulatedHosts {
   // Monotonic ms at which host h's edl-run was seen to exit (-1 if not yet).
   double exit_time_ms(int h) const { return exit_ms_.at(h); }
 
-  // --- faults ----------------------------------------------------------------------------------
-  void crash_host(int h);                 // cut link, SIGKILL everything in the namespace
-  void cut_link(int h);                   // switch-side veth down (silent drop both ways)
+  // --- faults: each returns now_ms() right after it took effect (the fault time) ------------------
+  double crash_host(int h);               // cut link (the fault time), SIGKILL everything in the namespace
+  double cut_link(int h);                 // switch-side veth down (silent drop both ways)
   void heal_link(int h);
-  void kill_redis();                      // SIGKILL redis-server
+  double kill_redis();                    // SIGKILL redis-server
   void start_redis();                     // (re)start it on the same address and AOF directory
   int etcd_leader();                      // host index of the etcd leader (-1 if none is known)
-  void kill_etcd(int h);                  // SIGKILL host h's etcd member
+  double kill_etcd(int h);                // SIGKILL host h's etcd member
 
  private:
   pid_t spawn(int ns_index, const std::vector<std::string>& argv, const std::string& out_path,
