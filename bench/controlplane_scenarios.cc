@@ -20,6 +20,9 @@ namespace {
 constexpr int kWarmSteps = 20;      // steps every host trains together before the fault
 constexpr int kProgressSteps = 20;  // steps the survivors must train after it
 constexpr double kWaitMs = 45000;   // bound of every wait for the job (a hang guard, not a target)
+// Bound for the cut-off side to stop: a worker blocked in a collective may wait out its deadline
+// (EDL_TIMEOUT_MS, 30 s by default) before its store client gives up; a hang guard as well.
+constexpr double kStopWaitMs = 60000;
 
 int64_t max_step(const CommitLog& l, const std::set<std::string>& hosts = {}) {
   int64_t m = -1;
@@ -143,10 +146,10 @@ bool partition(EmulatedHosts& e, ScenarioResult& r, double* t_fault) {
         else if (e.exit_code(victim) != -1) stopped = e.exit_time_ms(victim);
         return stopped > 0;
       },
-      kWaitMs);
+      kStopWaitMs);
   if (stopped < 0) {
     r.detail = "partition: the cut-off " + vname + " kept its workers running for " +
-               std::to_string(static_cast<int>(kWaitMs / 1000)) + " s; " + tail(e, victim);
+               std::to_string(static_cast<int>(kStopWaitMs / 1000)) + " s; " + tail(e, victim);
     return false;
   }
   r.exit_s = (stopped - *t_fault) / 1000;
@@ -192,7 +195,7 @@ bool store_host_crash(EmulatedHosts& e, ScenarioResult& r, double* t_fault) {
   *t_fault = e.crash_host(0);
   double last = -1;
   for (int h = 1; h < e.hosts(); ++h) {
-    int code = e.wait_exit(h, kWaitMs);
+    int code = e.wait_exit(h, kStopWaitMs);
     if (code == -1 || code == 0) {
       r.detail = "store host crash: " + EmulatedHosts::host_name(h) + "'s edl-run " +
                  (code == -1 ? std::string("did not exit") : "exited 0") + "; " + tail(e, h);
