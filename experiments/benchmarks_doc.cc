@@ -339,6 +339,12 @@ void convergence_section(Ctx& c, const Rows& rows) {
   curves(loss, "convergence_loss", "training loss (epoch mean)", "training loss per epoch, all runs");
 }
 
+void controlplane_section(Ctx& c, const Rows& rows) {
+  table(c, rows, {"scenario", "store", "hosts", "pause_ms", "lost_steps", "split_brain_steps", "exit_s", "ok"});
+  c.md << "pause_ms and exit_s: medians of the runs (empty: no run had one); lost_steps and split_brain_steps: "
+          "the most of any run; ok: every run passed its checks.\n";
+}
+
 struct BenchInfo {
   std::string name, title, anchors;
   void (*special)(Ctx&, const Rows&) = nullptr;
@@ -365,6 +371,11 @@ const std::vector<BenchInfo>& benches() {
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
       {"chaos_bench", "Chaos trials (random fault schedules under edl-run)", "", chaos_section},
       {"chaos_mtbf", "Goodput under random kills (chaos_bench --mtbf-s)", "", chaos_section},
+      {"controlplane_bench", "Control-plane faults on emulated hosts",
+       "Targets (medians of 5 runs): etcd leader kill pause <= 3000 ms with 0 lost steps; host crash pause <= "
+       "lease (3000 ms) + 1000 ms; partition: minority exit_s <= 10 s, split_brain_steps 0; Redis restart ok. "
+       "Scenarios step by step: docs/multihost.md.",
+       controlplane_section},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
       {"scaling_bench", "Scaling (FTlib benchmark reproduction)", "", scaling_section},
