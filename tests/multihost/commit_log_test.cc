@@ -18,7 +18,7 @@ std::string commit(const std::string& w, const std::string& h, int step, int gen
 
 }  // namespace
 
-TEST_CASE("commit log lines parse; other and torn lines are skipped", "[multihost]") {
+TEST_CASE("commit log lines parse, other and torn lines are skipped", "[multihost]") {
   std::string text = "start host0:0.0 host0 4711 10.5 1700000000000.0\n" + commit("host0:0.0", "host0", 1, 1, 42, 11) +
                      "gen host0:0.0 host0 1 0 3 9.0 1.0\n"
                      "error host2:0.0 host2 20.25 1700000000001.0 store redis://10.77.0.4:6379: timed out\n"
