@@ -26,13 +26,36 @@
 // Thread-safety: run() and notify_batch_end() from the training thread only.
 #pragma once
 
+#include <exception>
 #include <functional>
+#include <string>
 
+#include "edl/error.h"
 #include "edl/export.h"
 #include "edl/state.h"
 
 namespace edl {
 namespace elastic {
+
+// The exit status a worker process uses when the job failed for good (JobFailed): edl-run then
+// fails the job at once instead of restarting workers. edl-run also reads `<job>/failed`.
+constexpr int kJobFailedExitCode = 3;
+
+// The job failed with an error a restart cannot cure: a MismatchError, a DataError or any other
+// exception out of the user's function (unless EDL_RETRY_USER_ERRORS=1). run() throws it on every
+// member; the reason is also stored at `<job>/failed`. cause() is the original exception on the
+// worker where it happened (null elsewhere). A JobError, so `catch (const JobError&)` still works.
+class EDL_API JobFailed : public JobError {
+ public:
+  explicit JobFailed(const std::string& reason, std::exception_ptr cause = nullptr)
+      : JobError("edl: job failed: " + reason), reason_(reason), cause_(std::move(cause)) {}
+  const std::string& reason() const { return reason_; }
+  std::exception_ptr cause() const { return cause_; }
+
+ private:
+  std::string reason_;
+  std::exception_ptr cause_;
+};
 
 // The retry loop of an elastic job (see above). Without EDL_ELASTIC=1 (a static world) it syncs the
 // state from rank 0 and calls fn once: failures propagate.

@@ -71,12 +71,6 @@ LeaseValue parse_lease(const std::string& v) {
   return out;
 }
 
-// Age of a lease value by this machine's wall clock (0 when unknown).
-milliseconds beat_age(const LeaseValue& v) {
-  if (v.wall <= 0) return milliseconds(0);
-  return milliseconds(std::max<int64_t>(0, wall_ms() - v.wall));
-}
-
 // Opens the liveness probe: a listening socket that exists exactly as long as the process. A
 // connect to it is refused at once when the process died (the kernel closed it); a stopped process
 // still accepts in the kernel, so SIGSTOP is left to the heartbeat rule. Returns -1 on failure.
@@ -255,9 +249,12 @@ void Membership::heartbeat_now() {
   heartbeat();
 }
 
+// The wall-clock stamp is for people reading the store; no liveness decision ever compares it with
+// another host's clock (docs/elastic.md, "Failure detection").
 void Membership::heartbeat() {
+  int64_t wall = wall_ms() + opt_.wall_clock_offset.count();
   store_->set_lease(keys_.lease(opt_.worker_id),
-                    std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall_ms()) + " " + probe_,
+                    std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall) + " " + probe_,
                     opt_.lease);
 }
 
@@ -292,6 +289,7 @@ void Membership::loop() {
         next_check = Clock::now() + opt_.heartbeat;
         lock.unlock();
         check_peers(w);
+        check_progress(w);
         lock.lock();
         continue;
       }
@@ -326,15 +324,56 @@ void Membership::check_peers(const Watch& w) {
   std::set<std::string> alive(live.begin(), live.end());
   for (size_t r = 0; r < w.view.members.size(); ++r) {
     const auto& m = w.view.members[r];
-    if (alive.count(m.id)) continue;
+    // While the communicator is being built, a member whose process died (probe refused) is
+    // reported at once rather than when its lease expires.
+    bool refused = alive.count(m.id) && w.building && m.id != opt_.worker_id && provably_dead(m.id);
+    if (alive.count(m.id) && !refused) continue;
     if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
     if (store_->get(keys_.finished())) return;               // the job is over; leases go away
     std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
-                         std::to_string(w.view.id) + ") stopped heartbeating: its lease expired";
+                         std::to_string(w.view.id) + ") " +
+                         (refused ? "died: its liveness probe was refused"
+                                  : "stopped heartbeating: its lease expired");
     announce_abort(w.view.id, reason);
     report_failure(w.epoch, reason);
     return;
   }
+}
+
+// The progress deadline, judged by this worker's own monotonic clock: in a synchronous job a rank
+// stuck inside a batch stalls every member, so any member that passed no batch boundary for the
+// deadline aborts the generation. The stuck rank does not arrive at the next rendezvous and is left
+// out of it (after EDL_RENDEZVOUS_GRACE_MS); when it resumes it finds its generation gone.
+void Membership::check_progress(const Watch& w) {
+  milliseconds limit{0}, idle{0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!progress_armed_ || watch_.epoch != w.epoch) return;
+    limit = opt_.progress_timeout.count() > 0 ? opt_.progress_timeout
+                                              : std::max(opt_.progress_floor, 10 * longest_batch_);
+    idle = std::chrono::duration_cast<milliseconds>(Clock::now() - last_progress_);
+    if (idle < limit) return;
+    progress_armed_ = false;
+  }
+  std::string reason = "no batch boundary on worker " + opt_.worker_id + " for " + std::to_string(idle.count()) +
+                       " ms (progress deadline " + std::to_string(limit.count()) +
+                       " ms, EDL_PROGRESS_TIMEOUT_MS): a member of generation " + std::to_string(w.view.id) +
+                       " is stuck";
+  announce_abort(w.view.id, reason);
+  report_failure(w.epoch, reason);
+}
+
+void Membership::progress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto now = Clock::now();
+  if (progress_armed_) longest_batch_ = std::max(longest_batch_, std::chrono::duration_cast<milliseconds>(now - last_progress_));
+  last_progress_ = now;
+  progress_armed_ = true;
+}
+
+void Membership::built() {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_.building = false;
 }
 
 void Membership::handle_event(const Watch& w) {
@@ -374,6 +413,8 @@ void Membership::watch(const GenerationView& g, std::function<void(const std::st
   watch_.known_event.reset();  // any bump of g<G>/event, even one made before we watch, is news
   watch_.on_failure = std::move(on_failure);
   watch_.reported = false;
+  watch_.building = true;
+  progress_armed_ = false;  // armed by the first progress() in this generation
   pending_.store(false);
   cv_.notify_all();
 }
@@ -383,6 +424,7 @@ void Membership::unwatch() {
   watch_.epoch++;
   watch_.active = false;
   watch_.on_failure = nullptr;
+  progress_armed_ = false;
   pending_.store(false);
 }
 
@@ -411,6 +453,23 @@ void Membership::check_finished() {
   if (store_->get(keys_.finished())) throw JobFinished();
 }
 
+void Membership::check_failed() {
+  if (auto reason = store_->get(keys_.failed())) throw JobFailed(*reason);
+}
+
+void Membership::mark_failed(const std::string& reason) {
+  store_->compare_set(keys_.failed(), std::nullopt, reason);  // the first reason wins
+}
+
+std::optional<std::string> Membership::failed_reason() { return store_->get(keys_.failed()); }
+
+// Provably gone: the lease is absent (expired, or removed at a clean exit) or the liveness probe is
+// refused (the process is dead: the kernel closed its socket). A stopped or busy process is neither.
+bool Membership::provably_dead(const std::string& id) {
+  auto v = store_->get(keys_.lease(id));
+  return !v || probe_refused(parse_lease(*v), opt_.hostname);
+}
+
 void Membership::arrive(uint64_t round) {
   int64_t seq = store_->add(keys_.seq(), 1);
   store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname);
@@ -424,6 +483,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
   uint64_t round = member ? previous->id + 1 : latest_generation() + 1;
   for (;;) {
     check_finished();
+    fault("rendezvous:arrive");
     arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
     fault("rendezvous:arrived");
@@ -472,18 +532,19 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       tried = true;
       if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
     }
-    auto v = store_->wait_change(keys_.members(round), std::nullopt, opt_.lease);
+    // Wait for the decision in slices of two heartbeats; after each empty slice the decider's
+    // liveness is checked: lease gone or probe refused (a kill -9) = dead, taken over at once.
+    auto v = store_->wait_change(keys_.members(round), std::nullopt, 2 * opt_.heartbeat);
     if (v) return v;
-    // No decision within a lease period.
     check_finished();
+    check_failed();
     if (latest_generation() >= round) return std::nullopt;  // round went stale (its keys were cleaned)
     auto d = store_->get(keys_.decider(round));
     if (!d) {
       tried = false;
       continue;
     }
-    auto live = live_workers();
-    if (*d != opt_.worker_id && std::find(live.begin(), live.end(), *d) == live.end() && eligible(round, member)) {
+    if (*d != opt_.worker_id && provably_dead(*d) && eligible(round, member)) {
       EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": decider " << *d << " of generation " << round
                  << " died; taking over";
       if (store_->compare_set(keys_.decider(round), d, opt_.worker_id)) decide(round, member);
@@ -531,7 +592,7 @@ void Membership::decide_first(uint64_t round) {
     std::set<std::string> alive(live.begin(), live.end());
     std::vector<Member> members;
     for (const auto& a : arrivals(round)) {
-      if (!alive.count(a.id)) continue;  // arrived, then died before the decision
+      if (!alive.count(a.id) || provably_dead(a.id)) continue;  // arrived, then died before the decision
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
       members.push_back(Member{a.id, a.host});
     }
@@ -573,8 +634,8 @@ void Membership::decide_next(uint64_t round) {
   };
   auto arrived = arrived_ids();
   // A missing member is dead when its lease is gone (expired, or removed by the launcher when the
-  // process exited) or its last refresh is older than `stale` — by the beat's wall-clock stamp, or,
-  // whatever the clocks say, when the beat did not change for `stale` while we watched.
+  // process exited), its liveness probe is refused, or its beat did not change for `stale` while we
+  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours).
   const milliseconds stale = opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(30);
   std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
   for (;;) {
@@ -587,11 +648,7 @@ void Membership::decide_next(uint64_t round) {
       auto now = Clock::now();
       auto it = seen.find(id);
       if (it == seen.end() || it->second.first != beat) seen[id] = {beat, now};
-      bool dead = !beat || now - seen[id].second >= stale;
-      if (!dead) {
-        LeaseValue lv = parse_lease(*beat);
-        dead = beat_age(lv) >= stale || probe_refused(lv, opt_.hostname);
-      }
+      bool dead = !beat || now - seen[id].second >= stale || probe_refused(parse_lease(*beat), opt_.hostname);
       if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
         expected.erase(id);
@@ -615,12 +672,17 @@ void Membership::decide_next(uint64_t round) {
     for (const auto& a : arr) in.insert(a.id);
     live = live_workers();
     alive = std::set<std::string>(live.begin(), live.end());
+    // Every arrival is probed once more at decision time: one that died after arriving (its lease
+    // still runs) is dropped now instead of holding the new generation's connect for a lease.
+    std::set<std::string> dead;
+    for (const auto& a : arr)
+      if (alive.count(a.id) && provably_dead(a.id)) dead.insert(a.id);
     for (const auto& m : prev)
-      if (expected.count(m.id) && in.count(m.id)) members.push_back(m);
+      if (expected.count(m.id) && in.count(m.id) && !dead.count(m.id)) members.push_back(m);
     std::set<std::string> placed;
     for (const auto& m : members) placed.insert(m.id);
     for (const auto& a : arr) {  // newcomers (and members dropped above that arrived late) in arrival order
-      if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id)) continue;
+      if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id) || dead.count(a.id)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
       members.push_back(Member{a.id, a.host});
     }
