@@ -521,7 +521,7 @@ bool Membership::eligible(uint64_t round, bool member) {
   auto live = live_workers();
   std::set<std::string> alive(live.begin(), live.end());
   for (const auto& m : parse_members(*prev))
-    if (alive.count(m.id)) return false;
+    if (alive.count(m.id) && !provably_dead(m.id)) return false;  // killed members count as gone at once
   return true;
 }
 

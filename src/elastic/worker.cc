@@ -280,11 +280,19 @@ void Worker::run(State& state, const std::function<void()>& fn) {
     join();
     // Commits carry the job id and the job's lineage; a checkpoint of another job or lineage is refused.
     const Keys& k = membership_.keys();
-    state_set_identity(state, opt_.membership.job_id, store_->get(k.lineage()).value_or(""));
     state_on_checkpoint_written(state, [this, k](int64_t step, const std::string& lineage) {
       record_checkpoint(k, step, lineage);
     });
-    if (state.committed_step() < 0 && !state.load_checkpoint()) state.commit();
+    if (state.committed_step() < 0) {
+      // A checkpoint must be of this job and (when the job has one already) of its lineage.
+      state_set_identity(state, opt_.membership.job_id, store_->get(k.lineage()).value_or(""));
+      if (!state.load_checkpoint()) {
+        state_set_identity(state, opt_.membership.job_id, "");  // a fresh state belongs to no lineage yet
+        state.commit();
+      }
+    } else {
+      state_set_identity(state, opt_.membership.job_id, state_lineage(state));
+    }
     set_current_group(group().get());
     bool synced = false;
     while (!synced) {
