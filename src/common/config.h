@@ -44,6 +44,8 @@ struct Config {
   bool allow_restart_from_scratch = false;  // EDL_ALLOW_RESTART_FROM_SCRATCH: all members lost and no
                                             //   checkpoint: start over instead of JobError
   int test_clock_offset_ms = 0;     // EDL_TEST_CLOCK_OFFSET_MS: test hook, skews this worker's wall clock
+  std::string test_kill_at;         // EDL_TEST_KILL_AT: test hook, SIGKILL self at this elastic protocol
+                                    //   point (e.g. "rendezvous:arrived"); "" = never
 
   // --- collectives -----------------------------------------------------------------------------
   int timeout_ms = 30000;           // EDL_TIMEOUT_MS: deadline of every collective

@@ -2,6 +2,9 @@
 // Runtime (src/common/runtime.cc calls start_elastic / stop_elastic).
 #include "elastic/api.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <csignal>
 
 #include "collective/engine.h"
@@ -83,6 +86,12 @@ WorkerOptions worker_options_from(const Config& c) {
   m.progress_timeout = std::chrono::milliseconds(c.progress_timeout_ms);
   m.progress_floor = std::chrono::milliseconds(c.timeout_ms);
   m.wall_clock_offset = std::chrono::milliseconds(c.test_clock_offset_ms);
+  if (!c.test_kill_at.empty()) {
+    std::string at = c.test_kill_at;  // test hook: die like kill -9 at this protocol point
+    m.fault = [at](const std::string& point) {
+      if (point == at) ::kill(::getpid(), SIGKILL);
+    };
+  }
   o.retry_user_errors = c.retry_user_errors;
   o.allow_restart_from_scratch = c.allow_restart_from_scratch;
   o.reset_limit = c.reset_limit;
