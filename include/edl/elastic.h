@@ -17,8 +17,12 @@
 //   - a membership change agreed at a batch boundary (a worker joins, or leaves after SIGTERM):
 //     notify_batch_end throws MembershipChanged; run commits, re-rendezvouses, syncs and calls fn
 //     again with no step lost;
+//   - an error a restart cannot cure (MismatchError, DataError, any other exception of fn that is
+//     not a CommError): the job fails at once — <job>/failed holds the reason and every member's
+//     run throws JobFailed; exit with kJobFailedExitCode (3). EDL_RETRY_USER_ERRORS=1 retries
+//     them like peer failures instead;
 //   - JobError (reset limit reached, fewer than the minimum workers for longer than
-//     EDL_RENDEZVOUS_TIMEOUT_MS) propagates: exit cleanly.
+//     EDL_RENDEZVOUS_TIMEOUT_MS, all members lost and no checkpoint) propagates: exit cleanly.
 // run returns when fn returns, when this worker left gracefully (SIGTERM), or when the job finished
 // before this late joiner was admitted (a worker that trained, was evicted and missed the end gets
 // JobError instead: its state is stale). fn must be restartable: it continues from state.step.
