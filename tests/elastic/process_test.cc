@@ -309,3 +309,21 @@ TEST_CASE("processes: a user error fails the job with exit code 3 and <job>/fail
   REQUIRE(job.wait_for([&] { return job.errors.size() == 3; }, 2s));
   CHECK(job.max_step() <= 12);
 }
+
+// Issue 13 item 1: a worker stuck inside a batch keeps its lease; with a one-minute collective
+// deadline only the progress deadline (1 s here) can unblock the others. They go on without it
+// (a generation of 2 trains); the stuck worker, when it wakes, rejoins or finds the job finished.
+TEST_CASE("processes: a worker stuck inside a batch is evicted by the progress deadline", "[process][progress]") {
+  ProcJob job("pstuck", 150);
+  std::map<std::string, std::string> env = {{"EDL_PROGRESS_TIMEOUT_MS", "1000"}, {"EDL_TIMEOUT_MS", "60000"}};
+  job.spawn("a", 2, 3, "process-test-secret", env);
+  job.spawn("b", 2, 3, "process-test-secret", env);
+  job.spawn("c", 2, 3, "process-test-secret", env, {"--stall-at", "20", "--stall-ms", "8000"});
+  REQUIRE(job.wait_for([&] { return job.done.count("a") && job.done.count("b"); }, 60s));
+  bool trained_without_c = false;
+  for (const auto& st : job.steps) trained_without_c = trained_without_c || (st.size == 2 && st.step > 20);
+  CHECK(trained_without_c);
+  job.check_done({"a", "b"});
+  int c_status = job.exit_status("c", 30s);
+  CHECK((c_status == 0 || c_status == 1));  // rejoined and finished, or evicted with stale state
+}
