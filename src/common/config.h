@@ -39,7 +39,7 @@ struct Config {
   int start_window_ms = 1000;       // EDL_START_WINDOW_MS: first rendezvous waits this long for more workers
   int commit_every = 1;             // EDL_COMMIT_EVERY: notify_batch_end commits every N batches
   int progress_timeout_ms = 0;      // EDL_PROGRESS_TIMEOUT_MS: no batch boundary this long aborts the
-                                    //   generation (0 = auto: max(EDL_TIMEOUT_MS, 10 x longest batch))
+                                    //   generation (0 = auto: max(EDL_TIMEOUT_MS, 10 x longest batch); -1 = off)
   bool retry_user_errors = false;   // EDL_RETRY_USER_ERRORS: retry user/mismatch/data errors in place
   bool allow_restart_from_scratch = false;  // EDL_ALLOW_RESTART_FROM_SCRATCH: all members lost and no
                                             //   checkpoint: start over instead of JobError

@@ -266,7 +266,7 @@ void Membership::check_progress(const Watch& w) {
   milliseconds limit{0}, idle{0};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!progress_armed_ || watch_.epoch != w.epoch) return;
+    if (!progress_armed_ || watch_.epoch != w.epoch || opt_.progress_timeout.count() < 0) return;
     limit = opt_.progress_timeout.count() > 0 ? opt_.progress_timeout
                                               : std::max(opt_.progress_floor, 10 * longest_batch_);
     idle = std::chrono::duration_cast<milliseconds>(Clock::now() - last_progress_);

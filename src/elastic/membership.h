@@ -42,7 +42,7 @@ struct MembershipOptions {
   std::chrono::milliseconds start_window{1000};  // EDL_START_WINDOW_MS: first round, wait for more workers
   // Progress deadline (EDL_PROGRESS_TIMEOUT_MS): a generation in which this worker passed no batch
   // boundary for this long is aborted (a rank stuck in user code while keeping its lease). 0 = auto:
-  // max(progress_floor, 10 x the longest batch this worker observed).
+  // max(progress_floor, 10 x the longest batch this worker observed); negative = no deadline.
   std::chrono::milliseconds progress_timeout{0};
   std::chrono::milliseconds progress_floor{30000};  // EDL_TIMEOUT_MS: floor of the automatic deadline
   // Test hook: called at named protocol points ("rendezvous:decide", ...); may throw to simulate a crash.
