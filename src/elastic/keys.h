@@ -17,6 +17,7 @@
 //   <job>/g<G>/left/<worker>   <worker> leaves gracefully at the agreed batch boundary of G
 //   <job>/g<G>/c/...           the Communicator's bootstrap keys for G
 //   <job>/g<G>/lineage         the lineage agreed by the members of G when G starts a new one
+//   <job>/g<G>/dropped/<w>     why member <w> of G-1 was left out of G (dead, or alive but stuck)
 // Thread-safety: immutable value.
 #pragma once
 
@@ -48,6 +49,7 @@ class Keys {
   std::string left(uint64_t gen, const std::string& w) const { return left_prefix(gen) + w; }
   std::string comm_prefix(uint64_t gen) const { return g(gen) + "c/"; }
   std::string lineage_of(uint64_t gen) const { return g(gen) + "lineage"; }
+  std::string dropped(uint64_t gen, const std::string& w) const { return g(gen) + "dropped/" + w; }
 
  private:
   std::string j_;

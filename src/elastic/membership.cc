@@ -569,6 +569,7 @@ void Membership::decide_next(uint64_t round) {
       bool dead = !beat || now - seen[id].second >= stale || probe_refused(parse_lease(*beat), opt_.hostname);
       if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
+        store_->set(keys_.dropped(round, id), !beat ? "dead: its lease is gone" : "dead or stopped: not heartbeating");
         expected.erase(id);
       }
     }
@@ -580,6 +581,9 @@ void Membership::decide_next(uint64_t round) {
     store_->wait(wait_keys, std::min(left_until(grace_end), milliseconds(50)));
     arrived = arrived_ids();
   }
+  for (const auto& id : expected)  // alive (heartbeating) but not here after the grace: stuck or slow
+    if (!arrived.count(id))
+      store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
 
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
   std::optional<std::string> count = store_->get(keys_.count(round));
@@ -593,8 +597,11 @@ void Membership::decide_next(uint64_t round) {
     // Every arrival is probed once more at decision time: one that died after arriving (its lease
     // still runs) is dropped now instead of holding the new generation's connect for a lease.
     std::set<std::string> dead;
-    for (const auto& a : arr)
-      if (alive.count(a.id) && provably_dead(a.id)) dead.insert(a.id);
+    for (const auto& a : arr) {
+      if (!alive.count(a.id) || !provably_dead(a.id)) continue;
+      dead.insert(a.id);
+      store_->set(keys_.dropped(round, a.id), "dead: arrived, then its liveness probe was refused");
+    }
     for (const auto& m : prev)
       if (expected.count(m.id) && in.count(m.id) && !dead.count(m.id)) members.push_back(m);
     std::set<std::string> placed;

@@ -38,6 +38,9 @@ TEST_CASE("a rank stuck inside a batch (lease alive) is evicted by the progress 
   CHECK(g2->find("w1 ") == std::string::npos);  // the stuck worker was left out of the next generation
   CHECK(g2->find("w0 ") != std::string::npos);
   CHECK(g2->find("w2 ") != std::string::npos);
+  auto dropped = c.store->get("h_stuck/g2/dropped/w1");  // what edl-run reads to cool its slot down
+  REQUIRE(dropped.has_value());
+  CHECK_THAT(*dropped, Catch::Contains("stuck"));
   // The others finished without it; when it woke up its generation was gone (it rejoined as a
   // newcomer, or the job had finished and it got the stale-state JobError).
   int finishers = 0;

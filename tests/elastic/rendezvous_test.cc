@@ -384,6 +384,9 @@ TEST_CASE("a worker killed after arriving is left out at decision time, its leas
     CHECK(va.size == 2);
     CHECK(ids(va) == ids(vb));
     CHECK(store->get("j12/lease/victim").has_value());
+    auto why = store->get("j12/g2/dropped/victim");
+    REQUIRE(why.has_value());
+    CHECK_THAT(*why, Catch::Contains("probe was refused"));
   }
 }
 
