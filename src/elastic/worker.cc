@@ -258,7 +258,11 @@ void Worker::fail_job(std::exception_ptr cause) {
   }
   membership_.unwatch();
   on_failure("job failed: " + reason);
-  auto recorded = membership_.failed_reason();
+  std::optional<std::string> recorded;  // another member's failure may have been first
+  try {
+    recorded = membership_.failed_reason();
+  } catch (const Error&) {
+  }
   throw JobFailed(recorded ? *recorded : reason, cause);
 }
 
@@ -267,7 +271,10 @@ void Worker::run(State& state, const std::function<void()>& fn) {
   struct Reset {
     Worker* w;
     ~Reset() {
-      if (w->state_) state_on_checkpoint_written(*w->state_, nullptr);
+      if (w->state_) {  // the writer must not call into this Worker after run() returned
+        w->state_->flush_checkpoint();
+        state_on_checkpoint_written(*w->state_, nullptr);
+      }
       w->in_run_.store(false);
       w->state_ = nullptr;
       set_current_group(nullptr);
