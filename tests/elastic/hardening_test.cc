@@ -68,7 +68,7 @@ TEST_CASE("an exception out of the user's function fails the job at once on ever
   CHECK_THAT(*failed, Catch::Contains("worker w2") && Catch::Contains("bad record in shard 3"));
 }
 
-TEST_CASE("a MismatchError is final too; the failing worker's JobFailed carries the original", "[hardening][user-error]") {
+TEST_CASE("a MismatchError is final too, and the failing worker's JobFailed carries the original", "[hardening][user-error]") {
   auto store = edl::make_memory_store();
   WorkerOptions o;
   o.membership.job_id = "h_mismatch";
