@@ -363,6 +363,12 @@ void Worker::run(State& state, const std::function<void()>& fn) {
         form(true);
       }
     }
+  } catch (const JobError&) {
+    // Final for this worker: leave the job (the lease goes), so that no round waits for it. A
+    // process exits after this anyway; a thread-rank (tests) keeps its Worker object.
+    membership_.unwatch();
+    membership_.stop();
+    throw;
   } catch (const JobFinished&) {
     if (view_.id != 0)  // it trained, was evicted (e.g. stopped too long) and missed the end: stale state
       throw JobError("edl: worker " + opt_.membership.worker_id + " was evicted after generation " +
