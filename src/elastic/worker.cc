@@ -322,6 +322,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
         membership_.progress();
         fn();
         membership_.announce_finished(view_.id);
+        membership_.unwatch();  // no progress deadline or peer checks once training is over
         return;
       } catch (const MembershipChanged& e) {
         what = kChanged;
