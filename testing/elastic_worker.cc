@@ -10,7 +10,11 @@
 // reform_ms: from the start of the last notify_batch_end (the batch boundary that changed
 // membership) or the failure to the end of rendezvous + sync in the new generation.
 //
-//   elastic_worker --steps N --step-ms MS --params P --log PATH
+//   elastic_worker --steps N --step-ms MS --params P --log PATH [--throw-at STEP] [--stall-at STEP --stall-ms MS]
+// --stall-at: the first time the worker reaches that step it sleeps --stall-ms inside the batch
+// (alive and heartbeating: a rank stuck in user code).
+// --throw-at: the user's function throws at that step (a deterministic user error): the job fails
+// (JobFailed) and the worker exits with edl::elastic::kJobFailedExitCode.
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -19,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,12 +61,18 @@ int main(int argc, char** argv) {
   double step_ms = 20;
   size_t params = 1 << 16;
   std::string log_path = "/dev/stderr";
+  int64_t throw_at = -1;
+  int64_t stall_at = -1;
+  double stall_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--steps") steps = std::stoll(argv[i + 1]);
     else if (a == "--step-ms") step_ms = std::stod(argv[i + 1]);
     else if (a == "--params") params = std::stoull(argv[i + 1]);
     else if (a == "--log") log_path = argv[i + 1];
+    else if (a == "--throw-at") throw_at = std::stoll(argv[i + 1]);
+    else if (a == "--stall-at") stall_at = std::stoll(argv[i + 1]);
+    else if (a == "--stall-ms") stall_ms = std::stod(argv[i + 1]);
     else {
       std::fprintf(stderr, "elastic_worker: unknown flag %s\n", a.c_str());
       return 2;
@@ -90,6 +101,11 @@ int main(int argc, char** argv) {
     });
     edl::elastic::run(state, [&] {
       while (state.step < steps) {
+        if (state.step == throw_at) throw std::runtime_error("elastic_worker: injected failure at step " + std::to_string(throw_at));
+        if (state.step == stall_at) {
+          stall_at = -1;
+          std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(stall_ms * 1000)));
+        }
         int rank = edl::rank();
         for (size_t i = 0; i < params; ++i)
           grad[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(state.step) + 1e-4 * i)) * (rank + 1);
@@ -107,6 +123,10 @@ int main(int argc, char** argv) {
     uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(w.data()), static_cast<uInt>(w.size() * sizeof(float)));
     log_line("done " + g_id + " " + std::to_string(state.step) + " " + std::to_string(crc) + " " + std::to_string(hist));
     edl::shutdown();
+  } catch (const edl::elastic::JobFailed& e) {  // final: edl-run must not restart anyone
+    log_line("error " + g_id + " " + e.what());
+    std::fprintf(stderr, "elastic_worker %s: %s\n", g_id.c_str(), e.what());
+    return edl::elastic::kJobFailedExitCode;
   } catch (const std::exception& e) {
     log_line("error " + g_id + " " + e.what());
     std::fprintf(stderr, "elastic_worker %s: %s\n", g_id.c_str(), e.what());

@@ -17,8 +17,12 @@
 //   - a membership change agreed at a batch boundary (a worker joins, or leaves after SIGTERM):
 //     notify_batch_end throws MembershipChanged; run commits, re-rendezvouses, syncs and calls fn
 //     again with no step lost;
+//   - an error a restart cannot cure (MismatchError, DataError, any other exception of fn that is
+//     not a CommError): the job fails at once — <job>/failed holds the reason and every member's
+//     run throws JobFailed; exit with kJobFailedExitCode (3). EDL_RETRY_USER_ERRORS=1 retries
+//     them like peer failures instead;
 //   - JobError (reset limit reached, fewer than the minimum workers for longer than
-//     EDL_RENDEZVOUS_TIMEOUT_MS) propagates: exit cleanly.
+//     EDL_RENDEZVOUS_TIMEOUT_MS, all members lost and no checkpoint) propagates: exit cleanly.
 // run returns when fn returns, when this worker left gracefully (SIGTERM), or when the job finished
 // before this late joiner was admitted (a worker that trained, was evicted and missed the end gets
 // JobError instead: its state is stale). fn must be restartable: it continues from state.step.
@@ -26,13 +30,36 @@
 // Thread-safety: run() and notify_batch_end() from the training thread only.
 #pragma once
 
+#include <exception>
 #include <functional>
+#include <string>
 
+#include "edl/error.h"
 #include "edl/export.h"
 #include "edl/state.h"
 
 namespace edl {
 namespace elastic {
+
+// The exit status a worker process uses when the job failed for good (JobFailed): edl-run then
+// fails the job at once instead of restarting workers. edl-run also reads `<job>/failed`.
+constexpr int kJobFailedExitCode = 3;
+
+// The job failed with an error a restart cannot cure: a MismatchError, a DataError or any other
+// exception out of the user's function (unless EDL_RETRY_USER_ERRORS=1). run() throws it on every
+// member; the reason is also stored at `<job>/failed`. cause() is the original exception on the
+// worker where it happened (null elsewhere). A JobError, so `catch (const JobError&)` still works.
+class EDL_API JobFailed : public JobError {
+ public:
+  explicit JobFailed(const std::string& reason, std::exception_ptr cause = nullptr)
+      : JobError("edl: job failed: " + reason), reason_(reason), cause_(std::move(cause)) {}
+  const std::string& reason() const { return reason_; }
+  std::exception_ptr cause() const { return cause_; }
+
+ private:
+  std::string reason_;
+  std::exception_ptr cause_;
+};
 
 // The retry loop of an elastic job (see above). Without EDL_ELASTIC=1 (a static world) it syncs the
 // state from rank 0 and calls fn once: failures propagate.

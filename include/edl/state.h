@@ -77,11 +77,16 @@ class EDL_API State {
   int64_t committed_step() const;
   // Where commits are persisted ("" = memory only). Default: EDL_CHECKPOINT_DIR. Files are written
   // by a background thread (commit() never waits for the disk; when it falls behind only the newest
-  // commit is written); a write failure is rethrown as DataError by the next commit().
+  // commit is written). A failed write is logged and retried until it succeeds or a newer commit
+  // replaces it; it never throws into training (see checkpoint_error()). A file is never replaced by
+  // one of an older step.
   void set_checkpoint_dir(const std::string& dir);
-  // Blocks until every commit handed to the checkpoint writer is on disk (the destructor does too).
+  // Blocks until every commit handed to the checkpoint writer was written or tried once.
   void flush_checkpoint();
-  // Loads the newest persisted commit, if any; returns whether one was loaded.
+  // The error of the last checkpoint write ("" when it succeeded or none was tried).
+  std::string checkpoint_error();
+  // Loads the newest persisted commit, if any; returns whether one was loaded. A file of another
+  // job or of an older lineage (docs/elastic.md, "Lineage") is a DataError naming the file.
   bool load_checkpoint();
 
   struct Impl;

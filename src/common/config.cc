@@ -97,6 +97,11 @@ Config Config::from_env() {
       static_cast<int>(env_int("EDL_RENDEZVOUS_GRACE_MS", c.rendezvous_grace_ms, 0, 86400000));
   c.start_window_ms = static_cast<int>(env_int("EDL_START_WINDOW_MS", c.start_window_ms, 0, 86400000));
   c.commit_every = static_cast<int>(env_int("EDL_COMMIT_EVERY", c.commit_every, 1, 1 << 30));
+  c.progress_timeout_ms = static_cast<int>(env_int("EDL_PROGRESS_TIMEOUT_MS", 0, -1, 86400000));
+  c.retry_user_errors = env_bool("EDL_RETRY_USER_ERRORS", false);
+  c.allow_restart_from_scratch = env_bool("EDL_ALLOW_RESTART_FROM_SCRATCH", false);
+  c.test_clock_offset_ms = static_cast<int>(env_int("EDL_TEST_CLOCK_OFFSET_MS", 0, -86400000, 86400000));
+  c.test_kill_at = env_str("EDL_TEST_KILL_AT", "");
 
   c.timeout_ms = static_cast<int>(env_int("EDL_TIMEOUT_MS", c.timeout_ms, 1, 86400000));
   c.connect_timeout_ms = static_cast<int>(env_int("EDL_CONNECT_TIMEOUT_MS", c.connect_timeout_ms, 1, 86400000));

@@ -39,6 +39,14 @@ struct Config {
   int rendezvous_grace_ms = 3000;   // EDL_RENDEZVOUS_GRACE_MS: longest wait for a live but late member
   int start_window_ms = 1000;       // EDL_START_WINDOW_MS: first rendezvous waits this long for more workers
   int commit_every = 1;             // EDL_COMMIT_EVERY: notify_batch_end commits every N batches
+  int progress_timeout_ms = 0;      // EDL_PROGRESS_TIMEOUT_MS: no batch boundary this long aborts the
+                                    //   generation (0 = auto: max(EDL_TIMEOUT_MS, 10 x longest batch); -1 = off)
+  bool retry_user_errors = false;   // EDL_RETRY_USER_ERRORS: retry user/mismatch/data errors in place
+  bool allow_restart_from_scratch = false;  // EDL_ALLOW_RESTART_FROM_SCRATCH: all members lost and no
+                                            //   checkpoint: start over instead of JobError
+  int test_clock_offset_ms = 0;     // EDL_TEST_CLOCK_OFFSET_MS: test hook, skews this worker's wall clock
+  std::string test_kill_at;         // EDL_TEST_KILL_AT: test hook, SIGKILL self at this elastic protocol
+                                    //   point (e.g. "rendezvous:arrived"); "" = never
 
   // --- collectives -----------------------------------------------------------------------------
   int timeout_ms = 30000;           // EDL_TIMEOUT_MS: deadline of every collective

@@ -2,6 +2,11 @@
 // Runtime (src/runtime/runtime.cc calls start_elastic / stop_elastic).
 #include "elastic/api.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+
 #include "collective/engine.h"
 #include "common/logging.h"
 #include "collective/runtime_state.h"
@@ -75,6 +80,17 @@ WorkerOptions worker_options_from(const Config& c) {
   m.rendezvous_timeout = std::chrono::milliseconds(c.rendezvous_timeout_ms);
   m.grace = std::chrono::milliseconds(c.rendezvous_grace_ms);
   m.start_window = std::chrono::milliseconds(c.start_window_ms);
+  m.progress_timeout = std::chrono::milliseconds(c.progress_timeout_ms);
+  m.progress_floor = std::chrono::milliseconds(c.timeout_ms);
+  m.wall_clock_offset = std::chrono::milliseconds(c.test_clock_offset_ms);
+  if (!c.test_kill_at.empty()) {
+    std::string at = c.test_kill_at;  // test hook: die like kill -9 at this protocol point
+    m.fault = [at](const std::string& point) {
+      if (point == at) ::kill(::getpid(), SIGKILL);
+    };
+  }
+  o.retry_user_errors = c.retry_user_errors;
+  o.allow_restart_from_scratch = c.allow_restart_from_scratch;
   o.reset_limit = c.reset_limit;
   o.commit_every = c.commit_every;
   o.checkpoint_dir = c.checkpoint_dir;

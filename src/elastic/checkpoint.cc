@@ -1,11 +1,13 @@
 #include "elastic/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -14,8 +16,8 @@
 namespace edl::elastic {
 namespace {
 
-constexpr char kMagic[8] = {'E', 'D', 'L', 'C', 'K', 'P', 'T', '1'};
-constexpr size_t kHeader = 8 + 8 + 4;
+constexpr char kMagic[8] = {'E', 'D', 'L', 'C', 'K', 'P', 'T', '2'};
+constexpr size_t kHeader = 8 + 8 + 8 + 4;
 
 uint32_t crc_of(const std::string& s) {
   uLong c = crc32(0L, Z_NULL, 0);
@@ -51,30 +53,72 @@ void write_all(int fd, const char* p, size_t n, const std::string& path) {
 
 std::string checkpoint_path(const std::string& dir) { return dir + "/state.edlckpt"; }
 
-void write_checkpoint(const std::string& dir, const std::string& payload) {
+// The step in the header of the checkpoint file at `path`, or -1 when there is none / it is unreadable.
+static int64_t step_on_disk(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char h[16];
+  ssize_t r = ::read(fd, h, sizeof(h));
+  ::close(fd);
+  if (r != static_cast<ssize_t>(sizeof(h)) || std::memcmp(h, kMagic, sizeof(kMagic)) != 0) return -1;
+  int64_t step;
+  std::memcpy(&step, h + 8, 8);
+  return step;
+}
+
+bool write_checkpoint(const std::string& dir, const std::string& payload, int64_t step) {
+  static std::atomic<uint64_t> counter{0};
   ::mkdir(dir.c_str(), 0755);  // may already exist
   std::string path = checkpoint_path(dir);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_fail("cannot create", tmp);
   std::string header(kMagic, sizeof(kMagic));
   uint64_t len = payload.size();
   uint32_t crc = crc_of(payload);
+  header.append(reinterpret_cast<const char*>(&step), 8);
   header.append(reinterpret_cast<const char*>(&len), 8);
   header.append(reinterpret_cast<const char*>(&crc), 4);
-  write_all(fd, header.data(), header.size(), tmp);
-  write_all(fd, payload.data(), payload.size(), tmp);
+  try {
+    write_all(fd, header.data(), header.size(), tmp);
+    write_all(fd, payload.data(), payload.size(), tmp);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
   if (::fsync(fd) != 0) {
+    int e = errno;
     ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = e;
     io_fail("cannot fsync", tmp);
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) io_fail("cannot rename into", path);
+  // Check and rename under the directory's lock: never an older step over a newer one.
+  std::string lock_path = path + ".lock";
+  int lfd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lfd < 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    errno = e;
+    io_fail("cannot open the lock file", lock_path);
+  }
+  while (::flock(lfd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  bool newer_in_place = step_on_disk(path) > step;
+  int rc = newer_in_place ? 0 : ::rename(tmp.c_str(), path.c_str());
+  int e = errno;
+  ::close(lfd);  // releases the lock
+  if (newer_in_place || rc != 0) ::unlink(tmp.c_str());
+  errno = e;
+  if (rc != 0) io_fail("cannot rename into", path);
+  if (newer_in_place) return false;
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+  return true;
 }
 
 std::optional<std::string> read_checkpoint(const std::string& dir, std::string* path_out) {
@@ -101,11 +145,11 @@ std::optional<std::string> read_checkpoint(const std::string& dir, std::string* 
   }
   ::close(fd);
   if (data.size() < kHeader || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0)
-    throw DataError("checkpoint file '" + path + "' is not an EDL checkpoint (bad or truncated header)");
+    throw DataError("checkpoint file '" + path + "' is not an EDL checkpoint of this version (bad or truncated header)");
   uint64_t len;
   uint32_t crc;
-  std::memcpy(&len, data.data() + 8, 8);
-  std::memcpy(&crc, data.data() + 16, 4);
+  std::memcpy(&len, data.data() + 16, 8);
+  std::memcpy(&crc, data.data() + 24, 4);
   if (data.size() - kHeader != len)
     throw DataError("checkpoint file '" + path + "' is truncated: header says " + std::to_string(len) +
                     " payload bytes, file has " + std::to_string(data.size() - kHeader));

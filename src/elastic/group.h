@@ -69,8 +69,15 @@ EDL_API Group* current_group();
 void set_current_group(Group* g);
 
 // State internals used by the worker (state.cc).
-EDL_API void sync_state(State& s, Group& g);
+// sync; returns true when no member had been synced before (a fresh start: the first generation of
+// a job, or every member of the last generation was lost).
+EDL_API bool sync_state(State& s, Group& g);
 void state_set_persist(State& s, bool persist);
+// The job id and lineage stamped into every commit from now on (and into the last one).
+EDL_API void state_set_identity(State& s, const std::string& job, const std::string& lineage);
+EDL_API const std::string& state_lineage(State& s);
+// Called by the checkpoint writer thread after a file of `step` (of `lineage`) was written.
+void state_on_checkpoint_written(State& s, std::function<void(int64_t step, const std::string& lineage)> cb);
 const std::string& state_committed_bytes(State& s);
 const std::string& state_checkpoint_dir(State& s);
 void state_adopt(State& s, std::string bytes, const std::string& origin);

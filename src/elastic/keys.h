@@ -2,8 +2,11 @@
 //
 //   <job>/gen                  latest decided generation G (decimal), advanced monotonically by CAS
 //   <job>/finished             set when training finished (late joiners leave quietly)
+//   <job>/failed               the reason the job failed for good (user error, mismatch): no restart
+//   <job>/lineage              "<lineage id>": the history the job's commits belong to (members of a fresh start)
+//   <job>/checkpoint           "<lineage> <step>": the newest checkpoint file written (its writer)
 //   <job>/seq                  counter: arrival order across rounds (newcomers are appended in this order)
-//   <job>/lease/<worker>       liveness lease "<beat> <host> <wall ms>", refreshed every heartbeat, expires after lease
+//   <job>/lease/<worker>       liveness lease "<beat> <host> <wall ms> <probe>", refreshed every heartbeat, expires after lease
 //   <job>/g<G>/n               arrivals counter of the round that forms generation G
 //   <job>/g<G>/in/<worker>     arrival of <worker> at round G: "<seq> <host>"
 //   <job>/g<G>/decider         worker deciding round G (compare_set from absent; taken over if its lease dies)
@@ -13,6 +16,8 @@
 //   <job>/g<G>/abort           reason G was aborted (first writer wins)
 //   <job>/g<G>/left/<worker>   <worker> leaves gracefully at the agreed batch boundary of G
 //   <job>/g<G>/c/...           the Communicator's bootstrap keys for G
+//   <job>/g<G>/lineage         the lineage agreed by the members of G when G starts a new one
+//   <job>/g<G>/dropped/<w>     why member <w> of G-1 was left out of G (dead, or alive but stuck)
 // Thread-safety: immutable value.
 #pragma once
 
@@ -26,6 +31,9 @@ class Keys {
   explicit Keys(const std::string& job) : j_(job + "/") {}
   std::string gen() const { return j_ + "gen"; }
   std::string finished() const { return j_ + "finished"; }
+  std::string failed() const { return j_ + "failed"; }
+  std::string lineage() const { return j_ + "lineage"; }
+  std::string checkpoint() const { return j_ + "checkpoint"; }
   std::string seq() const { return j_ + "seq"; }
   std::string lease_prefix() const { return j_ + "lease/"; }
   std::string lease(const std::string& w) const { return lease_prefix() + w; }
@@ -40,6 +48,8 @@ class Keys {
   std::string left_prefix(uint64_t gen) const { return g(gen) + "left/"; }
   std::string left(uint64_t gen, const std::string& w) const { return left_prefix(gen) + w; }
   std::string comm_prefix(uint64_t gen) const { return g(gen) + "c/"; }
+  std::string lineage_of(uint64_t gen) const { return g(gen) + "lineage"; }
+  std::string dropped(uint64_t gen, const std::string& w) const { return g(gen) + "dropped/" + w; }
 
  private:
   std::string j_;

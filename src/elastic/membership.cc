@@ -1,9 +1,6 @@
 // Rendezvous + liveness (protocol: docs/elastic.md).
 #include "elastic/membership.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +12,7 @@
 
 #include "common/logging.h"
 #include "edl/error.h"
+#include "elastic/liveness.h"
 
 namespace edl::elastic {
 namespace {
@@ -41,92 +39,6 @@ int64_t parse_i64(const std::optional<std::string>& v) {
 
 int64_t wall_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// A lease value: "<beat> <host> <wall ms> <probe addr:port>".
-struct LeaseValue {
-  std::string host;
-  int64_t wall = 0;
-  std::string probe_addr;
-  int probe_port = 0;
-};
-
-LeaseValue parse_lease(const std::string& v) {
-  LeaseValue out;
-  std::istringstream is(v);
-  std::string beat, host, wall, probe;
-  is >> beat >> host >> wall >> probe;
-  out.host = host;
-  try {
-    if (!wall.empty()) out.wall = std::stoll(wall);
-    auto colon = probe.rfind(':');
-    if (colon != std::string::npos) {
-      out.probe_addr = probe.substr(0, colon);
-      out.probe_port = std::stoi(probe.substr(colon + 1));
-    }
-  } catch (const std::exception&) {
-  }
-  return out;
-}
-
-// Age of a lease value by this machine's wall clock (0 when unknown).
-milliseconds beat_age(const LeaseValue& v) {
-  if (v.wall <= 0) return milliseconds(0);
-  return milliseconds(std::max<int64_t>(0, wall_ms() - v.wall));
-}
-
-// Opens the liveness probe: a listening socket that exists exactly as long as the process. A
-// connect to it is refused at once when the process died (the kernel closed it); a stopped process
-// still accepts in the kernel, so SIGSTOP is left to the heartbeat rule. Returns -1 on failure.
-int open_probe(const std::string& bind_address, int* port) {
-  in_addr a{};
-  if (::inet_pton(AF_INET, bind_address.c_str(), &a) != 1) return -1;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr = a;
-  sa.sin_port = 0;
-  socklen_t len = sizeof(sa);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, 64) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  *port = ntohs(sa.sin_port);
-  return fd;
-}
-
-// True when a connect to the probe is refused (the process is gone). Anything else — accepted,
-// timed out, unreachable — proves nothing and returns false.
-bool probe_refused(const LeaseValue& v, const std::string& my_host) {
-  if (v.probe_port <= 0) return false;
-  // A loopback probe means something only on the member's own host.
-  if (v.probe_addr.compare(0, 4, "127.") == 0 && v.host != my_host) return false;
-  in_addr a{};
-  if (::inet_pton(AF_INET, v.probe_addr.c_str(), &a) != 1) return false;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr = a;
-  sa.sin_port = htons(static_cast<uint16_t>(v.probe_port));
-  bool refused = false;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    if (errno == ECONNREFUSED) {
-      refused = true;
-    } else if (errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, 50) == 1) {
-        int err = 0;
-        socklen_t el = sizeof(err);
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-        refused = err == ECONNREFUSED;
-      }
-    }
-  }
-  ::close(fd);
-  return refused;
 }
 
 milliseconds left_until(Clock::time_point t) {
@@ -232,9 +144,12 @@ void Membership::heartbeat_now() {
   heartbeat();
 }
 
+// The wall-clock stamp is for people reading the store; no liveness decision ever compares it with
+// another host's clock (docs/elastic.md, "Failure detection").
 void Membership::heartbeat() {
+  int64_t wall = wall_ms() + opt_.wall_clock_offset.count();
   store_->set_lease(keys_.lease(opt_.worker_id),
-                    std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall_ms()) + " " + probe_,
+                    std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall) + " " + probe_,
                     opt_.lease);
 }
 
@@ -269,6 +184,7 @@ void Membership::loop() {
         next_check = Clock::now() + opt_.heartbeat;
         lock.unlock();
         check_peers(w);
+        check_progress(w);
         lock.lock();
         continue;
       }
@@ -303,15 +219,56 @@ void Membership::check_peers(const Watch& w) {
   std::set<std::string> alive(live.begin(), live.end());
   for (size_t r = 0; r < w.view.members.size(); ++r) {
     const auto& m = w.view.members[r];
-    if (alive.count(m.id)) continue;
+    // While the communicator is being built, a member whose process died (probe refused) is
+    // reported at once rather than when its lease expires.
+    bool refused = alive.count(m.id) && w.building && m.id != opt_.worker_id && provably_dead(m.id);
+    if (alive.count(m.id) && !refused) continue;
     if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
     if (store_->get(keys_.finished())) return;               // the job is over; leases go away
     std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
-                         std::to_string(w.view.id) + ") stopped heartbeating: its lease expired";
+                         std::to_string(w.view.id) + ") " +
+                         (refused ? "died: its liveness probe was refused"
+                                  : "stopped heartbeating: its lease expired");
     announce_abort(w.view.id, reason);
     report_failure(w.epoch, reason);
     return;
   }
+}
+
+// The progress deadline, judged by this worker's own monotonic clock: in a synchronous job a rank
+// stuck inside a batch stalls every member, so any member that passed no batch boundary for the
+// deadline aborts the generation. The stuck rank does not arrive at the next rendezvous and is left
+// out of it (after EDL_RENDEZVOUS_GRACE_MS); when it resumes it finds its generation gone.
+void Membership::check_progress(const Watch& w) {
+  milliseconds limit{0}, idle{0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!progress_armed_ || watch_.epoch != w.epoch || opt_.progress_timeout.count() < 0) return;
+    limit = opt_.progress_timeout.count() > 0 ? opt_.progress_timeout
+                                              : std::max(opt_.progress_floor, 10 * longest_batch_);
+    idle = std::chrono::duration_cast<milliseconds>(Clock::now() - last_progress_);
+    if (idle < limit) return;
+    progress_armed_ = false;
+  }
+  std::string reason = "no batch boundary on worker " + opt_.worker_id + " for " + std::to_string(idle.count()) +
+                       " ms (progress deadline " + std::to_string(limit.count()) +
+                       " ms, EDL_PROGRESS_TIMEOUT_MS): a member of generation " + std::to_string(w.view.id) +
+                       " is stuck";
+  announce_abort(w.view.id, reason);
+  report_failure(w.epoch, reason);
+}
+
+void Membership::progress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto now = Clock::now();
+  if (progress_armed_) longest_batch_ = std::max(longest_batch_, std::chrono::duration_cast<milliseconds>(now - last_progress_));
+  last_progress_ = now;
+  progress_armed_ = true;
+}
+
+void Membership::built() {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_.building = false;
 }
 
 void Membership::handle_event(const Watch& w) {
@@ -351,6 +308,8 @@ void Membership::watch(const GenerationView& g, std::function<void(const std::st
   watch_.known_event.reset();  // any bump of g<G>/event, even one made before we watch, is news
   watch_.on_failure = std::move(on_failure);
   watch_.reported = false;
+  watch_.building = true;
+  progress_armed_ = false;  // armed by the first progress() in this generation
   pending_.store(false);
   cv_.notify_all();
 }
@@ -360,6 +319,7 @@ void Membership::unwatch() {
   watch_.epoch++;
   watch_.active = false;
   watch_.on_failure = nullptr;
+  progress_armed_ = false;
   pending_.store(false);
 }
 
@@ -388,6 +348,23 @@ void Membership::check_finished() {
   if (store_->get(keys_.finished())) throw JobFinished();
 }
 
+void Membership::check_failed() {
+  if (auto reason = store_->get(keys_.failed())) throw JobFailed(*reason);
+}
+
+void Membership::mark_failed(const std::string& reason) {
+  store_->compare_set(keys_.failed(), std::nullopt, reason);  // the first reason wins
+}
+
+std::optional<std::string> Membership::failed_reason() { return store_->get(keys_.failed()); }
+
+// Provably gone: the lease is absent (expired, or removed at a clean exit) or the liveness probe is
+// refused (the process is dead: the kernel closed its socket). A stopped or busy process is neither.
+bool Membership::provably_dead(const std::string& id) {
+  auto v = store_->get(keys_.lease(id));
+  return !v || probe_refused(parse_lease(*v), opt_.hostname);
+}
+
 void Membership::arrive(uint64_t round) {
   int64_t seq = store_->add(keys_.seq(), 1);
   store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname);
@@ -401,6 +378,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
   uint64_t round = member ? previous->id + 1 : latest_generation() + 1;
   for (;;) {
     check_finished();
+    fault("rendezvous:arrive");
     arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
     fault("rendezvous:arrived");
@@ -438,7 +416,7 @@ bool Membership::eligible(uint64_t round, bool member) {
   auto live = live_workers();
   std::set<std::string> alive(live.begin(), live.end());
   for (const auto& m : parse_members(*prev))
-    if (alive.count(m.id)) return false;
+    if (alive.count(m.id) && !provably_dead(m.id)) return false;  // killed members count as gone at once
   return true;
 }
 
@@ -449,18 +427,19 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       tried = true;
       if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
     }
-    auto v = store_->wait_change(keys_.members(round), std::nullopt, opt_.lease);
+    // Wait for the decision in slices of two heartbeats; after each empty slice the decider's
+    // liveness is checked: lease gone or probe refused (a kill -9) = dead, taken over at once.
+    auto v = store_->wait_change(keys_.members(round), std::nullopt, 2 * opt_.heartbeat);
     if (v) return v;
-    // No decision within a lease period.
     check_finished();
+    check_failed();
     if (latest_generation() >= round) return std::nullopt;  // round went stale (its keys were cleaned)
     auto d = store_->get(keys_.decider(round));
     if (!d) {
       tried = false;
       continue;
     }
-    auto live = live_workers();
-    if (*d != opt_.worker_id && std::find(live.begin(), live.end(), *d) == live.end() && eligible(round, member)) {
+    if (*d != opt_.worker_id && provably_dead(*d) && eligible(round, member)) {
       EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": decider " << *d << " of generation " << round
                  << " died; taking over";
       if (store_->compare_set(keys_.decider(round), d, opt_.worker_id)) decide(round, member);
@@ -508,7 +487,7 @@ void Membership::decide_first(uint64_t round) {
     std::set<std::string> alive(live.begin(), live.end());
     std::vector<Member> members;
     for (const auto& a : arrivals(round)) {
-      if (!alive.count(a.id)) continue;  // arrived, then died before the decision
+      if (!alive.count(a.id) || provably_dead(a.id)) continue;  // arrived, then died before the decision
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
       members.push_back(Member{a.id, a.host});
     }
@@ -550,8 +529,8 @@ void Membership::decide_next(uint64_t round) {
   };
   auto arrived = arrived_ids();
   // A missing member is dead when its lease is gone (expired, or removed by the launcher when the
-  // process exited) or its last refresh is older than `stale` — by the beat's wall-clock stamp, or,
-  // whatever the clocks say, when the beat did not change for `stale` while we watched.
+  // process exited), its liveness probe is refused, or its beat did not change for `stale` while we
+  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours).
   const milliseconds stale = opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(30);
   std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
   for (;;) {
@@ -564,13 +543,10 @@ void Membership::decide_next(uint64_t round) {
       auto now = Clock::now();
       auto it = seen.find(id);
       if (it == seen.end() || it->second.first != beat) seen[id] = {beat, now};
-      bool dead = !beat || now - seen[id].second >= stale;
-      if (!dead) {
-        LeaseValue lv = parse_lease(*beat);
-        dead = beat_age(lv) >= stale || probe_refused(lv, opt_.hostname);
-      }
+      bool dead = !beat || now - seen[id].second >= stale || probe_refused(parse_lease(*beat), opt_.hostname);
       if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
+        store_->set(keys_.dropped(round, id), !beat ? "dead: its lease is gone" : "dead or stopped: not heartbeating");
         expected.erase(id);
       }
     }
@@ -582,6 +558,9 @@ void Membership::decide_next(uint64_t round) {
     store_->wait(wait_keys, std::min(left_until(grace_end), milliseconds(50)));
     arrived = arrived_ids();
   }
+  for (const auto& id : expected)  // alive (heartbeating) but not here after the grace: stuck or slow
+    if (!arrived.count(id))
+      store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
 
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
   std::optional<std::string> count = store_->get(keys_.count(round));
@@ -592,12 +571,20 @@ void Membership::decide_next(uint64_t round) {
     for (const auto& a : arr) in.insert(a.id);
     live = live_workers();
     alive = std::set<std::string>(live.begin(), live.end());
+    // Every arrival is probed once more at decision time: one that died after arriving (its lease
+    // still runs) is dropped now instead of holding the new generation's connect for a lease.
+    std::set<std::string> dead;
+    for (const auto& a : arr) {
+      if (!alive.count(a.id) || !provably_dead(a.id)) continue;
+      dead.insert(a.id);
+      store_->set(keys_.dropped(round, a.id), "dead: arrived, then its liveness probe was refused");
+    }
     for (const auto& m : prev)
-      if (expected.count(m.id) && in.count(m.id)) members.push_back(m);
+      if (expected.count(m.id) && in.count(m.id) && !dead.count(m.id)) members.push_back(m);
     std::set<std::string> placed;
     for (const auto& m : members) placed.insert(m.id);
     for (const auto& a : arr) {  // newcomers (and members dropped above that arrived late) in arrival order
-      if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id)) continue;
+      if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id) || dead.count(a.id)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
       members.push_back(Member{a.id, a.host});
     }

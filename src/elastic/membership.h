@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "edl/elastic.h"
 #include "edl/export.h"
 #include "edl/store.h"
 #include "elastic/keys.h"
@@ -40,8 +41,16 @@ struct MembershipOptions {
   std::chrono::milliseconds rendezvous_timeout{60000}; // EDL_RENDEZVOUS_TIMEOUT_MS: below min this long = JobError
   std::chrono::milliseconds grace{3000};    // EDL_RENDEZVOUS_GRACE_MS: longest wait for a live but late member
   std::chrono::milliseconds start_window{1000};  // EDL_START_WINDOW_MS: first round, wait for more workers
+  // Progress deadline (EDL_PROGRESS_TIMEOUT_MS): a generation in which this worker passed no batch
+  // boundary for this long is aborted (a rank stuck in user code while keeping its lease). 0 = auto:
+  // max(progress_floor, 10 x the longest batch this worker observed); negative = no deadline.
+  std::chrono::milliseconds progress_timeout{0};
+  std::chrono::milliseconds progress_floor{30000};  // EDL_TIMEOUT_MS: floor of the automatic deadline
   // Test hook: called at named protocol points ("rendezvous:decide", ...); may throw to simulate a crash.
   std::function<void(const std::string& point)> fault;
+  // Test hook (EDL_TEST_CLOCK_OFFSET_MS): added to this worker's wall clock. Liveness never compares
+  // wall clocks across workers, so a skewed clock must not change any decision.
+  std::chrono::milliseconds wall_clock_offset{0};
 };
 
 // One decided generation as seen by one member.
@@ -88,6 +97,19 @@ class EDL_API Membership {
   void unwatch();
   bool change_pending() const { return pending_.load(std::memory_order_relaxed); }
 
+  // The training thread passed a batch boundary (or entered the user's function): resets the
+  // progress deadline of the watched generation and arms it.
+  void progress();
+  // The communicator of the watched generation is built: the lease thread stops probing the
+  // members' liveness sockets every heartbeat (leases and socket errors cover the rest).
+  void built();
+
+  // `<job>/failed`: the job failed with an error a restart cannot cure (first reason wins).
+  void mark_failed(const std::string& reason);
+  std::optional<std::string> failed_reason();
+  // Throws JobFailed when `<job>/failed` is set.
+  void check_failed();
+
   void announce_abort(uint64_t gen, const std::string& reason);
   void announce_leave(uint64_t gen);
   void announce_finished(uint64_t gen);
@@ -108,6 +130,7 @@ class EDL_API Membership {
     std::optional<std::string> known_event;
     std::function<void(const std::string&)> on_failure;
     bool reported = false;
+    bool building = true;  // until built(): probe every member each heartbeat
   };
 
   void fault(const std::string& point);
@@ -123,6 +146,8 @@ class EDL_API Membership {
   std::vector<std::string> live_workers();
   uint64_t latest_generation();
   void check_finished();
+  bool provably_dead(const std::string& id);
+  void check_progress(const Watch& w);
 
   void loop();
   void heartbeat();      // caller holds mu_ or runs on the lease thread
@@ -153,6 +178,11 @@ class EDL_API Membership {
   uint64_t cleaned_below_ = 1;
   Watch watch_;
   std::atomic<bool> pending_{false};
+  // Progress (guarded by mu_): last batch boundary by this worker's monotonic clock, armed by the
+  // first progress() of a watch, and the longest batch seen (for the automatic deadline).
+  std::chrono::steady_clock::time_point last_progress_{};
+  bool progress_armed_ = false;
+  std::chrono::milliseconds longest_batch_{0};
 };
 
 }  // namespace edl::elastic

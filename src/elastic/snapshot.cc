@@ -7,7 +7,7 @@
 namespace edl::elastic {
 namespace {
 
-constexpr char kMagic[8] = {'E', 'D', 'L', 'S', 'N', 'A', 'P', '1'};
+constexpr char kMagic[8] = {'E', 'D', 'L', 'S', 'N', 'A', 'P', '2'};
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -50,14 +50,52 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// Magic, identity, epoch and step.
+SnapshotIdentity read_head(Reader& r, const std::string& origin, int64_t* epoch, int64_t* step) {
+  std::string magic = r.bytes(sizeof(kMagic), "magic");
+  if (std::memcmp(magic.data(), kMagic, sizeof(kMagic)) != 0)
+    throw DataError(origin + ": not an EDL state snapshot of this version (bad magic)");
+  SnapshotIdentity id;
+  id.job = r.bytes(r.get<uint32_t>("job id length"), "job id");
+  id.lineage = r.bytes(r.get<uint32_t>("lineage length"), "lineage");
+  *epoch = r.get<int64_t>("epoch");
+  *step = r.get<int64_t>("step");
+  return id;
+}
+
 }  // namespace
 
-std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step) {
-  size_t total = 32;
+SnapshotIdentity snapshot_identity(const std::string& bytes, const std::string& origin, int64_t* step) {
+  Reader r(bytes, origin);
+  int64_t epoch = 0;
+  return read_head(r, origin, &epoch, step);
+}
+
+std::string restamp_snapshot(const std::string& bytes, const SnapshotIdentity& id, const std::string& origin) {
+  Reader r(bytes, origin);
+  int64_t epoch = 0, step = 0;
+  read_head(r, origin, &epoch, &step);
+  size_t rest = static_cast<size_t>(r.ptr() - bytes.data()) - 16;  // epoch and step start here
+  std::string out(kMagic, sizeof(kMagic));
+  put<uint32_t>(out, static_cast<uint32_t>(id.job.size()));
+  out.append(id.job);
+  put<uint32_t>(out, static_cast<uint32_t>(id.lineage.size()));
+  out.append(id.lineage);
+  out.append(bytes, rest, std::string::npos);
+  return out;
+}
+
+std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
+                            const SnapshotIdentity& id) {
+  size_t total = 40 + id.job.size() + id.lineage.size();
   for (const auto& it : items) total += 13 + it.name.size() + it.bytes;
   std::string out;
   out.reserve(total);
   out.append(kMagic, sizeof(kMagic));
+  put<uint32_t>(out, static_cast<uint32_t>(id.job.size()));
+  out.append(id.job);
+  put<uint32_t>(out, static_cast<uint32_t>(id.lineage.size()));
+  out.append(id.lineage);
   put<int64_t>(out, epoch);
   put<int64_t>(out, step);
   put<uint32_t>(out, static_cast<uint32_t>(items.size()));
@@ -78,7 +116,8 @@ std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoc
 }
 
 void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
-                     int64_t* step, const std::string& origin) {
+                     int64_t* step, const std::string& origin, const SnapshotIdentity& expect,
+                     SnapshotIdentity* got) {
   // Pass 1: validate everything; pass 2: write. A bad snapshot never half-loads.
   struct Span {
     const char* p;
@@ -86,11 +125,14 @@ void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& 
   };
   std::vector<Span> spans(items.size());
   Reader r(bytes, origin);
-  std::string magic = r.bytes(sizeof(kMagic), "magic");
-  if (std::memcmp(magic.data(), kMagic, sizeof(kMagic)) != 0)
-    throw DataError(origin + ": not an EDL state snapshot (bad magic)");
-  int64_t e = r.get<int64_t>("epoch");
-  int64_t s = r.get<int64_t>("step");
+  int64_t e = 0, s = 0;
+  SnapshotIdentity id = read_head(r, origin, &e, &s);
+  if (!expect.job.empty() && id.job != expect.job)
+    throw DataError(origin + ": belongs to job '" + id.job + "', not to this job '" + expect.job + "' (EDL_JOB_ID)");
+  if (!expect.lineage.empty() && id.lineage != expect.lineage)
+    throw DataError(origin + ": belongs to lineage '" + id.lineage + "' of job '" + id.job +
+                    "', but the job's current lineage is '" + expect.lineage +
+                    "' (an older history: the job was restarted from scratch since)");
   uint32_t n = r.get<uint32_t>("item count");
   if (n != items.size())
     throw DataError(origin + ": state snapshot has " + std::to_string(n) + " items but " +
@@ -124,6 +166,7 @@ void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& 
   }
   *epoch = e;
   *step = s;
+  if (got) *got = std::move(id);
 }
 
 }  // namespace edl::elastic

@@ -1,10 +1,13 @@
 // Snapshot: the byte encoding of a State commit (what commit() keeps in memory, sync() broadcasts
 // and checkpoint files hold).
 //
-//   "EDLSNAP1" | epoch i64 | step i64 | item count u32 | items...
+//   "EDLSNAP2" | job len u32 | job id | lineage len u32 | lineage | epoch i64 | step i64 |
+//   item count u32 | items...
 //   item: name length u32 | name | kind u8 | payload length u64 | payload
-// Integers are little-endian. Decoding checks every item against the registration (same names,
-// kinds and tensor sizes) and throws DataError naming `origin` and the item on any mismatch or
+// Integers are little-endian. The job id and lineage (docs/elastic.md, "Lineage") say which job and
+// which history the commit belongs to ("" = not yet known). Decoding checks the identity against
+// `expect` (empty fields are not checked) and every item against the registration (same names, kinds
+// and tensor sizes), and throws DataError naming `origin` and the item on any mismatch or
 // truncation, before any registered memory is written.
 // Thread-safety: pure functions over the caller's items.
 #pragma once
@@ -30,8 +33,20 @@ struct SnapshotItem {
   Stateful* component = nullptr;                     // component
 };
 
-std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step);
+struct SnapshotIdentity {
+  std::string job;
+  std::string lineage;
+};
+
+std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
+                            const SnapshotIdentity& id = {});
+// `got` (optional) receives the snapshot's identity.
 void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
-                     int64_t* step, const std::string& origin);
+                     int64_t* step, const std::string& origin, const SnapshotIdentity& expect = {},
+                     SnapshotIdentity* got = nullptr);
+// The same snapshot with another identity (items untouched).
+std::string restamp_snapshot(const std::string& bytes, const SnapshotIdentity& id, const std::string& origin);
+// The identity and step of a snapshot without decoding its items (DataError when malformed).
+SnapshotIdentity snapshot_identity(const std::string& bytes, const std::string& origin, int64_t* step);
 
 }  // namespace edl::elastic

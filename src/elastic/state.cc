@@ -32,56 +32,84 @@ struct State::Impl {
   bool persist = true;              // only one member of a job writes checkpoint files (rank 0)
   bool synced = false;              // false until the first sync: a fresh member never wins a tie
 
+  SnapshotIdentity ident;           // job id and lineage carried by every commit (set by the worker)
+  std::function<void(int64_t step, const std::string& lineage)> on_written;  // after a checkpoint file was written (writer thread)
+
   // Checkpoint files are written by a background thread so commit() (every batch by default) never
-  // waits for the disk; if it falls behind, only the newest commit is written.
+  // waits for the disk; if it falls behind, only the newest commit is written. A failed write is
+  // logged and retried (backoff 100 ms doubling to 10 s) until it succeeds or a newer commit
+  // replaces it; it never throws into the training loop.
   std::mutex wmu;
   std::condition_variable wcv;
   std::thread writer;
-  std::optional<std::string> pending;
+  struct Pending {
+    std::string bytes;
+    int64_t step;
+    std::string lineage;
+  };
+  std::optional<Pending> pending;
+  uint64_t handed = 0;     // commits handed to the writer
+  uint64_t attempted = 0;  // commits the writer tried at least once (or skipped for a newer one)
   bool writing = false;
   bool wstop = false;
-  std::string werror;  // the last write failure, rethrown by the next commit()
+  std::string werror;  // the last write failure ("" after a success)
 
-  void persist_async(const std::string& bytes) {
+  void persist_async(const std::string& bytes, int64_t step) {
     std::unique_lock<std::mutex> lock(wmu);
-    if (!werror.empty()) {
-      std::string e = std::move(werror);
-      werror.clear();
-      throw DataError(e);
-    }
-    pending = bytes;
+    pending = Pending{bytes, step, ident.lineage};
+    ++handed;
     if (!writer.joinable()) writer = std::thread([this] { write_loop(); });
     wcv.notify_all();
   }
 
   void write_loop() {
     std::unique_lock<std::mutex> lock(wmu);
+    std::chrono::milliseconds backoff{100};
     for (;;) {
       wcv.wait(lock, [&] { return wstop || pending.has_value(); });
       if (!pending) return;  // stopping and nothing left to write
-      std::string bytes = std::move(*pending);
+      Pending job = std::move(*pending);
       pending.reset();
+      const int64_t step = job.step;
+      uint64_t seq = handed;
       std::string dir = checkpoint_dir;
+      auto cb = on_written;
       writing = true;
       lock.unlock();
+      std::string error;
+      bool written = false;
       try {
-        write_checkpoint(dir, bytes);
+        written = write_checkpoint(dir, job.bytes, step);
+        if (written && cb) cb(step, job.lineage);
       } catch (const std::exception& e) {
-        EDL_LOG(1) << "edl: " << e.what();
-        lock.lock();
-        werror = e.what();
-        lock.unlock();
+        error = e.what();
       }
       lock.lock();
       writing = false;
+      attempted = std::max(attempted, seq);
+      werror = error;
+      if (error.empty()) {
+        backoff = std::chrono::milliseconds(100);
+        if (!written) {
+          EDL_LOG(2) << "edl: checkpoint of step " << step << " skipped: " << dir << " holds a newer one";
+        }
+      } else {
+        EDL_LOG(1) << "edl: checkpoint write of step " << step << " failed (retrying in " << backoff.count()
+                   << " ms): " << error;
+        wcv.notify_all();
+        // Retry the same commit unless a newer one arrives (or the State goes away) meanwhile.
+        wcv.wait_for(lock, backoff, [&] { return wstop || pending.has_value(); });
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+        if (!pending && !wstop) pending = std::move(job);
+      }
       wcv.notify_all();
     }
   }
 
-  // Blocks until every commit handed to the writer is on disk.
+  // Blocks until every commit handed to the writer was written or tried once (see checkpoint_error).
   void flush() {
     std::unique_lock<std::mutex> lock(wmu);
-    wcv.wait(lock, [&] { return !pending && !writing; });
+    wcv.wait(lock, [&] { return attempted >= handed && !writing; });
   }
 
   ~Impl() {
@@ -150,14 +178,19 @@ void State::on_generation(std::function<void(const GenerationInfo&)> callback) {
 }
 
 void State::commit() {
-  impl_->committed = encode_snapshot(impl_->items, epoch, step);
+  impl_->committed = encode_snapshot(impl_->items, epoch, step, impl_->ident);
   impl_->committed_step = step;
-  if (!impl_->checkpoint_dir.empty() && impl_->persist) impl_->persist_async(impl_->committed);
+  if (!impl_->checkpoint_dir.empty() && impl_->persist) impl_->persist_async(impl_->committed, step);
 }
 
 void State::restore() {
   EDL_CHECK(impl_->committed_step >= 0, InvalidArgument, "State::restore: nothing was committed yet");
   decode_snapshot(impl_->committed, impl_->items, &epoch, &step, "the last in-memory commit");
+}
+
+std::string State::checkpoint_error() {
+  std::lock_guard<std::mutex> lock(impl_->wmu);
+  return impl_->werror;
 }
 
 int64_t State::committed_step() const { return impl_->committed_step; }
@@ -176,10 +209,13 @@ bool State::load_checkpoint() {
   std::string path;
   auto bytes = read_checkpoint(impl_->checkpoint_dir, &path);
   if (!bytes) return false;
-  decode_snapshot(*bytes, impl_->items, &epoch, &step, "checkpoint file " + path);
+  // A checkpoint of another job, or of an older lineage of this one, is refused (DataError).
+  SnapshotIdentity got;
+  decode_snapshot(*bytes, impl_->items, &epoch, &step, "checkpoint file " + path, impl_->ident, &got);
   impl_->committed = std::move(*bytes);
   impl_->committed_step = step;
-  EDL_LOG(1) << "edl: resumed from checkpoint " << path << " at step " << step;
+  impl_->ident = got;
+  EDL_LOG(1) << "edl: resumed from checkpoint " << path << " at step " << step << " (lineage " << got.lineage << ")";
   return true;
 }
 
@@ -193,13 +229,29 @@ void State::sync() {
 
 void state_set_persist(State& s, bool persist) { s.impl().persist = persist; }
 
+void state_set_identity(State& s, const std::string& job, const std::string& lineage) {
+  auto& im = s.impl();
+  im.ident.job = job;
+  im.ident.lineage = lineage;
+  if (im.committed_step >= 0) im.committed = restamp_snapshot(im.committed, im.ident, "the last in-memory commit");
+}
+
+const std::string& state_lineage(State& s) { return s.impl().ident.lineage; }
+
+void state_on_checkpoint_written(State& s, std::function<void(int64_t step, const std::string& lineage)> cb) {
+  std::lock_guard<std::mutex> lock(s.impl().wmu);
+  s.impl().on_written = std::move(cb);
+}
+
 const std::string& state_committed_bytes(State& s) { return s.impl().committed; }
 
 const std::string& state_checkpoint_dir(State& s) { return s.impl().checkpoint_dir; }
 
 void state_adopt(State& s, std::string bytes, const std::string& origin) {
   auto& im = s.impl();
-  decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin);
+  SnapshotIdentity got;
+  decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin, SnapshotIdentity{im.ident.job, ""}, &got);
+  im.ident.lineage = got.lineage;
   im.committed = std::move(bytes);
   im.committed_step = s.step;
 }
@@ -213,11 +265,12 @@ void state_notify_generation(State& s, const GenerationInfo& info) {
 // sync: allgather of (committed step, fresh) pairs, then a broadcast of the best member's commit.
 // Best = highest committed step; among equals a member that was synced before beats a fresh one
 // (a newcomer's initial state never overwrites the job's); remaining ties: lowest rank.
-void sync_state(State& s, Group& g) {
+bool sync_state(State& s, Group& g) {
   auto& im = s.impl();
   if (g.size() == 1) {
+    bool restart = !im.synced;
     im.synced = true;
-    return;
+    return restart;
   }
   int64_t mine[2] = {s.committed_step(), im.synced ? 0 : 1};
   std::vector<uint8_t> all;
@@ -235,10 +288,13 @@ void sync_state(State& s, Group& g) {
     if (better(r, best)) best = r;
     if (v[2 * r] != v[0]) all_same = false;
   }
-  bool any_fresh = false;
-  for (int r = 0; r < g.size(); ++r) any_fresh = any_fresh || v[2 * r + 1] != 0;
+  bool any_fresh = false, all_fresh = true;
+  for (int r = 0; r < g.size(); ++r) {
+    any_fresh = any_fresh || v[2 * r + 1] != 0;
+    all_fresh = all_fresh && v[2 * r + 1] != 0;
+  }
   if (v[2 * best] < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
-  if (all_same && !any_fresh) return;  // every member holds the same commit of the same history
+  if (all_same && !any_fresh) return false;  // every member holds the same commit of the same history
   int64_t len = g.rank() == best ? static_cast<int64_t>(im.committed.size()) : 0;
   g.broadcast(&len, 1, DataType::kInt64, best);
   std::string buf;
@@ -251,6 +307,7 @@ void sync_state(State& s, Group& g) {
     s.restore();  // the best member also rolls back to its commit (uncommitted work is discarded)
   }
   im.synced = true;
+  return all_fresh;
 }
 
 }  // namespace edl::elastic

@@ -1,7 +1,10 @@
 // The elastic retry loop (docs/elastic.md, "The run loop").
 #include "elastic/worker.h"
 
+#include <random>
+
 #include "common/logging.h"
+#include "edl/elastic.h"
 #include "edl/error.h"
 
 namespace edl::elastic {
@@ -10,7 +13,43 @@ Group::~Group() = default;
 
 namespace {
 thread_local Group* t_group = nullptr;
+
+// "MismatchError: <what>" etc.: the class of a final error, for <job>/failed and the logs.
+std::string describe(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const MismatchError& x) {
+    return std::string("MismatchError: ") + x.what();
+  } catch (const DataError& x) {
+    return std::string("DataError: ") + x.what();
+  } catch (const InvalidArgument& x) {
+    return std::string("InvalidArgument: ") + x.what();
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
 }
+
+std::string new_lineage_id() {
+  std::random_device rd;
+  std::mt19937_64 g((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(g()));
+  return buf;
+}
+
+int64_t parse_step(const std::string& record, std::string* lineage) {
+  auto sp = record.find(' ');
+  if (lineage) *lineage = record.substr(0, sp);
+  if (sp == std::string::npos) return -1;
+  try {
+    return std::stoll(record.substr(sp + 1));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+}  // namespace
 
 Group* current_group() { return t_group; }
 void set_current_group(Group* g) { t_group = g; }
@@ -81,6 +120,7 @@ void Worker::install(const GenerationView& v) {
     std::lock_guard<std::mutex> lock(mu_);
     group_ = g;
   }
+  membership_.built();
   if (failed_.load()) g->abort("generation " + std::to_string(v.id) + " failed while it was being built");
   if (in_run_) set_current_group(g.get());
   EDL_LOG(2) << "edl: worker " << opt_.membership.worker_id << " is rank " << v.rank << " of " << v.size
@@ -109,7 +149,7 @@ void Worker::join() {
 // sync + callbacks of the generation just installed.
 void Worker::finish_generation(bool after_failure) {
   state_set_persist(*state_, view_.rank == 0);
-  sync_state(*state_, *group());
+  if (sync_state(*state_, *group())) check_lineage();
   GenerationInfo info;
   info.generation = view_.id;
   info.rank = view_.rank;
@@ -138,10 +178,7 @@ void Worker::form(bool after_failure) {
       why = e.what();
     }
     if (failed) {
-      membership_.announce_abort(view_.id, why);
-      on_failure(why);
-      count_reset(why);
-      state_->restore();
+      on_comm_failure(why);
       after_failure = true;
     }
   }
@@ -151,11 +188,93 @@ void Worker::fault_point(const std::string& point) {
   if (opt_.membership.fault) opt_.membership.fault(point);
 }
 
+// After a sync in which no member carried state from a previous generation (docs/elastic.md,
+// "Lineage"): the first generation of a job, or every member of the last one was lost. Every member
+// runs this with the same state (sync) and the same store, so all reach the same verdict.
+void Worker::check_lineage() {
+  const Keys& k = membership_.keys();
+  const std::string& job = opt_.membership.job_id;
+  // The verdict is agreed through g<G>/lineage (first writer wins): a lineage id, or "!" + a reason.
+  auto verdict = [&]() -> std::string {
+    std::string mine = state_lineage(*state_);
+    auto stored = store_->get(k.lineage());
+    if (!stored) return mine.empty() ? new_lineage_id() : mine;  // a fresh job, or a whole-job restart
+    auto record = store_->get(k.checkpoint());
+    std::string rec_lineage;
+    int64_t rec_step = record ? parse_step(*record, &rec_lineage) : -1;
+    std::string why;
+    if (mine == *stored) {
+      if (rec_lineage != *stored || state_->committed_step() >= rec_step) return mine;  // resumes its history
+      why = "the state loaded is at step " + std::to_string(state_->committed_step()) +
+            " but the job's newest checkpoint is at step " + std::to_string(rec_step);
+    } else if (rec_lineage == *stored) {
+      why = "no member loaded the job's newest checkpoint (lineage " + *stored + ", step " +
+            std::to_string(rec_step) + "; is EDL_CHECKPOINT_DIR='" + state_checkpoint_dir(*state_) +
+            "' the directory it was written to?)";
+    } else {
+      why = "no checkpoint";
+    }
+    if (opt_.allow_restart_from_scratch) {
+      EDL_LOG(1) << "edl: job '" << job << "': all members lost, " << why
+                 << "; restarting from scratch (EDL_ALLOW_RESTART_FROM_SCRATCH)";
+      return new_lineage_id();
+    }
+    return "!edl: job '" + job + "': all members lost, " + why +
+           "; refusing to restart from scratch (allow it with edl-run --allow-restart-from-scratch / "
+           "EDL_ALLOW_RESTART_FROM_SCRATCH=1)";
+  };
+  std::optional<std::string> cur = store_->get(k.lineage_of(view_.id));
+  std::string agreed = cur ? *cur : verdict();
+  if (!cur && !store_->compare_set(k.lineage_of(view_.id), std::nullopt, agreed, &cur) && cur) agreed = *cur;
+  if (!agreed.empty() && agreed[0] == '!') throw JobError(agreed.substr(1));
+  if (agreed != state_lineage(*state_)) {
+    EDL_LOG(2) << "edl: generation " << view_.id << " starts lineage " << agreed;
+  }
+  store_->set(k.lineage(), agreed);
+  state_set_identity(*state_, job, agreed);
+}
+
+// A failure of generation G seen by this worker (any CommError): announce it, abort the Group, and
+// fail fast if the job failed for good meanwhile (another member's final error).
+void Worker::on_comm_failure(const std::string& why) {
+  membership_.announce_abort(view_.id, why);
+  on_failure(why);
+  membership_.check_failed();
+  count_reset(why);
+  state_->restore();
+}
+
+// An error a restart cannot cure: mark the job failed (other members and edl-run see <job>/failed),
+// abort the generation so the others stop at once, throw JobFailed.
+void Worker::fail_job(std::exception_ptr cause) {
+  std::string reason = "worker " + opt_.membership.worker_id + " at step " + std::to_string(state_->step) +
+                       " of generation " + std::to_string(view_.id) + ": " + describe(cause);
+  EDL_LOG(1) << "edl: job failed: " << reason;
+  try {
+    membership_.mark_failed(reason);
+    membership_.announce_abort(view_.id, "job failed: " + reason);
+  } catch (const Error& e) {
+    EDL_LOG(1) << "edl: could not record the job failure in the store: " << e.what();
+  }
+  membership_.unwatch();
+  on_failure("job failed: " + reason);
+  std::optional<std::string> recorded;  // another member's failure may have been first
+  try {
+    recorded = membership_.failed_reason();
+  } catch (const Error&) {
+  }
+  throw JobFailed(recorded ? *recorded : reason, cause);
+}
+
 void Worker::run(State& state, const std::function<void()>& fn) {
   EDL_CHECK(!in_run_.exchange(true), InvalidArgument, "edl::elastic::run is already running on this worker");
   struct Reset {
     Worker* w;
     ~Reset() {
+      if (w->state_) {  // the writer must not call into this Worker after run() returned
+        w->state_->flush_checkpoint();
+        state_on_checkpoint_written(*w->state_, nullptr);
+      }
       w->in_run_.store(false);
       w->state_ = nullptr;
       set_current_group(nullptr);
@@ -164,9 +283,23 @@ void Worker::run(State& state, const std::function<void()>& fn) {
   state_ = &state;
   if (!opt_.checkpoint_dir.empty() && state_checkpoint_dir(state).empty()) state.set_checkpoint_dir(opt_.checkpoint_dir);
   state_set_persist(state, false);  // rank 0 of each generation persists, once ranks are known
-  if (state.committed_step() < 0 && !state.load_checkpoint()) state.commit();
   try {
     join();
+    // Commits carry the job id and the job's lineage; a checkpoint of another job or lineage is refused.
+    const Keys& k = membership_.keys();
+    state_on_checkpoint_written(state, [this, k](int64_t step, const std::string& lineage) {
+      record_checkpoint(k, step, lineage);
+    });
+    if (state.committed_step() < 0) {
+      // A checkpoint must be of this job and (when the job has one already) of its lineage.
+      state_set_identity(state, opt_.membership.job_id, store_->get(k.lineage()).value_or(""));
+      if (!state.load_checkpoint()) {
+        state_set_identity(state, opt_.membership.job_id, "");  // a fresh state belongs to no lineage yet
+        state.commit();
+      }
+    } else {
+      state_set_identity(state, opt_.membership.job_id, state_lineage(state));
+    }
     set_current_group(group().get());
     bool synced = false;
     while (!synced) {
@@ -176,20 +309,20 @@ void Worker::run(State& state, const std::function<void()>& fn) {
         synced = true;
       } catch (const CommError& e) {
         if (crashed_) throw;
-        membership_.announce_abort(view_.id, e.what());
-        on_failure(e.what());
-        count_reset(e.what());
-        state.restore();
+        on_comm_failure(e.what());
         form(true);
         synced = true;
       }
     }
     for (;;) {
-      enum { kNone, kChanged, kFailed } what = kNone;
+      enum { kNone, kChanged, kFailed, kUser } what = kNone;
       std::string why;
+      std::exception_ptr cause;
       try {
+        membership_.progress();
         fn();
         membership_.announce_finished(view_.id);
+        membership_.unwatch();  // no progress deadline or peer checks once training is over
         return;
       } catch (const MembershipChanged& e) {
         what = kChanged;
@@ -197,8 +330,22 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       } catch (const CommError& e) {
         what = kFailed;
         why = e.what();
+      } catch (const JobError&) {  // reset limit, below the minimum, JobFailed: final as they are
+        throw;
+      } catch (const StoreError&) {  // the control plane is gone: nothing to retry against
+        throw;
+      } catch (...) {  // MismatchError, DataError, any exception of the user's function
+        what = kUser;
+        cause = std::current_exception();
+        why = describe(cause);
       }
       if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
+      if (what == kUser && failed_.load()) {
+        // The generation failed under us (e.g. a peer died mid-step) and the user's code turned the
+        // resulting error into its own: a peer failure, not a user error.
+        what = kFailed;
+      }
+      if (what == kUser && !opt_.retry_user_errors) fail_job(cause);
       if (what == kChanged) {
         state.commit();
         since_commit_ = 0;
@@ -213,13 +360,16 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       } else {
         EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << ": generation " << view_.id
                    << " failed: " << why;
-        membership_.announce_abort(view_.id, why);
-        on_failure(why);
-        count_reset(why);
-        state.restore();
+        on_comm_failure(why);
         form(true);
       }
     }
+  } catch (const JobError&) {
+    // Final for this worker: leave the job (the lease goes), so that no round waits for it. A
+    // process exits after this anyway; a thread-rank (tests) keeps its Worker object.
+    membership_.unwatch();
+    membership_.stop();
+    throw;
   } catch (const JobFinished&) {
     if (view_.id != 0)  // it trained, was evicted (e.g. stopped too long) and missed the end: stale state
       throw JobError("edl: worker " + opt_.membership.worker_id + " was evicted after generation " +
@@ -228,11 +378,27 @@ void Worker::run(State& state, const std::function<void()>& fn) {
   }
 }
 
+// Advances <job>/checkpoint to "<lineage> <step>" (never backwards within a lineage). Writer thread.
+void Worker::record_checkpoint(const Keys& k, int64_t step, const std::string& lineage) {
+  if (lineage.empty()) return;
+  try {
+    auto cur = store_->get(k.checkpoint());
+    for (int i = 0; i < 8; ++i) {
+      std::string cur_lineage;
+      if (cur && parse_step(*cur, &cur_lineage) >= step && cur_lineage == lineage) return;
+      if (store_->compare_set(k.checkpoint(), cur, lineage + " " + std::to_string(step), &cur)) return;
+    }
+  } catch (const Error& e) {
+    EDL_LOG(1) << "edl: could not record checkpoint step " << step << " in the store: " << e.what();
+  }
+}
+
 void Worker::notify_batch_end() {
   EDL_CHECK(in_run_ && state_ != nullptr, InvalidArgument,
             "edl::notify_batch_end() must be called inside edl::elastic::run");
   if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
   state_->step += 1;
+  membership_.progress();
   fault_point("batch_end");
   // The batch-boundary agreement: one 8-byte max-allreduce of the pending bits, started at this
   // boundary and evaluated at the next one, so it runs in the background during the next batch.

@@ -27,6 +27,14 @@ struct WorkerOptions {
   int reset_limit = 0;           // EDL_RESET_LIMIT: max re-rendezvous after the first (0 = unlimited)
   int commit_every = 1;          // EDL_COMMIT_EVERY: notify_batch_end commits every N batches
   std::string checkpoint_dir;    // EDL_CHECKPOINT_DIR: default checkpoint dir of the State ("" = none)
+  // EDL_RETRY_USER_ERRORS: false (default) = an exception out of fn that is not a peer failure
+  // (MismatchError, DataError, any user exception) fails the job at once (JobFailed, <job>/failed);
+  // true = treat it like a peer failure (restore, re-form, call fn again; counts against the reset limit).
+  bool retry_user_errors = false;
+  // EDL_ALLOW_RESTART_FROM_SCRATCH (edl-run --allow-restart-from-scratch): when every member of the
+  // last generation is lost and no checkpoint of the job's lineage can be loaded, start a new
+  // lineage from the initial state instead of failing with JobError.
+  bool allow_restart_from_scratch = false;
 };
 
 class EDL_API Worker {
@@ -63,6 +71,10 @@ class EDL_API Worker {
   void count_reset(const std::string& why);
   void finish_generation(bool after_failure);
   void fault_point(const std::string& point);
+  [[noreturn]] void fail_job(std::exception_ptr cause);
+  void on_comm_failure(const std::string& why);
+  void check_lineage();
+  void record_checkpoint(const Keys& k, int64_t step, const std::string& lineage);
 
   std::shared_ptr<Store> store_;
   WorkerOptions opt_;

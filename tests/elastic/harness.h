@@ -68,6 +68,7 @@ struct Cluster {
   WorkerOptions base;
   int64_t total = 40;
   std::chrono::milliseconds step_time{3};
+  std::chrono::milliseconds comm_timeout{5000};  // LocalComm collective deadline
   // Called on each worker's thread before notify_batch_end of each step (worker index, worker, step).
   std::function<void(int, Worker&, int64_t)> on_step;
   // Optional per-worker fault hook for protocol points.
@@ -105,7 +106,7 @@ struct Cluster {
     o.membership.fault = [this, i](const std::string& point) {
       if (on_point) on_point(i, worker(i), point);
     };
-    workers.push_back(std::make_unique<Worker>(store, o, local_group_factory(5000ms, 3000ms)));
+    workers.push_back(std::make_unique<Worker>(store, o, local_group_factory(comm_timeout, 3000ms)));
     outcomes.emplace_back();
     Worker* w = workers.back().get();
     threads.emplace_back([this, i, w] { body(i, *w); });

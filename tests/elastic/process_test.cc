@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "edl/elastic.h"
+#include "edl/store.h"
 #include "edl/store_server.h"
 
 extern char** environ;
@@ -65,7 +67,8 @@ class ProcJob {
     ::unlink(log_.c_str());
   }
 
-  void spawn(const std::string& id, int min_np, int max_np, const std::string& secret = "process-test-secret") {
+  void spawn(const std::string& id, int min_np, int max_np, const std::string& secret = "process-test-secret",
+             const std::map<std::string, std::string>& extra_env = {}, const std::vector<std::string>& extra_args = {}) {
     std::map<std::string, std::string> env;
     for (char** e = environ; *e; ++e) {
       std::string kv(*e);
@@ -87,10 +90,12 @@ class ProcJob {
     env["EDL_RENDEZVOUS_GRACE_MS"] = "1000";
     env["EDL_RENDEZVOUS_TIMEOUT_MS"] = "10000";
     env["EDL_LOG_LEVEL"] = "0";
+    for (const auto& [k, v] : extra_env) env[k] = v;
     std::vector<std::string> strs;
     for (auto& [k, v] : env) strs.push_back(k + "=" + v);
     std::vector<std::string> args = {EDL_TEST_ELASTIC_WORKER, "--steps", std::to_string(steps_), "--step-ms", "10",
                                      "--params", "4096", "--log", log_};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> envp, argv;
     for (auto& s : strs) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -157,6 +162,10 @@ class ProcJob {
     }
   }
 
+  // The generation lines: worker -> (generation, size) in log order.
+  std::vector<std::pair<std::string, std::pair<uint64_t, int>>> gens;
+  edl::StoreServer& server() { return *server_; }
+
   std::vector<Step> steps;
   std::map<std::string, Done> done;
   std::vector<std::string> errors;
@@ -167,6 +176,7 @@ class ProcJob {
     steps.clear();
     done.clear();
     errors.clear();
+    gens.clear();
     std::string line;
     while (std::getline(f, line)) {
       std::istringstream is(line);
@@ -177,6 +187,11 @@ class ProcJob {
         s.worker = worker;
         is >> s.step >> s.gen >> s.rank >> s.size;
         steps.push_back(s);
+      } else if (kind == "gen") {
+        uint64_t g = 0;
+        int rank = 0, size = 0;
+        is >> g >> rank >> size;
+        gens.push_back({worker, {g, size}});
       } else if (kind == "done") {
         Done d;
         is >> d.step >> d.crc >> d.hist;
@@ -250,4 +265,65 @@ TEST_CASE("processes: a worker with the wrong job secret exits with a clear erro
   CHECK(job.exit_status("x", 15s) == 1);
   REQUIRE(job.wait_for([&] { return !job.errors.empty(); }, 2s));
   CHECK_THAT(job.errors[0], Catch::Contains("secret") || Catch::Contains("auth") || Catch::Contains("Auth"));
+}
+
+// Issue 13 item 0: a worker killed right after it arrived at the first rendezvous (EDL_TEST_KILL_AT)
+// is left out of generation 1 at once by its liveness probe. Its lease (20 s here) is still alive,
+// so without the probe generation 1 would include it and the others would wait out its connect.
+TEST_CASE("processes: a worker killed right after arriving is left out of the generation at once", "[process][probe]") {
+  ProcJob job("parrive", 20);
+  std::map<std::string, std::string> env = {{"EDL_LEASE_MS", "20000"}, {"EDL_HEARTBEAT_MS", "100"}};
+  auto victim_env = env;
+  victim_env["EDL_TEST_KILL_AT"] = "rendezvous:arrived";
+  job.spawn("victim", 2, 3, "process-test-secret", victim_env);
+  CHECK(job.exit_status("victim", 15s) == 128 + SIGKILL);  // died after arriving, lease still alive
+  job.spawn("a", 2, 3, "process-test-secret", env);
+  job.spawn("b", 2, 3, "process-test-secret", env);
+  REQUIRE(job.wait_for([&] { return job.done.size() == 2; }, 60s));
+  job.check_done({"a", "b"});
+  REQUIRE(!job.gens.empty());
+  for (const auto& [worker, g] : job.gens) {
+    INFO("worker " << worker << " generation " << g.first << " size " << g.second);
+    CHECK(g.first == 1);  // the first generation already excluded the dead worker: no re-form
+    CHECK(g.second == 2);
+  }
+}
+
+// Issue 13 item 5: an exception out of the user's function fails the job at once: every worker
+// exits with kJobFailedExitCode (3) and <job>/failed holds the reason; nobody retries.
+TEST_CASE("processes: a user error fails the job with exit code 3 and <job>/failed", "[process][user-error]") {
+  ProcJob job("pfail", 60);
+  job.spawn("a", 2, 3);
+  job.spawn("b", 2, 3);
+  job.spawn("c", 2, 3, "process-test-secret", {}, {"--throw-at", "12"});
+  for (const char* id : {"a", "b", "c"}) {
+    INFO("worker " << id);
+    CHECK(job.exit_status(id, 30s) == edl::elastic::kJobFailedExitCode);
+  }
+  edl::StoreOptions so;
+  so.secret = "process-test-secret";
+  auto store = edl::connect_store(job.server().url(), so);
+  auto failed = store->get("pfail/failed");
+  REQUIRE(failed.has_value());
+  CHECK_THAT(*failed, Catch::Contains("worker c") && Catch::Contains("injected failure at step 12"));
+  REQUIRE(job.wait_for([&] { return job.errors.size() == 3; }, 2s));
+  CHECK(job.max_step() <= 12);
+}
+
+// Issue 13 item 1: a worker stuck inside a batch keeps its lease; with a one-minute collective
+// deadline only the progress deadline (1 s here) can unblock the others. They go on without it
+// (a generation of 2 trains); the stuck worker, when it wakes, rejoins or finds the job finished.
+TEST_CASE("processes: a worker stuck inside a batch is evicted by the progress deadline", "[process][progress]") {
+  ProcJob job("pstuck", 150);
+  std::map<std::string, std::string> env = {{"EDL_PROGRESS_TIMEOUT_MS", "1000"}, {"EDL_TIMEOUT_MS", "60000"}};
+  job.spawn("a", 2, 3, "process-test-secret", env);
+  job.spawn("b", 2, 3, "process-test-secret", env);
+  job.spawn("c", 2, 3, "process-test-secret", env, {"--stall-at", "20", "--stall-ms", "8000"});
+  REQUIRE(job.wait_for([&] { return job.done.count("a") && job.done.count("b"); }, 60s));
+  bool trained_without_c = false;
+  for (const auto& st : job.steps) trained_without_c = trained_without_c || (st.size == 2 && st.step > 20);
+  CHECK(trained_without_c);
+  job.check_done({"a", "b"});
+  int c_status = job.exit_status("c", 30s);
+  CHECK((c_status == 0 || c_status == 1));  // rejoined and finished, or evicted with stale state
 }

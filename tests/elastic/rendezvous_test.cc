@@ -1,6 +1,8 @@
 // Membership / rendezvous on a memory store, ranks as threads (no communicator involved).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <future>
 #include <set>
 #include <thread>
@@ -322,4 +324,153 @@ TEST_CASE("re-rendezvous costs O(1) store operations per worker", "[rendezvous][
   // The decider: O(1) calls + one get per arrival, plus a few 50 ms liveness probes while members
   // are still arriving (timing-dependent): bounded, no runaway polling.
   CHECK(large.second <= 200);
+}
+
+// Issue 13 item 0: a worker killed after it arrived but before the decision must not be made a
+// member (the others would wait for its lease). Leases here are 10 s: the dead worker's lease is
+// still alive when the generation is decided, so only the liveness probe can have dropped it.
+TEST_CASE("a worker killed after arriving is left out at decision time, its lease still alive", "[rendezvous][probe]") {
+  auto store = edl::make_memory_store();
+  auto long_lease = [](const std::string& job, const std::string& id, int min_np) {
+    auto o = opts(job, id, min_np, 0);
+    o.hostname = "hostA";  // one host: loopback probes are meaningful
+    o.lease = 10000ms;
+    o.grace = 5000ms;
+    return o;
+  };
+  std::unique_ptr<Membership> victim;
+  std::atomic<bool> armed{false};
+  auto kill_after_arriving = [&](const std::string& point) {
+    if (point == "rendezvous:arrived" && armed.load()) {
+      victim->freeze(/*process_dead=*/true);  // what kill -9 does to its lease thread and probe socket
+      throw std::runtime_error("killed after arriving");
+    }
+  };
+
+  SECTION("first generation") {
+    auto vo = long_lease("j11", "victim", 2);
+    vo.fault = kill_after_arriving;
+    victim = std::make_unique<Membership>(store, vo);
+    armed = true;
+    CHECK_THROWS(victim->rendezvous(nullptr));  // arrived first, then died
+    REQUIRE(store->get("j11/g1/in/victim").has_value());
+    Membership a(store, long_lease("j11", "a", 2)), b(store, long_lease("j11", "b", 2));
+    auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+    auto va = a.rendezvous(nullptr);
+    auto vb = fb.get();
+    CHECK(ids(va) == ids(vb));
+    CHECK(va.size == 2);
+    auto names = ids(va);
+    CHECK(std::find(names.begin(), names.end(), "victim") == names.end());
+    CHECK(store->get("j11/lease/victim").has_value());  // dropped by its probe, not by lease expiry
+  }
+  SECTION("later generation") {
+    auto vo = long_lease("j12", "victim", 1);
+    vo.fault = kill_after_arriving;
+    victim = std::make_unique<Membership>(store, vo);
+    Membership a(store, long_lease("j12", "a", 1)), b(store, long_lease("j12", "b", 1));
+    auto fa = std::async(std::launch::async, [&] { return a.rendezvous(nullptr); });
+    auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+    auto g1v = victim->rendezvous(nullptr);
+    auto g1a = fa.get(), g1b = fb.get();
+    REQUIRE(g1a.size == 3);
+    armed = true;
+    CHECK_THROWS(victim->rendezvous(&g1v));  // arrives at round 2 first, then dies
+    REQUIRE(store->get("j12/g2/in/victim").has_value());
+    auto f2 = std::async(std::launch::async, [&] { return b.rendezvous(&g1b); });
+    auto va = a.rendezvous(&g1a);
+    auto vb = f2.get();
+    CHECK(va.id == 2);
+    CHECK(va.size == 2);
+    CHECK(ids(va) == ids(vb));
+    CHECK(store->get("j12/lease/victim").has_value());
+    auto why = store->get("j12/g2/dropped/victim");
+    REQUIRE(why.has_value());
+    CHECK_THAT(*why, Catch::Contains("probe was refused"));
+  }
+}
+
+TEST_CASE("a decider killed mid-decision is taken over through its probe, before its lease expires",
+          "[rendezvous][probe][decider]") {
+  auto store = edl::make_memory_store();
+  std::vector<std::unique_ptr<Membership>> ms(3);
+  std::atomic<bool> armed{false};
+  std::atomic<int> killed{-1};
+  for (int i = 0; i < 3; ++i) {
+    auto o = opts("j13", "w" + std::to_string(i), 1, 0);
+    o.lease = 10000ms;
+    o.grace = 5000ms;
+    o.fault = [&, i](const std::string& point) {
+      int none = -1;
+      if (point == "rendezvous:decide" && armed.load() && killed.compare_exchange_strong(none, i)) {
+        ms[i]->freeze(/*process_dead=*/true);
+        throw std::runtime_error("decider killed");
+      }
+    };
+    ms[i] = std::make_unique<Membership>(store, o);
+  }
+  std::vector<std::future<GenerationView>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
+  std::vector<GenerationView> g1;
+  for (auto& x : f) g1.push_back(x.get());
+  armed = true;
+  std::vector<std::future<GenerationView>> f2;
+  for (int i = 0; i < 3; ++i) f2.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(&g1[i]); }));
+  std::vector<GenerationView> g2;
+  for (int i = 0; i < 3; ++i) {
+    try {
+      g2.push_back(f2[i].get());
+    } catch (const std::exception& e) {
+      CHECK(std::string(e.what()) == "decider killed");
+    }
+  }
+  REQUIRE(killed.load() >= 0);
+  REQUIRE(g2.size() == 2);
+  std::string dead = "w" + std::to_string(killed.load());
+  CHECK(store->get("j13/lease/" + dead).has_value());  // taken over by the probe, not by lease expiry
+  for (const auto& v : g2) {
+    CHECK(v.id == 2);
+    CHECK(v.size == 2);
+    CHECK(ids(v) == ids(g2[0]));
+  }
+  auto decider = store->get("j13/g2/decider");
+  REQUIRE(decider.has_value());
+  CHECK(*decider != dead);
+}
+
+// Issue 13 item 2: liveness never compares one worker's wall clock with another's.
+TEST_CASE("a worker whose wall clock is minutes behind is not evicted", "[rendezvous][clock]") {
+  auto store = edl::make_memory_store();
+  std::vector<std::unique_ptr<Membership>> ms;
+  std::atomic<bool> delay{false};
+  for (int i = 0; i < 3; ++i) {
+    auto o = opts("j14", "w" + std::to_string(i), 1, 0);
+    if (i == 2) {
+      o.wall_clock_offset = std::chrono::minutes(-10);
+      o.fault = [&](const std::string& point) {  // arrives late at round 2, heartbeating all along
+        if (point == "rendezvous:arrive" && delay.load()) std::this_thread::sleep_for(400ms);
+      };
+    }
+    ms.push_back(std::make_unique<Membership>(store, o));
+  }
+  std::vector<std::future<GenerationView>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
+  std::vector<GenerationView> g1;
+  for (auto& x : f) g1.push_back(x.get());
+  std::promise<std::string> failure;
+  std::atomic<bool> reported{false};
+  ms[0]->watch(g1[0], [&](const std::string& r) {
+    if (!reported.exchange(true)) failure.set_value(r);
+  });
+  std::this_thread::sleep_for(500ms);  // a few peer checks with the skewed lease in place
+  ms[0]->unwatch();
+  CHECK_FALSE(reported.load());
+  delay = true;
+  std::vector<std::future<GenerationView>> f2;
+  for (int i = 0; i < 3; ++i) f2.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(&g1[i]); }));
+  for (auto& x : f2) {
+    auto v = x.get();
+    CHECK(v.id == 2);
+    CHECK(v.size == 3);  // the late, skewed worker was waited for, not judged dead by its stamp
+  }
 }

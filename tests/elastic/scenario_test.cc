@@ -181,7 +181,7 @@ TEST_CASE("a whole-job restart resumes from the checkpoint directory", "[scenari
     for (int i = 0; i < 2; ++i) c.start();
     c.check_finishers(2);
   }
-  Cluster c("s_ckpt_b", 3, 3);  // a new job (3 workers) over the same directory
+  Cluster c("s_ckpt_a", 3, 3);  // the same job restarted (3 workers, a fresh store) over the same directory
   c.base.checkpoint_dir = dir;
   c.total = 40;
   std::atomic<int64_t> first_step{-1};
@@ -192,7 +192,16 @@ TEST_CASE("a whole-job restart resumes from the checkpoint directory", "[scenari
   for (int i = 0; i < 3; ++i) c.start();
   c.check_finishers(3);
   CHECK(first_step == 20);  // resumed: steps 0..19 were not redone
+  {
+    Cluster other("s_ckpt_other", 1, 1);  // another job over the same directory: refused, naming the file
+    other.base.checkpoint_dir = dir;
+    other.start();
+    other.join_all();
+    CHECK_FALSE(other.outcomes[0].finished);
+    CHECK_THAT(other.outcomes[0].error, Catch::Contains(dir + "/state.edlckpt") && Catch::Contains("s_ckpt_a"));
+  }
   std::remove((dir + "/state.edlckpt").c_str());
+  std::remove((dir + "/state.edlckpt.lock").c_str());
   rmdir(dir.c_str());
 }
 

@@ -1,9 +1,12 @@
 // State: registration, commit / restore, snapshots, checkpoint files (atomic, checksummed).
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "edl/error.h"
 #include "edl/state.h"
 #include "elastic/checkpoint.h"
+#include "elastic/group.h"
 
 using edl::DataType;
 using edl::elastic::State;
@@ -97,6 +101,7 @@ TEST_CASE("checkpoint round trip resumes a new State", "[state][checkpoint]") {
   none.set_checkpoint_dir(dir + "/missing");
   CHECK_FALSE(none.load_checkpoint());
   std::remove(edl::elastic::checkpoint_path(dir).c_str());
+  std::remove((edl::elastic::checkpoint_path(dir) + ".lock").c_str());
   rmdir(dir.c_str());
 }
 
@@ -137,16 +142,101 @@ TEST_CASE("a corrupt or truncated checkpoint is a DataError naming the file", "[
   }
   CHECK(w == std::vector<float>(64, 1.0f));
   std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
   rmdir(dir.c_str());
 }
 
-TEST_CASE("a checkpoint that cannot be written is a DataError at the next commit", "[state][checkpoint]") {
+TEST_CASE("a checkpoint that cannot be written is reported and retried, never thrown into training",
+          "[state][checkpoint]") {
+  char tmpl[] = "/tmp/edl_state_ro_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  std::string parent = tmpl;
+  std::string dir = parent + "/ckpt";
+  REQUIRE(std::ofstream(dir).good());  // a plain file where the directory should be: every write fails
   int64_t x = 1;
   State s;
   s.register_scalar("x", &x);
-  s.set_checkpoint_dir("/proc/edl-no-such-dir");
+  s.set_checkpoint_dir(dir);
   s.commit();  // written in the background
   s.flush_checkpoint();
-  CHECK_THROWS_WITH(s.commit(), Catch::Contains("/proc/edl-no-such-dir"));
-  CHECK(s.committed_step() == 0);  // the in-memory commit itself happened
+  CHECK_THAT(s.checkpoint_error(), Catch::Contains(dir));
+  x = 2;
+  s.step = 1;
+  CHECK_NOTHROW(s.commit());  // the failure never reaches training
+  CHECK(s.committed_step() == 1);
+  // The disk recovers: the retry (or the next commit) lands the newest commit.
+  std::remove(dir.c_str());  // the writer's next retry creates the directory and lands the commit
+  std::string path = edl::elastic::checkpoint_path(dir);
+  for (int i = 0; i < 300 && !std::ifstream(path).good(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  s.flush_checkpoint();
+  CHECK(s.checkpoint_error().empty());
+  int64_t y = 0;
+  State r;
+  r.register_scalar("x", &y);
+  r.set_checkpoint_dir(dir);
+  REQUIRE(r.load_checkpoint());
+  CHECK(y == 2);
+  CHECK(r.step == 1);
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+  rmdir(dir.c_str());
+  rmdir(parent.c_str());
+}
+
+TEST_CASE("a checkpoint of an older step never replaces a newer one", "[state][checkpoint]") {
+  auto dir = temp_dir();
+  std::string payload_new = "new", payload_old = "old";
+  CHECK(edl::elastic::write_checkpoint(dir, payload_new, 10));
+  CHECK_FALSE(edl::elastic::write_checkpoint(dir, payload_old, 9));  // a slow former rank 0
+  std::string path;
+  auto got = edl::elastic::read_checkpoint(dir, &path);
+  REQUIRE(got.has_value());
+  CHECK(*got == "new");
+  CHECK(edl::elastic::write_checkpoint(dir, "newer", 11));
+  CHECK(*edl::elastic::read_checkpoint(dir, &path) == "newer");
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("a checkpoint of another job or an older lineage is refused, naming the file", "[state][checkpoint]") {
+  auto dir = temp_dir();
+  std::vector<float> w(4, 1.0f);
+  {
+    State s;
+    s.register_tensor("w", w.data(), w.size(), DataType::kFloat32);
+    edl::elastic::state_set_identity(s, "jobA", "lineage1");
+    s.set_checkpoint_dir(dir);
+    s.step = 3;
+    s.commit();
+  }
+  auto path = edl::elastic::checkpoint_path(dir);
+  std::vector<float> v(4, 0.0f);
+  SECTION("another job") {
+    State s;
+    s.register_tensor("w", v.data(), v.size(), DataType::kFloat32);
+    edl::elastic::state_set_identity(s, "jobB", "");
+    s.set_checkpoint_dir(dir);
+    CHECK_THROWS_WITH(s.load_checkpoint(), Catch::Contains(path) && Catch::Contains("'jobA'"));
+  }
+  SECTION("an older lineage of the same job") {
+    State s;
+    s.register_tensor("w", v.data(), v.size(), DataType::kFloat32);
+    edl::elastic::state_set_identity(s, "jobA", "lineage2");
+    s.set_checkpoint_dir(dir);
+    CHECK_THROWS_WITH(s.load_checkpoint(), Catch::Contains(path) && Catch::Contains("lineage1"));
+  }
+  SECTION("the same job and lineage, or a fresh store (no lineage yet): loaded") {
+    State s;
+    s.register_tensor("w", v.data(), v.size(), DataType::kFloat32);
+    edl::elastic::state_set_identity(s, "jobA", "");
+    s.set_checkpoint_dir(dir);
+    REQUIRE(s.load_checkpoint());
+    CHECK(edl::elastic::state_lineage(s) == "lineage1");
+    CHECK(s.step == 3);
+  }
+  CHECK((v == std::vector<float>(4, 0.0f) || v == std::vector<float>(4, 1.0f)));
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+  rmdir(dir.c_str());
 }
