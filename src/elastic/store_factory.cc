@@ -1,9 +1,12 @@
-// connect_store(): URL -> Store backend (memory://NAME, tcp://HOST:PORT, redis://HOST:PORT).
+// connect_store(): URL -> Store backend (memory://NAME, tcp://HOST:PORT, redis://HOST:PORT,
+// etcd://HOST:PORT[,HOST:PORT...]).
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "edl/error.h"
 #include "edl/store.h"
+#include "elastic/etcd_store.h"
 #include "elastic/redis_store.h"
 #include "elastic/tcp_store_client.h"
 
@@ -13,7 +16,7 @@ namespace {
 // Splits "HOST:PORT" (HOST may be "[v6addr]"); throws InvalidArgument naming the URL.
 void split_host_port(const std::string& url, const std::string& rest, std::string* host, int* port) {
   auto bad = [&](const std::string& why) {
-    return InvalidArgument("store URL '" + url + "' is malformed: " + why + " (expected SCHEME://HOST:PORT)");
+    return InvalidArgument("store URL '" + url + "' is malformed: " + why + " (expected SCHEME://HOST:PORT; etcd:// takes HOST:PORT,HOST:PORT,...)");
   };
   size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0) throw bad("missing host or port");
@@ -40,7 +43,7 @@ std::shared_ptr<Store> named_memory_store(const std::string& name) {
 std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions& options) {
   size_t sep = url.find("://");
   if (sep == std::string::npos)
-    throw InvalidArgument("store URL '" + url + "' is malformed: missing scheme (memory://, tcp:// or redis://)");
+    throw InvalidArgument("store URL '" + url + "' is malformed: missing scheme (memory://, tcp://, redis:// or etcd://)");
   std::string scheme = url.substr(0, sep);
   std::string rest = url.substr(sep + 3);
   if (scheme == "memory") {
@@ -54,8 +57,21 @@ std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions&
     if (scheme == "tcp") return store::connect_tcp_store(host, port, options);
     return store::connect_redis_store(host, port, options);
   }
+  if (scheme == "etcd") {
+    std::vector<store::EtcdEndpoint> endpoints;
+    size_t start = 0;
+    for (;;) {
+      size_t comma = rest.find(',', start);
+      store::EtcdEndpoint ep;
+      split_host_port(url, rest.substr(start, comma - start), &ep.host, &ep.port);
+      endpoints.push_back(ep);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return store::connect_etcd_store(url, std::move(endpoints), options);
+  }
   throw InvalidArgument("store URL '" + url + "' has unknown scheme '" + scheme +
-                        "' (expected memory://, tcp:// or redis://)");
+                        "' (expected memory://, tcp://, redis:// or etcd://)");
 }
 
 }  // namespace edl

@@ -1,0 +1,253 @@
+#include "elastic/etcd_client.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "common/logging.h"
+#include "edl/error.h"
+
+namespace edl::store {
+namespace {
+
+using std::chrono::milliseconds;
+
+// gRPC status codes the gateway reports for "no leader / leader changed / timed out / overloaded /
+// canceled": the request may or may not have been applied; try again (on another member).
+bool retriable_code(int code) { return code == 1 || code == 4 || code == 8 || code == 14; }
+
+milliseconds ms_until(Clock::time_point t) {
+  return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(t - Clock::now()));
+}
+
+}  // namespace
+
+std::string b64(const std::string& raw) {
+  std::string out(4 * ((raw.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(raw.data()), static_cast<int>(raw.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::string unb64(const std::string& text) {
+  if (text.size() % 4 != 0) throw StoreError("etcd store: malformed base64 in an answer from etcd");
+  std::string out(text.size() / 4 * 3 + 1, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) throw StoreError("etcd store: malformed base64 in an answer from etcd");
+  // EVP_DecodeBlock counts the zero bytes that padding stands for.
+  size_t pad = 0;
+  if (!text.empty() && text.back() == '=') pad = (text.size() >= 2 && text[text.size() - 2] == '=') ? 2 : 1;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
+}
+
+EtcdClient::EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, milliseconds connect_timeout,
+                       milliseconds request_timeout)
+    : url_(std::move(url)),
+      endpoints_(std::move(endpoints)),
+      connect_timeout_(connect_timeout),
+      request_timeout_(request_timeout),
+      idle_(endpoints_.size()) {
+  // Prove that some member answers (a cheap linearizable-free read of the cluster status).
+  auto deadline = Clock::now() + connect_timeout_;
+  Json status = Json::object();
+  EtcdReply r = call("/v3/maintenance/status", status, deadline);
+  if (r.kind != EtcdReply::kOk)
+    throw StoreError("store " + url_ + ": etcd refused the status request: " + r.message());
+}
+
+EtcdClient::~EtcdClient() = default;
+
+size_t EtcdClient::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_;
+}
+
+void EtcdClient::failed(size_t member) {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_[member].clear();  // connections to a failing member are not worth keeping
+  if (current_ == member) current_ = (member + 1) % endpoints_.size();
+}
+
+std::unique_ptr<httplib::Client> EtcdClient::acquire(size_t member) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_[member].empty()) {
+      auto c = std::move(idle_[member].back());
+      idle_[member].pop_back();
+      return c;
+    }
+  }
+  auto c = std::make_unique<httplib::Client>(endpoints_[member].host, endpoints_[member].port);
+  c->set_keep_alive(true);
+  return c;
+}
+
+void EtcdClient::release(size_t member, std::unique_ptr<httplib::Client> c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_[member].size() < 8) idle_[member].push_back(std::move(c));
+}
+
+EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock::time_point deadline) {
+  size_t m = current();
+  const EtcdEndpoint& ep = endpoints_[m];
+  std::string where = ep.host + ":" + std::to_string(ep.port);
+  EtcdReply reply;
+  // One attempt may not use the whole deadline: a hung member must leave time for the others.
+  milliseconds cap = std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(10000));
+  milliseconds limit = std::min(cap, ms_until(deadline));
+  auto cli = acquire(m);
+  cli->set_connection_timeout(std::min(limit, connect_timeout_));
+  cli->set_read_timeout(limit);
+  cli->set_write_timeout(limit);
+  auto res = cli->Post(path, body.dump(), "application/json");
+  if (!res) {
+    reply.why = where + ": " + httplib::to_string(res.error());
+    failed(m);
+    return reply;
+  }
+  Json answer = Json::parse(res->body, nullptr, false);
+  if (answer.is_discarded() || !answer.is_object()) {
+    reply.why = where + ": HTTP " + std::to_string(res->status) + " with an unreadable body";
+    failed(m);
+    return reply;
+  }
+  release(m, std::move(cli));
+  if (res->status == 200 && !answer.contains("error")) {
+    reply.kind = EtcdReply::kOk;
+    reply.body = std::move(answer);
+    return reply;
+  }
+  reply.body = std::move(answer);
+  if (retriable_code(reply.code()) || res->status >= 500) {
+    reply.kind = EtcdReply::kLost;
+    reply.why = where + ": " + reply.message();
+    failed(m);
+    return reply;
+  }
+  reply.kind = EtcdReply::kEtcdError;
+  return reply;
+}
+
+void EtcdClient::backoff(int failures, Clock::time_point deadline, const std::string& last_why) {
+  auto give_up = [&] {
+    return StoreError("store " + url_ + ": no etcd member answered within " +
+                      std::to_string(request_timeout_.count()) + " ms (last failure: " + last_why + ")");
+  };
+  int n = static_cast<int>(endpoints_.size());
+  if (failures % n != 0) {  // members left to try in this round
+    if (Clock::now() >= deadline) throw give_up();
+    return;
+  }
+  int round = std::min(failures / n, 6);
+  milliseconds delay = std::min(milliseconds(50 << (round - 1)), milliseconds(1000));
+  if (Clock::now() + delay >= deadline) throw give_up();
+  EDL_LOG(2) << "store " << url_ << ": every member failed (" << last_why << "); retrying in " << delay.count()
+             << " ms";
+  std::this_thread::sleep_for(delay);
+}
+
+EtcdReply EtcdClient::call(const std::string& path, const Json& body, Clock::time_point deadline) {
+  for (int failures = 1;; ++failures) {
+    EtcdReply r = try_call(path, body, deadline);
+    if (r.kind != EtcdReply::kLost) return r;
+    backoff(failures, deadline, r.why);
+  }
+}
+
+Json EtcdClient::call_ok(const std::string& path, const Json& body, const std::string& what) {
+  EtcdReply r = call(path, body, Clock::now() + request_timeout_);
+  if (r.kind != EtcdReply::kOk) throw StoreError("store " + url_ + ": " + what + " failed: " + r.message());
+  return std::move(r.body);
+}
+
+int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_rev, Clock::time_point deadline,
+                           const std::function<bool(const Json&)>& on_events, std::string* why) {
+  if (Clock::now() >= deadline) return 0;
+  const EtcdEndpoint& ep = endpoints_[member];
+  httplib::Client cli(ep.host, ep.port);  // a connection of its own: the stream blocks it
+  milliseconds limit = ms_until(deadline);
+  cli.set_connection_timeout(std::min(limit, connect_timeout_));
+  cli.set_read_timeout(limit);
+  cli.set_write_timeout(limit);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v3/watch";
+  req.set_header("Content-Type", "application/json");
+  req.body = Json{{"create_request", {{"key", b64(key)}, {"start_revision", std::to_string(*next_rev)}}}}.dump();
+  // 1 done, 2 events that did not finish the wait (reopen to renew the read timeout), -1 broken.
+  int outcome = 0;
+  std::string buf;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buf.append(data, n);
+    for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+      Json msg = Json::parse(buf.substr(0, nl), nullptr, false);
+      buf.erase(0, nl + 1);
+      if (msg.is_discarded() || !msg.is_object() || msg.contains("error") || !msg.contains("result")) {
+        *why = "watch stream: " + (msg.is_object() ? msg.value("message", std::string("bad message")) : "bad message");
+        outcome = -1;
+        return false;
+      }
+      const Json& r = msg["result"];
+      if (r.value("canceled", false)) {  // compacted past next_rev: the caller re-reads and re-watches
+        outcome = 1;
+        return false;
+      }
+      if (!r.contains("events")) continue;  // "created" and progress messages
+      for (const auto& ev : r["events"])
+        *next_rev = std::max<int64_t>(*next_rev, std::stoll(ev["kv"].value("mod_revision", std::string("0"))) + 1);
+      outcome = on_events(r["events"]) ? 1 : 2;
+      return false;
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  bool ok = cli.send(req, res, err);
+  if (outcome != 0) return outcome;
+  if (Clock::now() + milliseconds(2) >= deadline) return 0;
+  std::string where = ep.host + ":" + std::to_string(ep.port);
+  if (!ok)
+    *why = where + ": watch: " + httplib::to_string(err);
+  else
+    *why = where + ": watch stream ended (HTTP " + std::to_string(res.status) + ")";
+  return -1;
+}
+
+bool EtcdClient::watch(const std::string& key, int64_t start_rev, Clock::time_point deadline,
+                       const std::function<bool(const Json& events)>& on_events) {
+  int64_t next_rev = start_rev;
+  int failures = 0;
+  Clock::time_point give_up;
+  for (;;) {
+    size_t m = current();
+    std::string why;
+    int r = watch_once(m, key, &next_rev, deadline, on_events, &why);
+    if (r == 1) return true;
+    if (r == 0) return false;
+    if (r == 2) {
+      failures = 0;
+      continue;
+    }
+    failed(m);
+    if (failures++ == 0) give_up = Clock::now() + request_timeout_;
+    EDL_LOG(2) << "store " << url_ << ": " << why << "; resuming the watch of '" << key << "' at revision "
+               << next_rev;
+    if (deadline <= give_up) {  // the wait ends before the reconnection budget: never an error
+      try {
+        backoff(failures, deadline, why);
+      } catch (const StoreError&) {
+        std::this_thread::sleep_until(deadline);
+        return false;
+      }
+    } else {
+      backoff(failures, give_up, why);
+    }
+  }
+}
+
+}  // namespace edl::store

@@ -1,0 +1,109 @@
+// EtcdClient: the HTTP/JSON side of the etcd store backend — etcd v3's gRPC gateway (`/v3/...`)
+// spoken with cpp-httplib, over a list of cluster members with failover (docs/store.md, "etcd").
+//
+// A unary call goes to the member that answered last; a transport failure (refused, reset, timeout)
+// or an etcd answer that says "try again" (gRPC Unavailable / DeadlineExceeded / ResourceExhausted:
+// no leader, leader changed, request timed out) moves to the next member, and after every member
+// failed once the client sleeps with exponential backoff (50 ms doubling to 1 s). All of this within
+// one deadline: request_timeout from the start of the operation. Past it, StoreError names the store
+// URL and the last failure. An etcd answer that is an error of another kind (bad request, lease not
+// found, ...) is returned to the caller as-is: it is not retried.
+//
+// try_call() makes one attempt and reports whether the request may have been applied (a lost
+// answer): the store builds its exactly-once add/compare_set on it. watch() streams /v3/watch on a
+// connection of its own (so blocked waiters never hold up other calls) and resumes on another member
+// from the last revision it saw.
+//
+// Keys and values travel base64-encoded (proto3 JSON mapping of `bytes`); b64() / unb64() convert.
+// Thread-safety: every method may be called concurrently; idle connections are pooled per member.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace httplib {
+class Client;
+}
+
+namespace edl::store {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+std::string b64(const std::string& raw);
+std::string unb64(const std::string& text);  // throws StoreError on malformed input
+
+struct EtcdEndpoint {
+  std::string host;
+  int port = 0;
+};
+
+// The result of one attempt.
+struct EtcdReply {
+  enum Kind {
+    kOk,         // `body` is etcd's answer
+    kEtcdError,  // etcd refused the request for good (not retried): `body` is {"error","code",...}
+    kLost,       // no usable answer: the request may or may not have been applied; `why` says what failed
+  } kind = kLost;
+  Json body;
+  std::string why;
+  int code() const { return body.value("code", 0); }
+  std::string message() const { return body.value("message", body.value("error", std::string())); }
+};
+
+class EtcdClient {
+ public:
+  // url is "etcd://A:P,B:Q" for messages. Throws StoreError when no member answers within connect_timeout.
+  EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, std::chrono::milliseconds connect_timeout,
+             std::chrono::milliseconds request_timeout);
+  ~EtcdClient();
+
+  const std::string& url() const { return url_; }
+  std::chrono::milliseconds request_timeout() const { return request_timeout_; }
+
+  // One attempt on the current member; on kLost the client has already moved on to the next member.
+  // `attempt_limit` caps how long this attempt may wait for the answer.
+  EtcdReply try_call(const std::string& path, const Json& body, Clock::time_point deadline);
+  // Retries kLost answers (failover + backoff) until `deadline`; returns kOk or kEtcdError replies,
+  // throws StoreError past the deadline. Only for requests that may safely be applied twice.
+  EtcdReply call(const std::string& path, const Json& body, Clock::time_point deadline);
+  // call() that also throws StoreError on an etcd error (`what` names the operation).
+  Json call_ok(const std::string& path, const Json& body, const std::string& what);
+
+  // Sleeps before the next attempt after `failures` consecutive lost answers (no sleep while there are
+  // members left to try in this round); throws StoreError if the deadline would pass.
+  void backoff(int failures, Clock::time_point deadline, const std::string& last_why);
+
+  // Streams the events of `key` from revision `start_rev` until on_events returns true (then returns
+  // true) or the deadline passes (returns false). on_events gets the "events" array of one watch
+  // response (maybe empty); watching resumes after the last revision passed to it. A broken stream
+  // is reopened on the next member; throws StoreError when no member can be reached for
+  // request_timeout.
+  bool watch(const std::string& key, int64_t start_rev, Clock::time_point deadline,
+             const std::function<bool(const Json& events)>& on_events);
+
+ private:
+  struct Conn;
+  std::unique_ptr<httplib::Client> acquire(size_t member);
+  void release(size_t member, std::unique_ptr<httplib::Client> c);
+  size_t current() const;
+  void failed(size_t member);
+  // One watch stream on one member; returns 1 (done), 0 (deadline), -1 (stream lost: *why set).
+  int watch_once(size_t member, const std::string& key, int64_t* next_rev, Clock::time_point deadline,
+                 const std::function<bool(const Json&)>& on_events, std::string* why);
+
+  const std::string url_;
+  const std::vector<EtcdEndpoint> endpoints_;
+  const std::chrono::milliseconds connect_timeout_;
+  const std::chrono::milliseconds request_timeout_;
+  mutable std::mutex mu_;
+  size_t current_ = 0;
+  std::vector<std::vector<std::unique_ptr<httplib::Client>>> idle_;  // per member
+};
+
+}  // namespace edl::store
