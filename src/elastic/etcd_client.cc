@@ -84,6 +84,7 @@ std::unique_ptr<httplib::Client> EtcdClient::acquire(size_t member) {
   }
   auto c = std::make_unique<httplib::Client>(endpoints_[member].host, endpoints_[member].port);
   c->set_keep_alive(true);
+  c->set_tcp_nodelay(true);  // headers and body are separate writes: no Nagle delay between them
   return c;
 }
 
@@ -170,6 +171,7 @@ int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_
   if (Clock::now() >= deadline) return 0;
   const EtcdEndpoint& ep = endpoints_[member];
   httplib::Client cli(ep.host, ep.port);  // a connection of its own: the stream blocks it
+  cli.set_tcp_nodelay(true);
   milliseconds limit = ms_until(deadline);
   cli.set_connection_timeout(std::min(limit, connect_timeout_));
   cli.set_read_timeout(limit);

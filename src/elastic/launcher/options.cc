@@ -56,7 +56,7 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
       ("reset-limit", "elastic: restarts of failed workers allowed (default: unlimited)", cxxopts::value<int>())
       ("blacklist-cooldown-range", "elastic: MIN,MAX seconds a failed slot rests (doubles per failure)",
        cxxopts::value<std::string>()->default_value("0,0"))
-      ("store", "external store URL (redis://HOST:PORT); default: embedded store", cxxopts::value<std::string>())
+      ("store", "external store URL (redis://HOST:PORT or etcd://HOST:PORT[,HOST:PORT...]); default: embedded store", cxxopts::value<std::string>())
       ("store-bind", "address the embedded store listens on", cxxopts::value<std::string>()->default_value("127.0.0.1"))
       ("store-port", "port of the embedded store (0 = ephemeral)", cxxopts::value<int>()->default_value("0"))
       ("secret", "job secret (default: $EDL_JOB_SECRET, else random)", cxxopts::value<std::string>())
@@ -152,8 +152,10 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   if (!L.job_id.empty() && L.job_id.find_first_of(" \t\n/") != std::string::npos)
     throw UsageError("--job-id '" + L.job_id + "' must not contain whitespace or '/'");
   if (L.store_port < 0 || L.store_port > 65535) throw UsageError("--store-port must be in 0..65535");
-  if (!L.store_url.empty() && L.store_url.rfind("redis://", 0) != 0 && L.store_url.rfind("tcp://", 0) != 0)
-    throw UsageError("--store '" + L.store_url + "' must be redis://HOST:PORT or tcp://HOST:PORT");
+  if (!L.store_url.empty() && L.store_url.rfind("redis://", 0) != 0 && L.store_url.rfind("tcp://", 0) != 0 &&
+      L.store_url.rfind("etcd://", 0) != 0)
+    throw UsageError("--store '" + L.store_url +
+                     "' must be redis://HOST:PORT, etcd://HOST:PORT[,HOST:PORT...] or tcp://HOST:PORT");
   return true;
 }
 
