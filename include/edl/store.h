@@ -5,7 +5,10 @@
 //   memory://            in-process (tests; threads acting as ranks share one instance)
 //   tcp://HOST:PORT      the embedded store server hosted by edl-run (the default)
 //   redis://HOST:PORT    a real redis-server (jobs spanning machines or outliving a launcher)
-// An etcd backend can follow: every operation maps to an etcd txn / watch / lease.
+//   etcd://HOST:PORT[,HOST:PORT...]  an etcd 3.4 cluster through its JSON gateway: txn for add and
+//                        compare_set (exactly once across reconnects), watch for waits, one etcd lease
+//                        per set_lease key (TTL rounded up to whole seconds); fails over between the
+//                        listed members within request_timeout (docs/store.md)
 //
 // Semantics every backend provides:
 //   - set/get/del/keys are linearizable per key.
@@ -74,8 +77,8 @@ struct StoreOptions {
   std::chrono::milliseconds request_timeout{30000};      // a single non-blocking request: 30 s
 };
 
-// Connects to "memory://NAME" (process-wide named in-memory store), "tcp://HOST:PORT" or
-// "redis://HOST:PORT". Throws InvalidArgument for a malformed URL, StoreError / AuthError otherwise.
+// Connects to "memory://NAME" (process-wide named in-memory store), "tcp://HOST:PORT",
+// "redis://HOST:PORT" or "etcd://HOST:PORT[,HOST:PORT...]". Throws InvalidArgument for a malformed URL, StoreError / AuthError otherwise.
 EDL_API std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions& options = {});
 
 }  // namespace edl

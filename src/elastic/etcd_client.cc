@@ -45,6 +45,21 @@ std::string unb64(const std::string& text) {
   return out;
 }
 
+int EtcdReply::code() const {
+  const Json& e = body.contains("error") && body["error"].is_object() ? body["error"] : body;
+  auto it = e.find("code");
+  return it != e.end() && it->is_number_integer() ? it->get<int>() : 0;
+}
+
+std::string EtcdReply::message() const {
+  const Json& e = body.contains("error") && body["error"].is_object() ? body["error"] : body;
+  for (const char* field : {"message", "error"}) {
+    auto it = e.find(field);
+    if (it != e.end() && it->is_string() && !it->get<std::string>().empty()) return it->get<std::string>();
+  }
+  return body.dump();
+}
+
 EtcdClient::EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, milliseconds connect_timeout,
                        milliseconds request_timeout)
     : url_(std::move(url)),
@@ -190,7 +205,7 @@ int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_
       Json msg = Json::parse(buf.substr(0, nl), nullptr, false);
       buf.erase(0, nl + 1);
       if (msg.is_discarded() || !msg.is_object() || msg.contains("error") || !msg.contains("result")) {
-        *why = "watch stream: " + (msg.is_object() ? msg.value("message", std::string("bad message")) : "bad message");
+        *why = "watch stream: " + (msg.is_object() ? EtcdReply{EtcdReply::kLost, msg, ""}.message() : "bad message");
         outcome = -1;
         return false;
       }

@@ -52,8 +52,10 @@ struct EtcdReply {
   } kind = kLost;
   Json body;
   std::string why;
-  int code() const { return body.value("code", 0); }
-  std::string message() const { return body.value("message", body.value("error", std::string())); }
+  // gRPC status code and message of an etcd error ({"error","code","message"}, or nested under
+  // "error" in a stream).
+  int code() const;
+  std::string message() const;
 };
 
 class EtcdClient {
