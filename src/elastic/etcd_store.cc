@@ -271,8 +271,10 @@ class EtcdStore final : public Store {
       if (r.kind == EtcdReply::kEtcdError) {
         if (r.message().find("lease not found") == std::string::npos)
           throw StoreError("store " + client_.url() + ": " + what + " failed: " + r.message());
+        if (Clock::now() >= deadline)
+          throw StoreError("store " + client_.url() + ": " + what + " failed: " + r.message());
         std::lock_guard<std::mutex> lock(marker_mu_);
-        marker_lease_ = 0;  // revoked or expired early: grant another (not applied, so no failure counted)
+        marker_lease_ = 0;  // revoked or expired early: grant another (the txn was not applied)
         continue;
       }
       EDL_LOG(2) << "store " << client_.url() << ": " << what << ": " << r.why << "; retrying (exactly once by marker)";
