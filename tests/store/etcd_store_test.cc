@@ -257,3 +257,41 @@ TEST_CASE("etcd store: a cluster that stays away past the deadline is a StoreErr
   std::string e = error_of([&] { edl::connect_store(url, opts(1s)); });
   CHECK(e.find(url) != std::string::npos);
 }
+
+TEST_CASE("etcd store: concurrent adds stay exact while leaders are killed and restarted in turn", "[store][etcd]") {
+  EtcdCluster c(3);
+  if (!c.available()) return;
+  constexpr int kThreads = 3, kAdds = 100;
+  std::atomic<int> done{0}, errors{0}, progress{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      try {
+        auto s = edl::connect_store(c.url(t), opts(30s));  // each client starts on another member
+        for (int i = 0; i < kAdds; ++i) {
+          s->add("counter", 1);
+          ++progress;
+        }
+      } catch (const std::exception&) {
+        ++errors;
+      }
+      ++done;
+    });
+  }
+  // Kill the leader, bring it back, three times, while the adds run (answers get lost mid-request):
+  // the first kill after 10% of the adds, so it certainly lands in the middle of them.
+  std::vector<int> at_kill;
+  for (int round = 0; round < 3; ++round) {
+    while (progress < (1 + 3 * round) * kThreads * kAdds / 10 && done < kThreads) std::this_thread::sleep_for(5ms);
+    at_kill.push_back(progress);
+    int l = c.leader();
+    c.kill(l);
+    std::this_thread::sleep_for(200ms);
+    c.restart(l);
+  }
+  CHECK(at_kill[0] < kThreads * kAdds);
+  for (auto& t : ts) t.join();
+  CHECK(errors == 0);
+  auto s = edl::connect_store(c.url(), opts(30s));
+  CHECK(s->get("counter") == std::optional<std::string>(std::to_string(kThreads * kAdds)));
+}
