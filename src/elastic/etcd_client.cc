@@ -22,6 +22,13 @@ milliseconds ms_until(Clock::time_point t) {
   return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(t - Clock::now()));
 }
 
+// The "last failure: ..." part of a give-up message.
+std::string last_failure(const StoreError& e) {
+  std::string m = e.what();
+  size_t p = m.find("last failure: ");
+  return p == std::string::npos ? m : m.substr(p + 14, m.size() - p - 15);
+}
+
 }  // namespace
 
 std::string b64(const std::string& raw) {
@@ -69,8 +76,13 @@ EtcdClient::EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, mil
       idle_(endpoints_.size()) {
   // Prove that some member answers (a cheap linearizable-free read of the cluster status).
   auto deadline = Clock::now() + connect_timeout_;
-  Json status = Json::object();
-  EtcdReply r = call("/v3/maintenance/status", status, deadline);
+  EtcdReply r;
+  try {
+    r = call("/v3/maintenance/status", Json::object(), deadline);
+  } catch (const StoreError& e) {
+    throw StoreError("store " + url_ + ": cannot connect: no etcd member answered within connect_timeout " +
+                     std::to_string(connect_timeout_.count()) + " ms (last failure: " + last_failure(e) + ")");
+  }
   if (r.kind != EtcdReply::kOk)
     throw StoreError("store " + url_ + ": etcd refused the status request: " + r.message());
 }
@@ -151,8 +163,8 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
 
 void EtcdClient::backoff(int failures, Clock::time_point deadline, const std::string& last_why) {
   auto give_up = [&] {
-    return StoreError("store " + url_ + ": no etcd member answered within " +
-                      std::to_string(request_timeout_.count()) + " ms (last failure: " + last_why + ")");
+    return StoreError("store " + url_ + ": no etcd member answered within the deadline (request_timeout " +
+                      std::to_string(request_timeout_.count()) + " ms; last failure: " + last_why + ")");
   };
   int n = static_cast<int>(endpoints_.size());
   if (failures % n != 0) {  // members left to try in this round

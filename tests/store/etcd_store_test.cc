@@ -256,6 +256,7 @@ TEST_CASE("etcd store: a cluster that stays away past the deadline is a StoreErr
   }
   std::string e = error_of([&] { edl::connect_store(url, opts(1s)); });
   CHECK(e.find(url) != std::string::npos);
+  CHECK(e.find("cannot connect") != std::string::npos);
 }
 
 TEST_CASE("etcd store: concurrent adds stay exact while leaders are killed and restarted in turn", "[store][etcd]") {
