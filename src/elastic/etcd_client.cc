@@ -193,8 +193,9 @@ Json EtcdClient::call_ok(const std::string& path, const Json& body, const std::s
   return std::move(r.body);
 }
 
-int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_rev, Clock::time_point deadline,
-                           const std::function<bool(const Json&)>& on_events, std::string* why) {
+int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_point deadline,
+                           const std::function<bool()>& check, const std::function<bool(const Json&)>& on_events,
+                           std::string* why) {
   if (Clock::now() >= deadline) return 0;
   const EtcdEndpoint& ep = endpoints_[member];
   httplib::Client cli(ep.host, ep.port);  // a connection of its own: the stream blocks it
@@ -207,9 +208,11 @@ int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_
   req.method = "POST";
   req.path = "/v3/watch";
   req.set_header("Content-Type", "application/json");
-  req.body = Json{{"create_request", {{"key", b64(key)}, {"start_revision", std::to_string(*next_rev)}}}}.dump();
-  // 1 done, 2 events that did not finish the wait (reopen to renew the read timeout), -1 broken.
+  // No start revision: a watch from "now" is in sync at once (one from an older revision waits for
+  // etcd's 100 ms catch-up loop); the check() after "created" covers everything before it.
+  req.body = Json{{"create_request", {{"key", b64(key)}}}}.dump();
   int outcome = 0;
+  std::exception_ptr failure;  // from check(): not thrown through httplib
   std::string buf;
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     buf.append(data, n);
@@ -222,13 +225,22 @@ int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_
         return false;
       }
       const Json& r = msg["result"];
-      if (r.value("canceled", false)) {  // compacted past next_rev: the caller re-reads and re-watches
+      if (r.value("canceled", false)) {  // cancelled by the server: the caller reads again
         outcome = 1;
         return false;
       }
-      if (!r.contains("events")) continue;  // "created" and progress messages
-      for (const auto& ev : r["events"])
-        *next_rev = std::max<int64_t>(*next_rev, std::stoll(ev["kv"].value("mod_revision", std::string("0"))) + 1);
+      if (r.value("created", false)) {
+        try {
+          if (check()) {
+            outcome = 1;
+            return false;
+          }
+        } catch (...) {
+          failure = std::current_exception();
+          return false;
+        }
+      }
+      if (!r.contains("events")) continue;
       outcome = on_events(r["events"]) ? 1 : 2;
       return false;
     }
@@ -237,6 +249,7 @@ int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
   bool ok = cli.send(req, res, err);
+  if (failure) std::rethrow_exception(failure);
   if (outcome != 0) return outcome;
   if (Clock::now() + milliseconds(2) >= deadline) return 0;
   std::string where = ep.host + ":" + std::to_string(ep.port);
@@ -247,15 +260,14 @@ int EtcdClient::watch_once(size_t member, const std::string& key, int64_t* next_
   return -1;
 }
 
-bool EtcdClient::watch(const std::string& key, int64_t start_rev, Clock::time_point deadline,
+bool EtcdClient::watch(const std::string& key, Clock::time_point deadline, const std::function<bool()>& check,
                        const std::function<bool(const Json& events)>& on_events) {
-  int64_t next_rev = start_rev;
   int failures = 0;
   Clock::time_point give_up;
   for (;;) {
     size_t m = current();
     std::string why;
-    int r = watch_once(m, key, &next_rev, deadline, on_events, &why);
+    int r = watch_once(m, key, deadline, check, on_events, &why);
     if (r == 1) return true;
     if (r == 0) return false;
     if (r == 2) {
@@ -264,8 +276,7 @@ bool EtcdClient::watch(const std::string& key, int64_t start_rev, Clock::time_po
     }
     failed(m);
     if (failures++ == 0) give_up = Clock::now() + request_timeout_;
-    EDL_LOG(2) << "store " << url_ << ": " << why << "; resuming the watch of '" << key << "' at revision "
-               << next_rev;
+    EDL_LOG(2) << "store " << url_ << ": " << why << "; watching '" << key << "' on the next member";
     if (deadline <= give_up) {  // the wait ends before the reconnection budget: never an error
       try {
         backoff(failures, deadline, why);

@@ -11,8 +11,8 @@
 //
 // try_call() makes one attempt and reports whether the request may have been applied (a lost
 // answer): the store builds its exactly-once add/compare_set on it. watch() streams /v3/watch on a
-// connection of its own (so blocked waiters never hold up other calls) and resumes on another member
-// from the last revision it saw.
+// connection of its own (so blocked waiters never hold up other calls) and moves to another member
+// when the stream breaks.
 //
 // Keys and values travel base64-encoded (proto3 JSON mapping of `bytes`); b64() / unb64() convert.
 // Thread-safety: every method may be called concurrently; idle connections are pooled per member.
@@ -81,12 +81,14 @@ class EtcdClient {
   // members left to try in this round); throws StoreError if the deadline would pass.
   void backoff(int failures, Clock::time_point deadline, const std::string& last_why);
 
-  // Streams the events of `key` from revision `start_rev` until on_events returns true (then returns
-  // true) or the deadline passes (returns false). on_events gets the "events" array of one watch
-  // response (maybe empty); watching resumes after the last revision passed to it. A broken stream
-  // is reopened on the next member; throws StoreError when no member can be reached for
-  // request_timeout.
-  bool watch(const std::string& key, int64_t start_rev, Clock::time_point deadline,
+  // Blocks until the wait on `key` is over: opens a /v3/watch stream on `key` from the current
+  // revision and, once etcd confirms the watch exists, calls check() (the caller's read of the state):
+  // true ends the wait. Then every watch response's "events" array goes to on_events: true ends the
+  // wait. Returns true when check or on_events ended it, false when the deadline passed. No change can
+  // slip between check and the stream (the stream exists before the read). A broken stream is
+  // reopened — and check() repeated — on the next member; throws StoreError when no member can be
+  // reached for request_timeout (or what check() throws).
+  bool watch(const std::string& key, Clock::time_point deadline, const std::function<bool()>& check,
              const std::function<bool(const Json& events)>& on_events);
 
  private:
@@ -95,9 +97,11 @@ class EtcdClient {
   void release(size_t member, std::unique_ptr<httplib::Client> c);
   size_t current() const;
   void failed(size_t member);
-  // One watch stream on one member; returns 1 (done), 0 (deadline), -1 (stream lost: *why set).
-  int watch_once(size_t member, const std::string& key, int64_t* next_rev, Clock::time_point deadline,
-                 const std::function<bool(const Json&)>& on_events, std::string* why);
+  // One watch stream on one member; returns 1 (done), 0 (deadline), 2 (events that did not end the
+  // wait: reopen to renew the read timeout), -1 (stream lost: *why set).
+  int watch_once(size_t member, const std::string& key, Clock::time_point deadline,
+                 const std::function<bool()>& check, const std::function<bool(const Json&)>& on_events,
+                 std::string* why);
 
   const std::string url_;
   const std::vector<EtcdEndpoint> endpoints_;

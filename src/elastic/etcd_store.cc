@@ -155,18 +155,21 @@ class EtcdStore final : public Store {
     Json snapshot = {{"success", Json::array()}};
     for (const auto& k : keys) snapshot["success"].push_back(range_op(k, true));
     for (;;) {
-      // One txn = one revision for all keys; then watch the first missing one from the next revision.
+      // One txn = one revision for all keys; then watch the first missing one until it exists.
       Json r = client_.call_ok("/v3/kv/txn", snapshot, "wait for keys");
       const std::string* missing = nullptr;
       for (size_t i = 0; i < keys.size() && !missing; ++i)
         if (num(r["responses"][i]["response_range"], "count") == 0) missing = &keys[i];
       if (!missing) return true;
       if (Clock::now() >= deadline) return false;
-      bool appeared = client_.watch(*missing, num(r["header"], "revision") + 1, deadline, [](const Json& events) {
-        for (const auto& ev : events)
-          if (ev.value("type", std::string("PUT")) != "DELETE") return true;
-        return false;
-      });
+      const std::string& k = *missing;
+      bool appeared = client_.watch(
+          k, deadline, [&] { return exists(k); },
+          [](const Json& events) {
+            for (const auto& ev : events)
+              if (ev.value("type", std::string("PUT")) != "DELETE") return true;
+            return false;
+          });
       if (!appeared) return false;
     }
   }
@@ -175,18 +178,18 @@ class EtcdStore final : public Store {
                                          milliseconds timeout) override {
     auto deadline = Clock::now() + timeout;
     for (;;) {
-      Json r = client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "wait_change of key '" + key + "'");
-      std::optional<std::string> cur = first_kv(r).value;
+      std::optional<std::string> cur = get(key);
       if (cur != known || Clock::now() >= deadline) return cur;
-      bool changed = client_.watch(key, num(r["header"], "revision") + 1, deadline, [&](const Json& events) {
-        for (const auto& ev : events) {
-          bool deleted = ev.value("type", std::string("PUT")) == "DELETE";
-          std::optional<std::string> v;
-          if (!deleted) v = unb64(ev["kv"].value("value", std::string()));
-          if (v != known) return true;
-        }
-        return false;
-      });
+      bool changed = client_.watch(
+          key, deadline, [&] { return get(key) != known; },
+          [&](const Json& events) {
+            for (const auto& ev : events) {
+              std::optional<std::string> v;
+              if (ev.value("type", std::string("PUT")) != "DELETE") v = unb64(ev["kv"].value("value", std::string()));
+              if (v != known) return true;
+            }
+            return false;
+          });
       if (!changed) return known;  // the stream saw no change up to the deadline
     }
   }
@@ -211,6 +214,11 @@ class EtcdStore final : public Store {
   }
 
  private:
+  bool exists(const std::string& key) {
+    Json r = client_.call_ok("/v3/kv/range", range_op(key, true)["request_range"], "wait for key '" + key + "'");
+    return num(r, "count") > 0;
+  }
+
   struct KeyLease {
     int64_t id = 0;
     int64_t ttl_s = 0;
