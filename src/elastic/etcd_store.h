@@ -6,7 +6,8 @@
 //   compare_set        one txn: compare value (or version = 0 for "absent") and the absence of a
 //                      per-request marker key; put the value and the marker, else read both back
 //   add                read, then the compare_set txn guarded by mod_revision; retried on conflict
-//   wait/wait_change   range at revision R, then a /v3/watch stream from R+1 — never polling
+//   wait/wait_change   range; if not yet, a /v3/watch stream on the key and one more range once
+//                      etcd confirms the watch; then its events — never polling
 //   set_lease          one etcd lease per key (TTL rounded up to whole seconds, at least etcd's
 //                      minimum), refreshed with /v3/lease/keepalive, the value put with the lease
 // add and compare_set are applied exactly once across a lost answer: every attempt of one call
