@@ -5,7 +5,8 @@
 //   memory://            in-process (tests; threads acting as ranks share one instance)
 //   tcp://HOST:PORT      the embedded store server hosted by edl-run (the default)
 //   redis://HOST:PORT    a real redis-server (jobs spanning machines or outliving a launcher)
-//   etcd://HOST:PORT[,HOST:PORT...]  an etcd 3.4 cluster through its JSON gateway: txn for add and
+//   etcd://[USER@]HOST:PORT[,HOST:PORT...]  an etcd 3.4 cluster through its JSON gateway (USER:
+//                        etcd user whose password is the secret): txn for add and
 //                        compare_set (exactly once across reconnects), watch for waits, one etcd lease
 //                        per set_lease key (TTL rounded up to whole seconds); fails over between the
 //                        listed members within request_timeout (docs/store.md)
@@ -78,7 +79,8 @@ struct StoreOptions {
 };
 
 // Connects to "memory://NAME" (process-wide named in-memory store), "tcp://HOST:PORT",
-// "redis://HOST:PORT" or "etcd://HOST:PORT[,HOST:PORT...]". Throws InvalidArgument for a malformed URL, StoreError / AuthError otherwise.
+// "redis://HOST:PORT" or "etcd://[USER@]HOST:PORT[,HOST:PORT...]". Throws InvalidArgument for a
+// malformed URL, StoreError / AuthError otherwise.
 EDL_API std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions& options = {});
 
 }  // namespace edl

@@ -68,17 +68,22 @@ std::string EtcdReply::message() const {
 }
 
 EtcdClient::EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, milliseconds connect_timeout,
-                       milliseconds request_timeout)
+                       milliseconds request_timeout, std::string user, std::string password)
     : url_(std::move(url)),
       endpoints_(std::move(endpoints)),
       connect_timeout_(connect_timeout),
       request_timeout_(request_timeout),
+      user_(std::move(user)),
+      password_(std::move(password)),
       idle_(endpoints_.size()) {
-  // Prove that some member answers (a cheap linearizable-free read of the cluster status).
+  // Prove that some member answers (a cheap, non-linearizable read of the cluster status).
   auto deadline = Clock::now() + connect_timeout_;
   EtcdReply r;
   try {
+    if (!user_.empty()) authenticate(deadline);
     r = call("/v3/maintenance/status", Json::object(), deadline);
+  } catch (const AuthError&) {
+    throw;
   } catch (const StoreError& e) {
     throw StoreError("store " + url_ + ": cannot connect: no etcd member answered within connect_timeout " +
                      std::to_string(connect_timeout_.count()) + " ms (last failure: " + last_failure(e) + ")");
@@ -98,6 +103,39 @@ void EtcdClient::failed(size_t member) {
   std::lock_guard<std::mutex> lock(mu_);
   idle_[member].clear();  // connections to a failing member are not worth keeping
   if (current_ == member) current_ = (member + 1) % endpoints_.size();
+}
+
+std::string EtcdClient::token() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return token_;
+}
+
+void EtcdClient::authenticate(Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    token_.clear();
+  }
+  EtcdReply r = call("/v3/auth/authenticate", Json{{"name", user_}, {"password", password_}}, deadline);
+  if (r.kind != EtcdReply::kOk) {
+    if (r.message().find("authentication is not enabled") != std::string::npos) {
+      EDL_LOG(1) << "store " << url_ << ": user '" << user_ << "' given but the etcd cluster has authentication "
+                 << "disabled; requests are not authenticated";
+      return;
+    }
+    check_auth_error(r.message());
+    throw AuthError("store " + url_ + ": authentication as etcd user '" + user_ + "' failed: " + r.message());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  token_ = r.body.value("token", std::string());
+}
+
+void EtcdClient::check_auth_error(const std::string& message) const {
+  if (message.find("authentication failed") != std::string::npos)
+    throw AuthError("store " + url_ + ": etcd rejected user '" + user_ + "' with the job secret as password (wrong "
+                    "job secret?): " + message);
+  if (message.find("user name is empty") != std::string::npos)
+    throw AuthError("store " + url_ + ": the etcd cluster requires authentication: name a user "
+                    "(etcd://USER@HOST:PORT,...) whose password is the job secret (" + message + ")");
 }
 
 std::unique_ptr<httplib::Client> EtcdClient::acquire(size_t member) {
@@ -132,31 +170,57 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   cli->set_connection_timeout(std::min(limit, connect_timeout_));
   cli->set_read_timeout(limit);
   cli->set_write_timeout(limit);
-  auto res = cli->Post(path, body.dump(), "application/json");
-  if (!res) {
-    reply.why = where + ": " + httplib::to_string(res.error());
+  std::string tok = token();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.set_header("Content-Type", "application/json");
+  if (!tok.empty()) req.set_header("Authorization", tok);
+  req.body = body.dump();
+  // The body is collected by a receiver because etcd's error answers end with an HTTP trailer
+  // (Grpc-Trailer-Content-Type) that cpp-httplib 0.11 cannot parse: send() then fails with a read
+  // error although the status and the whole JSON body have arrived.
+  int status = -1;
+  std::string text;
+  req.response_handler = [&](const httplib::Response& r) {
+    status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    text.append(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  bool complete = cli->send(req, res, err);
+  Json answer = status > 0 ? Json::parse(text, nullptr, false) : Json();
+  bool readable = answer.is_object() && (complete || answer.contains("error"));
+  if (!readable) {
+    reply.why = where + ": " + (complete ? "HTTP " + std::to_string(status) + " with an unreadable body"
+                                         : httplib::to_string(err));
     failed(m);
     return reply;
   }
-  Json answer = Json::parse(res->body, nullptr, false);
-  if (answer.is_discarded() || !answer.is_object()) {
-    reply.why = where + ": HTTP " + std::to_string(res->status) + " with an unreadable body";
-    failed(m);
-    return reply;
-  }
-  release(m, std::move(cli));
-  if (res->status == 200 && !answer.contains("error")) {
+  if (complete) release(m, std::move(cli));  // else the connection is in an unknown state: dropped
+  if (status == 200 && !answer.contains("error")) {
     reply.kind = EtcdReply::kOk;
     reply.body = std::move(answer);
     return reply;
   }
   reply.body = std::move(answer);
-  if (retriable_code(reply.code()) || res->status >= 500) {
+  if (retriable_code(reply.code()) || status >= 500) {
     reply.kind = EtcdReply::kLost;
     reply.why = where + ": " + reply.message();
     failed(m);
     return reply;
   }
+  if (!user_.empty() && !tok.empty() && reply.message().find("invalid auth token") != std::string::npos) {
+    authenticate(deadline);  // the token expired (etcd --auth-token-ttl): not applied, try again
+    reply.kind = EtcdReply::kLost;
+    reply.why = where + ": " + reply.message();
+    return reply;
+  }
+  check_auth_error(reply.message());
   reply.kind = EtcdReply::kEtcdError;
   return reply;
 }
@@ -208,6 +272,8 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   req.method = "POST";
   req.path = "/v3/watch";
   req.set_header("Content-Type", "application/json");
+  std::string tok = token();
+  if (!tok.empty()) req.set_header("Authorization", tok);
   // No start revision: a watch from "now" is in sync at once (one from an older revision waits for
   // etcd's 100 ms catch-up loop); the check() after "created" covers everything before it.
   req.body = Json{{"create_request", {{"key", b64(key)}}}}.dump();
@@ -250,6 +316,15 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   httplib::Error err = httplib::Error::Success;
   bool ok = cli.send(req, res, err);
   if (failure) std::rethrow_exception(failure);
+  if (outcome == 0 && !buf.empty()) {  // an error answer (not newline-terminated) instead of a stream
+    Json msg = Json::parse(buf, nullptr, false);
+    if (msg.is_object() && msg.contains("error")) {
+      *why = "watch: " + EtcdReply{EtcdReply::kLost, msg, ""}.message();
+      outcome = -1;
+    }
+  }
+  if (outcome == -1 && !user_.empty() && why->find("invalid auth token") != std::string::npos)
+    authenticate(Clock::now() + request_timeout_);  // expired token: the watch is reopened with a new one
   if (outcome != 0) return outcome;
   if (Clock::now() + milliseconds(2) >= deadline) return 0;
   std::string where = ep.host + ":" + std::to_string(ep.port);

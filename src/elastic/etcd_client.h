@@ -61,8 +61,11 @@ struct EtcdReply {
 class EtcdClient {
  public:
   // url is "etcd://A:P,B:Q" for messages. Throws StoreError when no member answers within connect_timeout.
+  // With a user, authenticates (etcd's /v3/auth/authenticate) with `password` and sends the token with
+  // every request, authenticating again when etcd says it expired; AuthError when etcd rejects the
+  // password, or when etcd requires a user and none is given.
   EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, std::chrono::milliseconds connect_timeout,
-             std::chrono::milliseconds request_timeout);
+             std::chrono::milliseconds request_timeout, std::string user = "", std::string password = "");
   ~EtcdClient();
 
   const std::string& url() const { return url_; }
@@ -96,6 +99,10 @@ class EtcdClient {
   std::unique_ptr<httplib::Client> acquire(size_t member);
   void release(size_t member, std::unique_ptr<httplib::Client> c);
   size_t current() const;
+  std::string token() const;
+  void authenticate(Clock::time_point deadline);
+  // Throws AuthError for etcd's authentication errors (their text is in `message`).
+  void check_auth_error(const std::string& message) const;
   void failed(size_t member);
   // One watch stream on one member; returns 1 (done), 0 (deadline), 2 (events that did not end the
   // wait: reopen to renew the read timeout), -1 (stream lost: *why set).
@@ -107,7 +114,9 @@ class EtcdClient {
   const std::vector<EtcdEndpoint> endpoints_;
   const std::chrono::milliseconds connect_timeout_;
   const std::chrono::milliseconds request_timeout_;
+  const std::string user_, password_;
   mutable std::mutex mu_;
+  std::string token_;  // etcd auth token ("" = none)
   size_t current_ = 0;
   std::vector<std::vector<std::unique_ptr<httplib::Client>>> idle_;  // per member
 };

@@ -73,11 +73,12 @@ std::string random_id() {
 
 class EtcdStore final : public Store {
  public:
-  EtcdStore(const std::string& url, std::vector<EtcdEndpoint> endpoints, const StoreOptions& o)
-      : client_(url, std::move(endpoints), o.connect_timeout, o.request_timeout), id_(random_id()) {
-    if (!o.secret.empty()) {
-      EDL_LOG(2) << "store " << url << ": the job secret is not used by the etcd backend; secure the etcd cluster "
-                 << "with its own authentication and TLS";
+  EtcdStore(const std::string& url, std::vector<EtcdEndpoint> endpoints, const std::string& user,
+            const StoreOptions& o)
+      : client_(url, std::move(endpoints), o.connect_timeout, o.request_timeout, user, o.secret), id_(random_id()) {
+    if (user.empty() && !o.secret.empty()) {
+      EDL_LOG(2) << "store " << url << ": no etcd user in the URL, so the job secret is not used "
+                 << "(etcd://USER@HOST:PORT authenticates as USER with the job secret as password)";
     }
   }
 
@@ -303,8 +304,11 @@ class EtcdStore final : public Store {
 }  // namespace
 
 std::shared_ptr<Store> connect_etcd_store(const std::string& url, std::vector<EtcdEndpoint> endpoints,
-                                          const StoreOptions& options) {
-  return std::make_shared<EtcdStore>(url, std::move(endpoints), options);
+                                          const std::string& user, const StoreOptions& options) {
+  EDL_CHECK(user.empty() || !options.secret.empty(), InvalidArgument,
+            "store URL '" + url + "' names etcd user '" + user +
+                "' but no job secret (EDL_JOB_SECRET / --secret) was given as its password");
+  return std::make_shared<EtcdStore>(url, std::move(endpoints), user, options);
 }
 
 }  // namespace edl::store

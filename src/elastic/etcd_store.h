@@ -14,7 +14,8 @@
 // carries the same marker key (under the reserved prefix "__edl_etcd/", hidden from keys()), the txn
 // requires the marker to be absent, and a retry that finds it knows the first attempt was applied.
 // Markers live on a client lease and vanish about a minute later.
-// The job secret is not used (etcd's own users/TLS secure a shared cluster; docs/store.md).
+// etcd://USER@HOST:PORT,... authenticates as etcd user USER with the job secret as password
+// (AuthError when rejected); without a user the secret is not used.
 // Thread-safety: every Store method may be called from any thread.
 #pragma once
 
@@ -27,9 +28,11 @@
 
 namespace edl::store {
 
-// Throws StoreError when no member answers within options.connect_timeout. Every operation retries
-// lost connections (failover to the next member, backoff) for options.request_timeout.
+// Throws StoreError when no member answers within options.connect_timeout, AuthError when etcd
+// rejects `user` with options.secret as password (user "" = no authentication), InvalidArgument for a
+// user without a secret. Every operation retries lost connections (failover to the next member,
+// backoff) for options.request_timeout.
 std::shared_ptr<Store> connect_etcd_store(const std::string& url, std::vector<EtcdEndpoint> endpoints,
-                                          const StoreOptions& options);
+                                          const std::string& user, const StoreOptions& options);
 
 }  // namespace edl::store

@@ -1,5 +1,5 @@
 // connect_store(): URL -> Store backend (memory://NAME, tcp://HOST:PORT, redis://HOST:PORT,
-// etcd://HOST:PORT[,HOST:PORT...]).
+// etcd://[USER@]HOST:PORT[,HOST:PORT...]).
 #include <map>
 #include <mutex>
 #include <vector>
@@ -58,6 +58,15 @@ std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions&
     return store::connect_redis_store(host, port, options);
   }
   if (scheme == "etcd") {
+    std::string user;  // etcd://USER@HOST:PORT,...: authenticate as USER with the job secret
+    size_t at = rest.find('@');
+    if (at != std::string::npos) {
+      user = rest.substr(0, at);
+      rest = rest.substr(at + 1);
+      if (user.empty() || user.find_first_of(":/,") != std::string::npos)
+        throw InvalidArgument("store URL '" + url + "' is malformed: the etcd user before '@' must be a non-empty "
+                              "name (the password is the job secret)");
+    }
     std::vector<store::EtcdEndpoint> endpoints;
     size_t start = 0;
     for (;;) {
@@ -68,7 +77,7 @@ std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions&
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
-    return store::connect_etcd_store(url, std::move(endpoints), options);
+    return store::connect_etcd_store(url, std::move(endpoints), user, options);
   }
   throw InvalidArgument("store URL '" + url + "' has unknown scheme '" + scheme +
                         "' (expected memory://, tcp://, redis:// or etcd://)");

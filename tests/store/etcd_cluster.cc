@@ -24,17 +24,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  int port = ntohs(sa.sin_port);
-  close(fd);
-  return port;
+// n distinct free ports: every socket stays bound until all are chosen.
+std::vector<int> free_ports(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    socklen_t len = sizeof(sa);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    fds.push_back(fd);
+    ports.push_back(ntohs(sa.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
 }
 
 const char* etcd_binary() {
@@ -56,7 +61,7 @@ std::optional<nlohmann::json> post(int port, const std::string& path, const nloh
 
 }  // namespace
 
-EtcdCluster::EtcdCluster(int members) {
+EtcdCluster::EtcdCluster(int members, std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
   if (!etcd_binary()) {
     const char* req = std::getenv("EDL_REQUIRE_DEPS");
     if (req && std::string(req) == "1") throw std::runtime_error("etcd is not installed (EDL_REQUIRE_DEPS=1)");
@@ -66,23 +71,39 @@ EtcdCluster::EtcdCluster(int members) {
   std::string tmpl = base + "/edl-etcd-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed in " + base);
   dir_ = tmpl;
-  for (int i = 0; i < members; ++i) {
-    Member m;
-    m.name = "m" + std::to_string(i);
-    m.client_port = free_port();
-    m.peer_port = free_port();
-    if (!initial_cluster_.empty()) initial_cluster_ += ",";
-    initial_cluster_ += m.name + "=http://127.0.0.1:" + std::to_string(m.peer_port);
-    members_.push_back(m);
-  }
-  try {
-    for (int i = 0; i < members; ++i) spawn(i);
-    wait_ready();
-  } catch (...) {
-    for (int i = 0; i < members; ++i) kill(i);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    throw;
+  // A port can be taken by another process between choosing it and etcd binding it: then the member
+  // exits with "address already in use" and the cluster is started again on new ports.
+  for (int attempt = 0;; ++attempt) {
+    std::vector<int> ports = free_ports(2 * members);
+    members_.clear();
+    initial_cluster_.clear();
+    for (int i = 0; i < members; ++i) {
+      Member m;
+      m.name = "m" + std::to_string(i);
+      m.client_port = ports[2 * i];
+      m.peer_port = ports[2 * i + 1];
+      if (!initial_cluster_.empty()) initial_cluster_ += ",";
+      initial_cluster_ += m.name + "=http://127.0.0.1:" + std::to_string(m.peer_port);
+      members_.push_back(m);
+    }
+    try {
+      for (int i = 0; i < members; ++i) spawn(i);
+      wait_ready();
+      return;
+    } catch (const std::exception& e) {
+      for (int i = 0; i < members; ++i) kill(i);
+      bool port_taken = std::string(e.what()).find("address already in use") != std::string::npos;
+      for (int i = 0; i < members; ++i) {
+        std::error_code ec;
+        std::filesystem::remove_all(dir_ + "/" + members_[i].name, ec);
+        std::filesystem::remove(dir_ + "/" + members_[i].name + ".log", ec);
+      }
+      if (port_taken && attempt < 3) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+      members_.clear();
+      throw;
+    }
   }
 }
 
@@ -104,6 +125,7 @@ void EtcdCluster::spawn(int i) {
                                    "--initial-cluster", initial_cluster_, "--initial-cluster-state", "new",
                                    "--initial-cluster-token", "edl-test-" + std::to_string(getpid()) + dir_,
                                    "--logger", "zap", "--log-level", "warn"};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -128,7 +150,24 @@ std::string EtcdCluster::log_tail(int i) const {
   return s.size() > 2000 ? s.substr(s.size() - 2000) : s;
 }
 
-void EtcdCluster::wait_ready() const { (void)leader(); }
+// Every running member is up and knows the leader (a member that exited is an error).
+void EtcdCluster::wait_ready() const {
+  auto deadline = Clock::now() + 20s;
+  while (Clock::now() < deadline) {
+    bool all = true;
+    for (int i = 0; i < size(); ++i) {
+      if (members_[i].pid <= 0) continue;
+      int status = 0;
+      if (waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid)
+        throw std::runtime_error("etcd member " + members_[i].name + " exited: " + log_tail(i));
+      auto st = post(members_[i].client_port, "/v3/maintenance/status", nlohmann::json::object());
+      all = all && st && st->contains("leader");
+    }
+    if (all) return;
+    std::this_thread::sleep_for(50ms);
+  }
+  throw std::runtime_error("etcd cluster in " + dir_ + " is not ready after 20 s");
+}
 
 int EtcdCluster::leader() const {
   auto deadline = Clock::now() + 20s;
@@ -192,6 +231,24 @@ void EtcdCluster::clear() {
     std::this_thread::sleep_for(50ms);
   }
   throw std::runtime_error("etcd cluster in " + dir_ + ": could not clear the keys");
+}
+
+void EtcdCluster::enable_auth(const std::string& user, const std::string& password) {
+  using nlohmann::json;
+  std::string root_pw = "root-" + std::to_string(getpid()) + "-" + std::to_string(Clock::now().time_since_epoch().count());
+  const std::vector<std::pair<std::string, json>> steps = {
+      {"role/add", {{"name", "root"}}},
+      {"user/add", {{"name", "root"}, {"password", root_pw}}},
+      {"user/grant", {{"user", "root"}, {"role", "root"}}},
+      {"role/add", {{"name", "edl-rw"}}},
+      // key "\0" .. range_end "\0": every key
+      {"role/grant", {{"name", "edl-rw"}, {"perm", {{"permType", "READWRITE"}, {"key", "AA=="}, {"range_end", "AA=="}}}}},
+      {"user/add", {{"name", user}, {"password", password}}},
+      {"user/grant", {{"user", user}, {"role", "edl-rw"}}},
+      {"enable", json::object()}};
+  int port = members_[leader()].client_port;
+  for (const auto& [path, body] : steps)
+    if (!post(port, "/v3/auth/" + path, body)) throw std::runtime_error("etcd: /v3/auth/" + path + " failed");
 }
 
 EtcdCluster& EtcdCluster::shared() {

@@ -17,7 +17,8 @@ class EtcdCluster {
   // Starts `members` members and waits until they have elected a leader. available() is false when
   // etcd is not installed (then EDL_REQUIRE_DEPS=1 makes the constructor throw); start failures throw
   // std::runtime_error with the tail of the member's log.
-  explicit EtcdCluster(int members = 3);
+  // extra_args go to every member (e.g. {"--auth-token-ttl", "1"}).
+  explicit EtcdCluster(int members = 3, std::vector<std::string> extra_args = {});
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
@@ -35,7 +36,10 @@ class EtcdCluster {
   int follower() const;
   void kill(int i);     // SIGKILL, reaped
   void restart(int i);  // starts a killed member again on its data dir; waits until the cluster has a leader
-  void clear();         // deletes every key (between test cases)
+  void clear();         // deletes every key (between test cases; not after enable_auth)
+  // Creates etcd user `user` with `password` and read-write access to every key (and a root user
+  // with a random password), then turns authentication on.
+  void enable_auth(const std::string& user, const std::string& password);
 
   // A process-wide 3-member cluster shared by test cases (started on first use).
   static EtcdCluster& shared();
@@ -56,6 +60,7 @@ class EtcdCluster {
   std::vector<Member> members_;
   std::string dir_;
   std::string initial_cluster_;
+  std::vector<std::string> extra_args_;
 };
 
 }  // namespace edl::test

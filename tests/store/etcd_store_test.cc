@@ -296,3 +296,69 @@ TEST_CASE("etcd store: concurrent adds stay exact while leaders are killed and r
   auto s = edl::connect_store(c.url(), opts(30s));
   CHECK(s->get("counter") == std::optional<std::string>(std::to_string(kThreads * kAdds)));
 }
+
+TEST_CASE("etcd store: etcd://USER@... authenticates with the job secret; tokens are renewed", "[store][etcd]") {
+  EtcdCluster c(1, {"--auth-token-ttl", "1"});  // simple tokens expire after 1 s unused
+  if (!c.available()) return;
+  c.enable_auth("edl", "job-pw");
+  std::string hosts = "127.0.0.1:" + std::to_string(c.client_port(0));
+  edl::StoreOptions o = opts(20s);
+  o.secret = "job-pw";
+  auto s = edl::connect_store("etcd://edl@" + hosts, o);
+  s->set("k", "v");
+  CHECK(s->add("n", 2) == 2);
+  CHECK(s->compare_set("g", std::nullopt, "1"));
+  s->set_lease("l", "x", 2s);
+  CHECK(s->keys("") == std::vector<std::string>{"g", "k", "l", "n"});
+  std::thread writer([&] {
+    std::this_thread::sleep_for(100ms);
+    auto w = edl::connect_store("etcd://edl@" + hosts, o);
+    w->set("k", "v2");
+  });
+  CHECK(s->wait_change("k", std::string("v"), 30s) == std::optional<std::string>("v2"));  // a watch with the token
+  writer.join();
+  std::this_thread::sleep_for(2500ms);  // the token expires: the next calls authenticate again
+  CHECK(s->get("k") == std::optional<std::string>("v2"));
+  CHECK(s->add("n", 1) == 3);
+  CHECK(s->wait({"k"}, 1s));
+  // Wrong secret, no secret, no user.
+  edl::StoreOptions bad = opts(5s);
+  bad.secret = "wrong";
+  CHECK_THROWS_AS(edl::connect_store("etcd://edl@" + hosts, bad), edl::AuthError);
+  CHECK_THROWS_AS(edl::connect_store("etcd://edl@" + hosts, opts(5s)), edl::InvalidArgument);
+  auto anonymous = edl::connect_store("etcd://" + hosts, o);  // the status call needs no user
+  CHECK_THROWS_AS(anonymous->get("k"), edl::AuthError);
+  CHECK_THROWS_AS(edl::connect_store("etcd://@" + hosts, o), edl::InvalidArgument);
+}
+
+TEST_CASE("etcd store: leases revoked behind the client's back are granted again", "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!c.available()) return;
+  c.clear();
+  httplib::Client h("127.0.0.1", c.client_port(1));
+  auto lease_of = [&](const nlohmann::json& range) -> std::string {
+    auto r = h.Post("/v3/kv/range", range.dump(), "application/json");
+    REQUIRE(r);
+    auto j = nlohmann::json::parse(r->body);
+    REQUIRE(j.contains("kvs"));
+    return j["kvs"][0].value("lease", std::string());
+  };
+  auto revoke = [&](const std::string& id) {
+    REQUIRE_FALSE(id.empty());
+    auto r = h.Post("/v3/lease/revoke", nlohmann::json{{"ID", id}}.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+  };
+  auto s = edl::connect_store(c.url(0), opts(20s));
+  // The request-marker lease: its loss makes the next txn fail with "requested lease not found".
+  CHECK(s->add("n", 1) == 1);
+  revoke(lease_of({{"key", "X19lZGxfZXRjZC8="}, {"range_end", "X19lZGxfZXRjZDA="}}));  // __edl_etcd/ prefix
+  CHECK(s->add("n", 1) == 2);
+  CHECK(s->compare_set("n", std::string("2"), "3"));
+  // A set_lease key whose lease was revoked (the key is gone with it) is created again on refresh.
+  s->set_lease("w", "a", 5s);
+  revoke(lease_of({{"key", "dw=="}}));
+  CHECK_FALSE(s->get("w").has_value());
+  s->set_lease("w", "b", 5s);
+  CHECK(s->get("w") == std::optional<std::string>("b"));
+}
