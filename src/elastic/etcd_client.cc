@@ -111,10 +111,7 @@ std::string EtcdClient::token() const {
 }
 
 void EtcdClient::authenticate(Clock::time_point deadline) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    token_.clear();
-  }
+  // The old token stays in use by other threads until the new one arrives.
   EtcdReply r = call("/v3/auth/authenticate", Json{{"name", user_}, {"password", password_}}, deadline);
   if (r.kind != EtcdReply::kOk) {
     if (r.message().find("authentication is not enabled") != std::string::npos) {
@@ -170,7 +167,7 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   cli->set_connection_timeout(std::min(limit, connect_timeout_));
   cli->set_read_timeout(limit);
   cli->set_write_timeout(limit);
-  std::string tok = token();
+  std::string tok = path == "/v3/auth/authenticate" ? std::string() : token();
   httplib::Request req;
   req.method = "POST";
   req.path = path;
