@@ -17,6 +17,7 @@
 
 #include "edl/store.h"
 #include "edl/store_server.h"
+#include "testing/process.h"
 
 namespace edl::bench {
 
@@ -36,19 +37,13 @@ inline int run_local_ranks(int n, int argc, char** argv) {
   }
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      setenv("EDL_STORE", server.url().c_str(), 1);
-      setenv("EDL_RANK", std::to_string(r).c_str(), 1);
-      setenv("EDL_SIZE", std::to_string(n).c_str(), 1);
-      setenv("EDL_LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("EDL_LOCAL_SIZE", std::to_string(n).c_str(), 1);
-      std::vector<char*> cargv;
-      for (auto& a : args) cargv.push_back(const_cast<char*>(a.c_str()));
-      cargv.push_back(nullptr);
-      execv("/proc/self/exe", cargv.data());
-      _exit(127);
-    }
+    edl::testing::SpawnOptions so;
+    so.own_group = false;
+    so.env = {"EDL_STORE=" + server.url(), "EDL_RANK=" + std::to_string(r), "EDL_SIZE=" + std::to_string(n),
+              "EDL_LOCAL_RANK=" + std::to_string(r), "EDL_LOCAL_SIZE=" + std::to_string(n)};
+    std::vector<std::string> self = args;
+    self[0] = "/proc/self/exe";
+    pid_t pid = edl::testing::spawn(self, so);
     pids.push_back(pid);
   }
   int result = 0;

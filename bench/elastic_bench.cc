@@ -1,6 +1,6 @@
 // elastic_bench: recovery times of an elastic job on this machine (issue 3 item 9).
 //
-// Starts `edl-run` in elastic mode with the synthetic worker (bench/elastic_worker.cc), which logs
+// Starts `edl-run` in elastic mode with the synthetic worker (testing/elastic_worker.cc), which logs
 // every completed step with a CLOCK_MONOTONIC timestamp to a shared file, and injects events:
 //   kill  — kill -9 of a random member (rank 0 included); recovery = event -> first completed step
 //           of the new generation; lost_steps = last step completed before the event - the step the
@@ -37,6 +37,7 @@
 #include <cxxopts.hpp>
 
 #include "common/bench_util.h"
+#include "testing/process.h"
 
 #ifndef EDL_RUN_PATH
 #define EDL_RUN_PATH "edl-run"
@@ -171,22 +172,9 @@ class Job {
                           std::string("--params"), std::to_string(params), std::string("--log"), dir + "/" + tag + ".log"})
       args.push_back(x);
     std::string out = dir + "/" + tag + ".edl-run.out";
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-      }
-      std::vector<char*> av;
-      for (auto& a : args) av.push_back(const_cast<char*>(a.c_str()));
-      av.push_back(nullptr);
-      ::execv(av[0], av.data());
-      std::_Exit(127);
-    }
-    ::setpgid(pid_, pid_);
+    edl::testing::SpawnOptions so;
+    so.log = out;
+    pid_ = edl::testing::spawn(args, so);  // own process group: stop() reaches the workers too
     track(pid_, true);
   }
   ~Job() { stop(); }

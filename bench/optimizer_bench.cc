@@ -13,7 +13,7 @@
 // Ranks (optimizer_rank.h): threads of this process, each with its own Communicator bootstrapped
 // through an in-process store (default), or forked processes in an edl::init() world (--processes).
 // --link runs every mode over each listed link: "loopback", or an emulated cluster link of
-// bench/netns.h ("1gbit", "10gbit", "100mbit", "+<ms>ms" latency): each rank in its own network
+// testing/netns.h ("1gbit", "10gbit", "100mbit", "+<ms>ms" latency): each rank in its own network
 // namespace, joined by a tc-shaped bridge (root only; without root or iproute2 the emulated links
 // are skipped with a message and loopback still runs). Links and modes are interleaved round by
 // round, in rotating order, so that load changes on a shared machine hit all of them alike.
@@ -41,7 +41,7 @@
 #include <cxxopts.hpp>
 
 #include "common/bench_util.h"
-#include "netns.h"
+#include "testing/netns.h"
 #include "optimizer_rank.h"
 #include "optimizer_workload.h"
 
@@ -55,7 +55,7 @@ constexpr OptMode kModes[3] = {OptMode::kComputeOnly, OptMode::kNoOverlap, OptMo
 
 // Everything measured on one link, over all rounds.
 struct LinkRun {
-  std::unique_ptr<edl::bench::NetnsCluster> cluster;  // null on loopback
+  std::unique_ptr<edl::testing::NetnsCluster> cluster;  // null on loopback
   std::string label;                                 // what was emulated ("1gbit" when netem is missing)
   std::vector<double> step[3], comm[3], backward[3], hidden;
   size_t buckets = 0;
@@ -116,17 +116,17 @@ Flags parse(int argc, char** argv) {
 
 // Builds the links to run: loopback always; emulated ones when this process may create namespaces.
 std::vector<std::unique_ptr<LinkRun>> make_links(const Flags& f) {
-  std::vector<edl::bench::LinkSpec> specs;
+  std::vector<edl::testing::LinkSpec> specs;
   for (const auto& text : f.links) {
-    specs.push_back(edl::bench::parse_link(text));  // throws naming the text
+    specs.push_back(edl::testing::parse_link(text));  // throws naming the text
     for (size_t i = 0; i + 1 < specs.size(); ++i)
       if (specs[i].name == text) throw std::invalid_argument("--link lists '" + text + "' twice");
   }
   std::string why;
   for (const auto& s : specs) {
-    if (s.name != "loopback" && why.empty()) why = edl::bench::NetnsCluster::unsupported_reason();
+    if (s.name != "loopback" && why.empty()) why = edl::testing::NetnsCluster::unsupported_reason();
   }
-  if (why.empty()) edl::bench::NetnsCluster::remove_stale();
+  if (why.empty()) edl::testing::NetnsCluster::remove_stale();
   std::vector<std::unique_ptr<LinkRun>> runs;
   for (const auto& s : specs) {
     if (s.name != "loopback" && !why.empty()) {
@@ -137,7 +137,7 @@ std::vector<std::unique_ptr<LinkRun>> make_links(const Flags& f) {
     run->label = s.name;
     if (s.name != "loopback") {
       try {
-        run->cluster = std::make_unique<edl::bench::NetnsCluster>(f.cfg.ranks, s);
+        run->cluster = std::make_unique<edl::testing::NetnsCluster>(f.cfg.ranks, s);
         run->label = run->cluster->effective_label();
       } catch (const std::exception& e) {
         std::printf("note: link %s skipped: %s\n", s.name.c_str(), e.what());

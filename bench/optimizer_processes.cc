@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/bench_util.h"
+#include "testing/process.h"
 #include "edl/edl.h"
 #include "edl/store_server.h"
 #include "optimizer_rank.h"
@@ -115,13 +116,15 @@ std::vector<ModeResult> run_processes(const OptBenchConfig& cfg, const Workload&
   for (int r = 0; r < n; ++r) {
     int up[2], op[2];
     if (pipe(up) != 0 || pipe(op) != 0) throw std::runtime_error("pipe failed");
-    pids[r] = fork();
-    if (pids[r] < 0) throw std::runtime_error("fork failed");
-    if (pids[r] == 0) {
-      close(up[1]);
-      close(op[0]);
-      child_main(cfg, r, up[0], op[1], w, order);
-    }
+    edl::testing::SpawnOptions so;
+    so.own_group = false;
+    pids[r] = edl::testing::fork_call(
+        [&]() -> int {
+          close(up[1]);
+          close(op[0]);
+          child_main(cfg, r, up[0], op[1], w, order);
+        },
+        so);
     close(up[0]);
     close(op[1]);
     url_w[r] = up[1];

@@ -1,7 +1,7 @@
 // optimizer_bench's ranks: one rank's training steps on the synthetic ResNet20 workload
 // (optimizer_workload.h) through a DistributedOptimizer, and the two ways of running a group of them:
 // threads of this process (each with its own Communicator) or forked processes in an edl::init()
-// world. Either group can run over emulated cluster links (netns.h): each rank then lives in its own
+// world. Either group can run over emulated cluster links (testing/netns.h): each rank then lives in its own
 // network namespace and binds its sockets to the cluster address of its slot.
 //
 // Thread-safety: run_threads / run_processes are called from one thread; run_processes forks and
@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "edl/communicator.h"
-#include "netns.h"
 #include "optimizer_workload.h"
+#include "testing/netns.h"
 
 namespace edl::bench {
+
+using edl::testing::NetnsCluster;
 
 struct OptBenchConfig {
   int ranks = 2;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs every bench executable that was built, each with --json into one results directory, then
+# Runs every bench executable (build/bench/) and experiment reproduction (build/experiments/) that
+# was built, each with --json into one results directory, then
 # writes docs/benchmarks.md (tables, the seeds' numbers beside ours) and docs/img/*.png (gnuplot).
 #
 #   scripts/run-benchmarks.sh [--build DIR] [--out DIR] [--only a,b,...] [--quick] [--doc-only]
 #
-#   --build DIR   build tree with bench/ (default: build)
+#   --build DIR   build tree with bench/ and experiments/ (default: build)
 #   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, series/, plots/ (default: DIR/bench-results)
 #   --only LIST   run only these benches (the doc is still made from everything in --out)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp)
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --doc-only) DOC_ONLY=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "run-benchmarks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,11 +36,12 @@ done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 B="$BUILD/bench"
+X="$BUILD/experiments"
 STATUS="$OUT/status.tsv"
 EDL_RUN=$(find "$BUILD" -name edl-run -type f -perm -u+x 2>/dev/null | head -n 1)
 
-if [ ! -x "$B/benchmarks_doc" ]; then
-  echo "run-benchmarks.sh: $B/benchmarks_doc is missing: build the project first (cmake --build $BUILD)" >&2
+if [ ! -x "$X/benchmarks_doc" ]; then
+  echo "run-benchmarks.sh: $X/benchmarks_doc is missing: build the project first (cmake --build $BUILD)" >&2
   exit 2
 fi
 
@@ -108,15 +110,15 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench shard_audit 900 "$B/shard_audit"
   run_bench netns_check 300 "$B/netns_check"
-  run_bench scaling_bench 3600 "$B/scaling_bench" "${SCALING_ARGS[@]}"
-  run_bench convergence 3600 "$B/convergence_exp" "${CONVERGENCE_ARGS[@]}"
+  run_bench scaling_bench 3600 "$X/scaling_bench" "${SCALING_ARGS[@]}"
+  run_bench convergence 3600 "$X/convergence_exp" "${CONVERGENCE_ARGS[@]}"
   # The simulator takes EDL's own scaling curve and recovery times when both benches produced rows.
   SIM_ARGS=(--series-dir "$OUT/series")
   if [ -s "$OUT/scaling_bench.jsonl" ] && [ -s "$OUT/elastic_bench.jsonl" ]; then
     SIM_ARGS+=(--scaling "$OUT/scaling_bench.jsonl" --elastic "$OUT/elastic_bench.jsonl")
   fi
   selected cluster_sim && rm -rf "$OUT/series"
-  run_bench cluster_sim 300 "$B/cluster_sim" "${SIM_ARGS[@]}"
+  run_bench cluster_sim 300 "$X/cluster_sim" "${SIM_ARGS[@]}"
 fi
 
 # --- the document ------------------------------------------------------------------------------
@@ -129,7 +131,7 @@ HEADER="$OUT/header.md"
   echo "The machine is shared and small: compare rows measured in the same run, not across runs."
 } > "$HEADER"
 rm -rf "$OUT/plots"
-"$B/benchmarks_doc" --in "$OUT" --doc "$ROOT/docs/benchmarks.md" --img-dir "$ROOT/docs/img" \
+"$X/benchmarks_doc" --in "$OUT" --doc "$ROOT/docs/benchmarks.md" --img-dir "$ROOT/docs/img" \
   --plot-dir "$OUT/plots" --header "$HEADER" || exit 1
 if command -v gnuplot > /dev/null; then
   for gp in "$OUT"/plots/*.gp; do

@@ -1,7 +1,5 @@
 #include "common/bench_util.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,27 +64,6 @@ double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   size_t idx = static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)));
   return v[std::min(idx, v.size() - 1)];
-}
-
-int spawn_logged(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    setpgid(0, 0);
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::perror("exec");
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also here: no race with the caller signalling the group at once
-  return pid;
 }
 
 cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, char** argv) {

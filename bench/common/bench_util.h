@@ -46,11 +46,6 @@ std::string fmt(double v, int precision = 2);
 // "a,b,,c" -> {"a", "b", "c"}: the comma-separated list flags of the benches.
 std::vector<std::string> split(const std::string& csv);
 
-// Starts argv (PATH lookup) as a child in a process group of its own (so the caller can signal
-// the child and everything it starts with kill(-pid, ...)), stdout and stderr to the file `log`.
-// Returns the child's pid; throws std::runtime_error when fork fails (exec failures exit 127).
-int spawn_logged(const std::vector<std::string>& argv, const std::string& log);
-
 // Parses the command line; on an unknown flag, a bad value or a stray argument prints
 // "<program>: <problem> (run with --help for usage)" to stderr and exits with code 2.
 cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, char** argv);

@@ -35,6 +35,14 @@ struct CommunicatorOptions {
   std::string bind_address = "127.0.0.1";
   // Tag mixed into the handshake so connections of different generations never cross. Default 0.
   uint64_t generation = 0;
+  // Job secret proved both ways on every mesh connection (HMAC-SHA256 challenge-response, see
+  // docs/collectives.md); the elastic runtime passes EDL_JOB_SECRET. Default empty: the handshake
+  // then only keeps jobs and generations apart. Ranks with different secrets never connect
+  // (AuthError on the dialling side).
+  std::string secret;
+  // Largest contribution one peer may announce in an allgatherv, in bytes; a larger announced count
+  // fails the collective on every rank with CommError before anything is allocated. Default 1 GiB.
+  uint64_t max_gather_bytes = uint64_t{1} << 30;
 };
 
 class EDL_API Communicator {

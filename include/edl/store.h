@@ -9,7 +9,7 @@
 //                        etcd user whose password is the secret): txn for add and
 //                        compare_set (exactly once across reconnects), watch for waits, one etcd lease
 //                        per set_lease key (TTL rounded up to whole seconds); fails over between the
-//                        listed members within request_timeout (docs/store.md)
+//                        listed members within reconnect_timeout (docs/store.md)
 //
 // Semantics every backend provides:
 //   - set/get/del/keys are linearizable per key.
@@ -18,7 +18,9 @@
 //   - wait()/wait_change() block on the server side (or on a watch) — clients never poll in a loop.
 //   - set_lease(key, value, ttl) creates or refreshes a key that disappears ttl after its last
 //     refresh: liveness of workers. A waiter on such a key sees its deletion as a change.
-// Errors: StoreError (connection lost, server gone), AuthError (wrong job secret), InvalidArgument.
+// Errors: StoreError (server gone past StoreOptions::reconnect_timeout), AuthError (wrong job secret),
+// InvalidArgument. A connection lost briefly is re-established by the tcp:// and redis:// clients;
+// the etcd:// client fails over to another member.
 // A timeout of a wait is not an error: wait() returns false, wait_change() returns the unchanged value.
 //
 // Thread-safety: every method may be called concurrently from any thread on one instance.
@@ -76,6 +78,12 @@ struct StoreOptions {
   std::string secret;                                    // job secret proved on connect; "" = none
   std::chrono::milliseconds connect_timeout{10000};      // give up connecting after 10 s
   std::chrono::milliseconds request_timeout{30000};      // a single non-blocking request: 30 s
+  // A lost connection (store restart, TCP reset) is re-established with bounded exponential backoff
+  // for up to this long (EDL_STORE_TIMEOUT_MS, default 30 s); pending calls are re-sent, blocking
+  // waits resume with their remaining time, add()/compare_set() are applied exactly once
+  // (docs/store.md, "Reconnect"). Past it every pending and later call throws StoreError naming the
+  // URL. 0 = never reconnect.
+  std::chrono::milliseconds reconnect_timeout{30000};
 };
 
 // Connects to "memory://NAME" (process-wide named in-memory store), "tcp://HOST:PORT",

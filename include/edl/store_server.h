@@ -2,14 +2,19 @@
 //
 // One event-loop thread (epoll) serves any number of clients. Every connection must prove the job
 // secret in its first frame (HMAC-SHA256 challenge/response, docs/store.md); a wrong or missing
-// secret is logged and the connection closed. wait()/wait_change() block on the server, so clients
-// never poll; leases expire on the server and wake waiters. Malformed, oversized or truncated
-// frames close only the offending connection; so does a connection that does not authenticate
-// within handshake_timeout_ms. A client that stops reading its replies is throttled: once
+// secret is logged and the connection closed. Before a connection has authenticated the server
+// reads at most max_unauthenticated_bytes from it (4 KiB; AUTH is ~100 bytes); at most
+// max_unauthenticated such connections exist (a newer one closes the oldest) and at most
+// max_connections in all (more are accepted and closed at once). An exception while serving one
+// connection closes that connection, never the loop. Each authenticated client's id (sent in AUTH)
+// keys a small replay journal so that a request re-sent after a reconnect is not applied twice.
+// wait()/wait_change() block on the server, so clients never poll; leases expire on the server and
+// wake waiters. Malformed, oversized or truncated frames close only the offending connection; so
+// does a connection that does not authenticate within handshake_timeout_ms. A client that stops reading its replies is throttled: once
 // max_pending_output_bytes are queued for it, its further requests are not read until it drains.
 //
 // Thread-safety: construct, query and stop() from any thread; stop() is idempotent and also run by
-// the destructor. After stop() every client sees StoreError (connection lost).
+// the destructor. After stop() clients try to reconnect (StoreOptions::reconnect_timeout).
 #pragma once
 
 #include <cstddef>
@@ -29,6 +34,9 @@ struct StoreServerOptions {
   int handshake_timeout_ms = 10000;            // a connection that has not authenticated by then is closed
   size_t max_pending_output_bytes = size_t(64) << 20;  // replies queued for a client that does not read:
                                                         // above this, its requests wait (back-pressure)
+  size_t max_connections = 4096;               // open connections; above it new ones are closed at once
+  size_t max_unauthenticated = 256;            // connections still in the handshake; a new one closes the oldest
+  size_t max_unauthenticated_bytes = 4096;     // bytes read from a connection before it authenticates
 };
 
 class EDL_API StoreServer {
@@ -51,6 +59,9 @@ class EDL_API StoreServer {
   uint64_t rejected_auth_count() const;  // connections closed for a wrong / missing secret
   uint64_t bad_frame_count() const;      // connections closed for malformed / oversized frames
   uint64_t throttle_count() const;       // times a connection was paused for not reading its replies
+  uint64_t refused_count() const;        // connections closed by max_connections / max_unauthenticated /
+                                         // max_unauthenticated_bytes
+  uint64_t replay_count() const;         // re-sent requests answered from the replay journal
 
  private:
   class Impl;

@@ -4,7 +4,7 @@
 // Also the world accessors of collective/world.h.
 #include "collective/engine.h"
 #include "collective/world.h"
-#include "common/runtime.h"
+#include "collective/runtime_state.h"
 #include "edl/collectives.h"
 #include "edl/error.h"
 

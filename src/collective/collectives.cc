@@ -8,16 +8,6 @@
 
 namespace edl::collective {
 
-const char* kind_name(uint8_t k) {
-  switch (static_cast<Kind>(k)) {
-    case Kind::kAllreduce: return "allreduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllgather: return "allgather";
-    case Kind::kBarrier: return "barrier";
-  }
-  return "unknown collective";
-}
-
 int TcpCommunicator::Xfer::fill(iovec* iov, int max, void* sink, size_t sink_bytes) const {
   if (drain) {
     iov[0].iov_base = sink;
@@ -126,11 +116,14 @@ void TcpCommunicator::exchange_headers(Header& mine, const std::vector<Span>& pa
   const char* what = kind_name(mine.kind);
   run_queues(q, false, what);
   for (int p = 0; p < size_; ++p) {
-    const Header& h = all[p];
-    if (h.magic != kHeaderMagic || h.rank != p)
-      throw CommError(std::string(what) + ": corrupt collective header from rank " + std::to_string(p) +
-                      " (the byte streams are out of sync)");
+    std::string problem = header_problem(all[p], mine, p, options_.max_gather_bytes);
+    if (!problem.empty())
+      throw CommError(std::string(what) + " on rank " + std::to_string(rank_) + ": " + problem + peer_text(p));
   }
+}
+
+std::string TcpCommunicator::peer_text(int p) const {
+  return p != rank_ && !peer_addr_[p].empty() ? " (peer " + peer_addr_[p] + ")" : "";
 }
 
 std::string TcpCommunicator::mismatch(const std::vector<Header>& all) const {
@@ -237,6 +230,11 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
       drain_payloads(all, q, "allreduce");
       throw MismatchError(mm);
     }
+    for (int p = 0; p < size_; ++p)
+      if (all[p].payload != (eager ? bytes : 0))
+        throw CommError("allreduce on rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " sent " +
+                        std::to_string(all[p].payload) + " eager bytes where this rank expects " +
+                        std::to_string(eager ? bytes : 0) + " (eager_bytes tunings differ?)" + peer_text(p));
     if (eager) {
       // Direct exchange: every rank has every contribution; reduce them in rank order.
       scratch_.resize(static_cast<size_t>(size_) * bytes);

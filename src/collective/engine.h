@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "collective/handle.h"
+#include "collective/kind.h"
 #include "edl/collectives.h"
 #include "edl/communicator.h"
 
@@ -99,8 +100,7 @@ class EDL_API Engine {
   EngineStats stats() const;
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
-  // Request kinds on the wire (Desc::kind).
-  enum Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
+  // Request kinds on the wire (Desc::kind): collective::Kind (collective/kind.h).
   // Wire descriptor of a request (public for the implementation's helpers).
   struct Desc {
     uint8_t kind = 0;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "collective/engine.h"
+#include "collective/negotiation_message.h"
 #include "collective/tcp_communicator.h"
 #include "common/logging.h"
 #include "edl/error.h"
@@ -13,19 +14,8 @@
 namespace edl::collective {
 namespace {
 
-constexpr uint32_t kNegotiationMagic = 0x45444c4eu;  // "EDLN"
 constexpr size_t kMaxCacheEntries = 1u << 16;
 constexpr std::chrono::seconds kStallWarning{60};
-
-const char* kind_str(uint8_t k) {
-  switch (k) {
-    case Engine::kAllreduce: return "allreduce";
-    case Engine::kBroadcast: return "broadcast";
-    case Engine::kAllgather: return "allgather";
-    case Engine::kBarrier: return "barrier";
-  }
-  return "collective";
-}
 
 // Auto names ("allreduce.17") never repeat, so they are not worth a cache entry.
 bool is_auto_name(const std::string& n) {
@@ -37,48 +27,12 @@ bool is_auto_name(const std::string& n) {
   return false;
 }
 
-template <typename T>
-void put(std::vector<uint8_t>& b, T v) {
-  size_t at = b.size();
-  b.resize(at + sizeof(T));
-  std::memcpy(b.data() + at, &v, sizeof(T));
-}
-
-class Reader {
- public:
-  Reader(const uint8_t* p, size_t n, int rank) : p_(p), n_(n), rank_(rank) {}
-  template <typename T>
-  T get() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, p_ + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  std::string str(size_t len) {
-    need(len);
-    std::string s(reinterpret_cast<const char*>(p_ + at_), len);
-    at_ += len;
-    return s;
-  }
-
- private:
-  void need(size_t k) {
-    if (n_ - at_ < k)
-      throw CommError("collective engine: truncated negotiation message from rank " + std::to_string(rank_));
-  }
-  const uint8_t* p_;
-  size_t n_;
-  size_t at_ = 0;
-  int rank_;
-};
-
 std::string describe_mismatch(const std::string& name, const Engine::Desc& a, const Engine::Desc& b, int rb) {
-  std::string k = std::string(kind_str(a.kind)) + " '" + name + "'";
+  std::string k = std::string(kind_name(a.kind)) + " '" + name + "'";
   std::string rr = ", rank " + std::to_string(rb);
   if (a.kind != b.kind)
-    return "collective mismatch for '" + name + "': rank 0 called " + kind_str(a.kind) + rr + " called " +
-           kind_str(b.kind);
+    return "collective mismatch for '" + name + "': rank 0 called " + kind_name(a.kind) + rr + " called " +
+           kind_name(b.kind);
   if (a.dtype != b.dtype)
     return k + " dtype mismatch: rank 0 has " + dtype_name(static_cast<DataType>(a.dtype)) + rr + " has " +
            dtype_name(static_cast<DataType>(b.dtype));
@@ -90,6 +44,86 @@ std::string describe_mismatch(const std::string& name, const Engine::Desc& a, co
            op_name(static_cast<ReduceOp>(b.op));
   return k + " root mismatch: rank 0 uses root " + std::to_string(a.root) + rr + " uses root " +
          std::to_string(b.root);
+}
+
+// The negotiation allgather.
+void gather(Communicator& comm, bool idle, const std::vector<uint8_t>& msg, std::vector<uint8_t>& all,
+            std::vector<size_t>& counts) {
+  auto* tcp = dynamic_cast<TcpCommunicator*>(&comm);
+  if (tcp && idle) {
+    // A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
+    // aligned across ranks): block at once instead of spinning, so it costs no CPU and does not
+    // make the transport see contention (which would switch off its spinning for the data
+    // collectives that follow). Rounds with requests keep the data tuning: the other ranks are
+    // usually about to join. This thread is the communicator's only user.
+    AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
+    quiet.spin = std::chrono::microseconds(0);
+    tcp->set_tuning(quiet);
+    try {
+      tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+    } catch (...) {
+      tcp->set_tuning(data_tuning);
+      throw;
+    }
+    tcp->set_tuning(data_tuning);
+  } else {
+    comm.allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+  }
+}
+
+// The decoded messages of one round as integer keys: cache ids [0, C), then one key per distinct
+// new name of this round. In steady state every request is a cache bit and no string is touched.
+struct Entry {
+  uint32_t key;
+  Engine::Desc desc;
+};
+struct Round {
+  std::vector<std::vector<Entry>> lists;  // per rank, in its message order
+  std::unordered_map<std::string, uint32_t> fresh_key;
+  std::vector<std::string> fresh_name;  // key - C -> name
+};
+
+Round decode_round(const std::vector<uint8_t>& all, const std::vector<size_t>& counts, int n,
+                   const std::vector<std::pair<std::string, Engine::Desc>>& cache,
+                   const std::unordered_map<std::string, uint32_t>& cache_ids) {
+  const size_t C = cache.size();
+  if (counts.size() != static_cast<size_t>(n))
+    throw CommError("collective engine: the negotiation allgather returned " + std::to_string(counts.size()) +
+                    " messages for " + std::to_string(n) + " ranks");
+  Round round;
+  round.lists.resize(static_cast<size_t>(n));
+  std::vector<int> listed_by(C, -1);  // key -> last rank that listed it (a rank lists a key once)
+  size_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    if (counts[r] > all.size() - off)
+      throw CommError("collective engine: negotiation message of rank " + std::to_string(r) + " overruns the round");
+    NegotiationMessage m = decode_negotiation(all.data() + off, counts[r], static_cast<uint32_t>(C), r);
+    off += counts[r];
+    auto& list = round.lists[static_cast<size_t>(r)];
+    list.reserve(m.cached.size() + m.fresh.size());
+    auto add = [&](uint32_t key, const Engine::Desc& d, const std::string& name) {
+      if (listed_by.size() <= key) listed_by.resize(key + 1, -1);
+      if (listed_by[key] == r)
+        throw CommError("collective engine: negotiation message of rank " + std::to_string(r) + " lists '" + name +
+                        "' twice");
+      listed_by[key] = r;
+      list.push_back(Entry{key, d});
+    };
+    for (uint32_t id : m.cached) add(id, cache[id].second, cache[id].first);
+    for (auto& f : m.fresh) {
+      uint32_t key;
+      auto cached = cache_ids.find(f.name);
+      if (cached != cache_ids.end()) {
+        key = cached->second;  // known name, new descriptor
+      } else {
+        auto [it, inserted] = round.fresh_key.emplace(f.name, static_cast<uint32_t>(C + round.fresh_name.size()));
+        if (inserted) round.fresh_name.push_back(f.name);
+        key = it->second;
+      }
+      add(key, f.desc, f.name);
+    }
+  }
+  return round;
 }
 
 }  // namespace
@@ -108,98 +142,25 @@ std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
     return ready;
   }
   std::vector<uint64_t> bits((cache_.size() + 63) / 64, 0);
-  std::vector<uint8_t> msg;
-  std::vector<const Request*> fresh;
+  std::vector<NegotiationMessage::Fresh> fresh;
   for (const RequestPtr& r : pending_) {
     auto it = cache_ids_.find(r->name);
     if (it != cache_ids_.end() && cache_[it->second].second == r->desc)
       bits[it->second / 64] |= 1ull << (it->second % 64);
     else
-      fresh.push_back(r.get());
+      fresh.push_back(NegotiationMessage::Fresh{r->desc, r->name});
   }
-  put<uint32_t>(msg, kNegotiationMagic);
-  put<uint32_t>(msg, static_cast<uint32_t>(cache_.size()));
-  for (uint64_t w : bits) put<uint64_t>(msg, w);
-  put<uint32_t>(msg, static_cast<uint32_t>(fresh.size()));
-  for (const Request* r : fresh) {
-    put<uint8_t>(msg, r->desc.kind);
-    put<uint8_t>(msg, r->desc.dtype);
-    put<uint8_t>(msg, r->desc.op);
-    put<int32_t>(msg, r->desc.root);
-    put<uint64_t>(msg, r->desc.count);
-    put<uint32_t>(msg, static_cast<uint32_t>(r->name.size()));
-    msg.insert(msg.end(), r->name.begin(), r->name.end());
-  }
+  const std::vector<uint8_t> msg = encode_negotiation(static_cast<uint32_t>(cache_.size()), bits, fresh);
   std::vector<uint8_t> all;
   std::vector<size_t> counts;
-  auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get());
-  if (tcp && pending_.empty()) {
-    // A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
-    // aligned across ranks): block at once instead of spinning, so it costs no CPU and does not
-    // make the transport see contention (which would switch off its spinning for the data
-    // collectives that follow). Rounds with requests keep the data tuning: the other ranks are
-    // usually about to join. This thread is the communicator's only user.
-    AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
-    quiet.spin = std::chrono::microseconds(0);
-    tcp->set_tuning(quiet);
-    try {
-      tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
-    } catch (...) {
-      tcp->set_tuning(data_tuning);
-      throw;
-    }
-    tcp->set_tuning(data_tuning);
-  } else {
-    comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
-  }
+  gather(*comm_, pending_.empty(), msg, all, counts);
 
   // Decode into integer keys: cache ids [0, C), then one key per distinct new name of this round.
-  // In steady state every request is a cache bit and no string is touched.
   const size_t C = cache_.size();
-  struct Entry {
-    uint32_t key;
-    Desc desc;
-  };
-  std::unordered_map<std::string, uint32_t> fresh_key;
-  std::vector<std::string> fresh_name;  // key - C -> name
-  std::vector<std::vector<Entry>> lists(n);
-  size_t off = 0;
-  for (int r = 0; r < n; ++r) {
-    Reader rd(all.data() + off, counts[r], r);
-    off += counts[r];
-    if (rd.get<uint32_t>() != kNegotiationMagic || rd.get<uint32_t>() != C)
-      throw CommError("collective engine: negotiation message of rank " + std::to_string(r) +
-                      " is corrupt or its response cache diverged");
-    for (size_t w = 0; w < bits.size(); ++w) {
-      uint64_t word = rd.get<uint64_t>();
-      while (word) {
-        const uint32_t id = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
-        word &= word - 1;
-        if (id >= C) throw CommError("collective engine: bad cache id from rank " + std::to_string(r));
-        lists[r].push_back(Entry{id, cache_[id].second});
-      }
-    }
-    uint32_t nf = rd.get<uint32_t>();
-    for (uint32_t i = 0; i < nf; ++i) {
-      Desc d;
-      d.kind = rd.get<uint8_t>();
-      d.dtype = rd.get<uint8_t>();
-      d.op = rd.get<uint8_t>();
-      d.root = rd.get<int32_t>();
-      d.count = rd.get<uint64_t>();
-      std::string name = rd.str(rd.get<uint32_t>());
-      uint32_t key;
-      auto cached = cache_ids_.find(name);
-      if (cached != cache_ids_.end()) {
-        key = cached->second;  // known name, new descriptor
-      } else {
-        auto [it, inserted] = fresh_key.emplace(name, static_cast<uint32_t>(C + fresh_name.size()));
-        if (inserted) fresh_name.push_back(name);
-        key = it->second;
-      }
-      lists[r].push_back(Entry{key, d});
-    }
-  }
+  Round round = decode_round(all, counts, n, cache_, cache_ids_);
+  std::vector<std::vector<Entry>>& lists = round.lists;
+  std::unordered_map<std::string, uint32_t>& fresh_key = round.fresh_key;
+  std::vector<std::string>& fresh_name = round.fresh_name;
   const bool sent_names = !fresh.empty();
   const size_t total = C + fresh_name.size();
   auto name_of = [&](uint32_t key) -> const std::string& { return key < C ? cache_[key].first : fresh_name[key - C]; };

@@ -26,10 +26,25 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-std::string errno_text(int err) {
-  char buf[128];
-  const char* s = strerror_r(err, buf, sizeof(buf));
-  return s;
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (ss.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  return "?";
 }
 
 namespace {
@@ -45,18 +60,6 @@ bool resolve(const std::string& host, int port, sockaddr_storage* out, socklen_t
   *len = res->ai_addrlen;
   freeaddrinfo(res);
   return true;
-}
-
-void split_host_port(const std::string& hp, std::string* host, int* port) {
-  auto colon = hp.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 >= hp.size())
-    throw CommError("malformed peer address '" + hp + "' (want host:port)");
-  *host = hp.substr(0, colon);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-  char* end = nullptr;
-  long p = std::strtol(hp.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || p <= 0 || p > 65535) throw CommError("malformed port in peer address '" + hp + "'");
-  *port = static_cast<int>(p);
 }
 
 }  // namespace
@@ -98,7 +101,8 @@ void tune_data_socket(int fd) {
 int connect_until(const std::string& host_port, Clock::time_point deadline) {
   std::string host;
   int port = 0;
-  split_host_port(host_port, &host, &port);
+  if (std::string why = split_host_port(host_port, &host, &port); !why.empty())
+    throw CommError("malformed peer address '" + host_port + "': " + why + " (want host:port)");
   while (Clock::now() < deadline) {
     sockaddr_storage ss{};
     socklen_t len = 0;

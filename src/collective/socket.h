@@ -1,4 +1,4 @@
-// Socket plumbing of the TCP transport: listening, connecting with a deadline, the mesh handshake,
+// Socket plumbing of the TCP transport: listening, connecting with a deadline, peer addresses,
 // and non-blocking scatter/gather send/recv that classify errors into EDL's typed exceptions.
 //
 // Thread-safety: free functions on file descriptors owned by the caller.
@@ -11,28 +11,18 @@
 #include <cstdint>
 #include <string>
 
+#include "common/host_port.h"
 #include "edl/export.h"
 
 namespace edl::collective {
 
 using Clock = std::chrono::steady_clock;
 
-// The first bytes on every mesh connection, both directions (connector sends, acceptor answers).
-struct Hello {
-  uint64_t magic;       // kHelloMagic
-  uint64_t generation;  // CommunicatorOptions::generation
-  uint64_t prefix_tag;  // hash of the store prefix: connections of other jobs never cross
-  int32_t rank;         // sender's rank
-  int32_t size;         // sender's world size
-};
-static_assert(sizeof(Hello) == 32, "Hello is a 32-byte wire struct");
-constexpr uint64_t kHelloMagic = 0x45444c4d45534831ull;  // "EDLMESH1"
-
-// FNV-1a, used for Hello::prefix_tag.
+// FNV-1a, used for the mesh handshake's prefix tag.
 EDL_API uint64_t fnv1a(const std::string& s);
 
 // Listens on address:0; returns the fd and puts the chosen port in *port. Throws CommError.
-int listen_any_port(const std::string& address, int* port);
+EDL_API int listen_any_port(const std::string& address, int* port);
 // Connects to "host:port" before deadline (retrying refused connections). Returns fd or -1 when the
 // deadline passed; throws CommError for a malformed address.
 EDL_API int connect_until(const std::string& host_port, Clock::time_point deadline);
@@ -51,6 +41,8 @@ struct IoResult {
 IoResult try_sendv(int fd, const iovec* iov, int iovcnt);
 IoResult try_recvv(int fd, iovec* iov, int iovcnt);
 
-std::string errno_text(int err);
+// errno_text(): common/host_port.h.
+// "host:port" of the other end of a connected socket ("?" if unknown), for messages.
+std::string peer_address(int fd);
 
 }  // namespace edl::collective

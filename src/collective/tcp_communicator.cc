@@ -1,4 +1,4 @@
-// TcpCommunicator: mesh bootstrap, error state (abort / poison) and the spin-then-poll waiter.
+// TcpCommunicator: construction (the mesh bootstrap is in mesh_bootstrap.cc), error state (abort / poison) and the spin-then-poll waiter.
 #include "collective/tcp_communicator.h"
 
 #include <poll.h>
@@ -28,30 +28,8 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 
 namespace edl::collective {
 
-namespace {
-
-using std::chrono::milliseconds;
-
-long long ms_left(Clock::time_point deadline) {
-  return std::max<long long>(0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
-}
-
-// An accepted connection whose Hello is still arriving.
-struct Pending {
-  int fd;
-  Hello hello;
-  size_t got = 0;
-};
-
-std::string describe(const Hello& h) {
-  return "rank " + std::to_string(h.rank) + " of " + std::to_string(h.size) + ", generation " +
-         std::to_string(h.generation);
-}
-
-}  // namespace
-
 TcpCommunicator::TcpCommunicator(int rank, int size, const CommunicatorOptions& options)
-    : rank_(rank), size_(size), options_(options), send_fd_(size, -1), recv_fd_(size, -1) {
+    : rank_(rank), size_(size), options_(options), send_fd_(size, -1), recv_fd_(size, -1), peer_addr_(size) {
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (event_fd_ < 0) throw CommError("eventfd(): " + errno_text(errno));
 }
@@ -76,132 +54,6 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
     c->build_mesh(*store, prefix);
   }
   return c;
-}
-
-// Mesh bootstrap: publish our listening address, connect to every peer (our send socket to it),
-// accept one connection from every peer (our receive socket from it). Both directions start with a
-// Hello; the acceptor answers with its own Hello so the connector knows it reached the right rank.
-// Connections that send garbage, a foreign job's or generation's Hello, or nothing at all are
-// closed (with a warning) without disturbing the mesh.
-void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {
-  const auto deadline = Clock::now() + options_.connect_timeout;
-  const uint64_t tag = fnv1a(prefix);
-  const Hello mine{kHelloMagic, options_.generation, tag, rank_, size_};
-  int port = 0;
-  int lfd = listen_any_port(options_.bind_address, &port);
-  std::vector<Pending> pending;
-  std::vector<size_t> reply_got(size_, 0);
-  std::vector<Hello> replies(size_);
-  auto cleanup = [&] {
-    close(lfd);
-    for (auto& p : pending) close(p.fd);
-    pending.clear();
-  };
-  try {
-    store.set(prefix + "addr/" + std::to_string(rank_), options_.bind_address + ":" + std::to_string(port));
-    // Connect to every peer and send our Hello (32 bytes always fit in an empty socket buffer).
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      const std::string key = prefix + "addr/" + std::to_string(p);
-      if (!store.wait({key}, milliseconds(ms_left(deadline))))
-        throw TimeoutError("communicator setup: rank " + std::to_string(p) + " did not publish its address under '" +
-                           key + "' within " + std::to_string(options_.connect_timeout.count()) + " ms");
-      std::string addr = store.get(key).value_or("");
-      int fd = connect_until(addr, deadline);
-      if (fd < 0)
-        throw TimeoutError("communicator setup: cannot connect to rank " + std::to_string(p) + " at " + addr +
-                           " within " + std::to_string(options_.connect_timeout.count()) + " ms");
-      send_fd_[p] = fd;
-      if (!write_all(fd, &mine, sizeof(mine), deadline))
-        throw PeerLostError("communicator setup: sending the handshake to rank " + std::to_string(p) + " failed");
-    }
-    // Event loop: accept peers, read their Hellos, answer; read the answers on our connections.
-    int accepted = 0, answered = 0;
-    while (accepted < size_ - 1 || answered < size_ - 1) {
-      if (aborted_.load()) throw_aborted();
-      std::vector<pollfd> fds;
-      fds.push_back({lfd, POLLIN, 0});
-      for (auto& pe : pending) fds.push_back({pe.fd, POLLIN, 0});
-      std::vector<int> reply_peer;
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_ || reply_got[p] == sizeof(Hello)) continue;
-        fds.push_back({send_fd_[p], POLLIN, 0});
-        reply_peer.push_back(p);
-      }
-      long long left = ms_left(deadline);
-      if (left <= 0)
-        throw TimeoutError("communicator setup: only " + std::to_string(accepted) + " of " + std::to_string(size_ - 1) +
-                           " peers connected and " + std::to_string(answered) + " answered within " +
-                           std::to_string(options_.connect_timeout.count()) + " ms");
-      poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 100)));
-      for (;;) {  // new connections
-        int fd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        pending.push_back(Pending{fd, {}, 0});
-      }
-      for (size_t i = 0; i < pending.size();) {  // Hellos of accepted connections
-        Pending& pe = pending[i];
-        ssize_t r = recv(pe.fd, reinterpret_cast<char*>(&pe.hello) + pe.got, sizeof(Hello) - pe.got, MSG_DONTWAIT);
-        if (r > 0) pe.got += static_cast<size_t>(r);
-        bool drop = (r == 0) || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-        if (!drop && pe.got == sizeof(Hello)) {
-          const Hello& h = pe.hello;
-          std::string why;
-          if (h.magic != kHelloMagic) why = "bad magic (not an EDL peer)";
-          else if (h.prefix_tag != tag) why = "it belongs to another job or store prefix";
-          else if (h.generation != options_.generation)
-            why = "generation " + std::to_string(h.generation) + " != ours " + std::to_string(options_.generation);
-          else if (h.size != size_) why = "size " + std::to_string(h.size) + " != ours " + std::to_string(size_);
-          else if (h.rank < 0 || h.rank >= size_ || h.rank == rank_) why = "invalid rank " + std::to_string(h.rank);
-          else if (recv_fd_[h.rank] >= 0) why = "rank " + std::to_string(h.rank) + " is already connected";
-          if (why.empty()) {
-            if (!write_all(pe.fd, &mine, sizeof(mine), deadline)) {
-              drop = true;
-            } else {
-              recv_fd_[h.rank] = pe.fd;
-              ++accepted;
-              pending.erase(pending.begin() + static_cast<long>(i));
-              continue;
-            }
-          } else {
-            EDL_LOG(1) << "communicator rank " << rank_ << ": rejected a connection (" << describe(h) << "): " << why;
-            drop = true;
-          }
-        }
-        if (drop) {
-          close(pe.fd);
-          pending.erase(pending.begin() + static_cast<long>(i));
-          continue;
-        }
-        ++i;
-      }
-      for (int p : reply_peer) {  // answers on our own connections
-        ssize_t r = recv(send_fd_[p], reinterpret_cast<char*>(&replies[p]) + reply_got[p],
-                         sizeof(Hello) - reply_got[p], MSG_DONTWAIT);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-          throw PeerLostError("communicator setup: rank " + std::to_string(p) +
-                              " closed the connection during the handshake");
-        if (r > 0) reply_got[p] += static_cast<size_t>(r);
-        if (reply_got[p] == sizeof(Hello)) {
-          const Hello& h = replies[p];
-          if (h.magic != kHelloMagic || h.prefix_tag != tag || h.generation != options_.generation ||
-              h.size != size_ || h.rank != p)
-            throw PeerLostError("communicator setup: the process at rank " + std::to_string(p) +
-                                "'s address answered as " + describe(h) + " (stale address in the store?)");
-          ++answered;
-        }
-      }
-    }
-  } catch (...) {
-    cleanup();
-    throw;
-  }
-  cleanup();
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    tune_data_socket(send_fd_[p]);
-    tune_data_socket(recv_fd_[p]);
-  }
 }
 
 void TcpCommunicator::shutdown_sockets() {

@@ -2,10 +2,12 @@
 // Communicator::create). Design and wire protocol: docs/collectives.md.
 //
 //  - Full mesh of one-way sockets: for every peer, one connection this rank sends on (it connected
-//    it) and one it receives on (it accepted it), bootstrapped through the store with a Hello
-//    handshake (magic, generation, prefix tag, rank, size); foreign or stale connections are rejected.
+//    it) and one it receives on (it accepted it), bootstrapped through the store with a handshake
+//    that proves the job secret both ways (mesh_handshake.h); connections of other jobs or
+//    generations, ranks outside this generation and wrong secrets are refused.
 //  - Every collective starts with a 48-byte header sent to every peer; small payloads ride in the
-//    same message (eager). All ranks see all headers, so all of them detect a mismatch identically
+//    same message (eager). Every length in a peer's header is checked against this rank's own call
+//    (or options.max_gather_bytes for allgather) before anything is allocated. All ranks see all headers, so all of them detect a mismatch identically
 //    and throw the same MismatchError after draining what was sent (the streams stay in sync).
 //  - Non-blocking sockets; waits spin briefly, then poll() on the sockets plus an eventfd that
 //    abort() signals. Every collective has the deadline options.timeout.
@@ -91,7 +93,9 @@ class EDL_API TcpCommunicator final : public Communicator {
   struct Waiter;
 
  private:
+  friend class MeshBuilder;  // mesh_bootstrap.cc
   void build_mesh(Store& store, const std::string& prefix);
+  std::string peer_text(int peer) const;  // " (peer host:port)" for messages
   void check_usable() const;
   [[noreturn]] void fail(std::exception_ptr e);
   [[noreturn]] void throw_aborted() const;
@@ -117,6 +121,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   AlgorithmTuning tuning_;
   std::vector<int> send_fd_;  // per peer (own rank: -1)
   std::vector<int> recv_fd_;
+  std::vector<std::string> peer_addr_;  // published address of each peer (messages)
   int event_fd_ = -1;
   uint64_t seq_ = 0;
   Clock::time_point deadline_;  // of the collective in progress

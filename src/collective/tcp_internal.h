@@ -6,15 +6,15 @@
 #include <sys/uio.h>
 
 #include <deque>
+#include <string>
 #include <vector>
 
+#include "collective/kind.h"
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
 
 namespace edl::collective {
 
-enum class Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
-const char* kind_name(uint8_t k);
 
 // First bytes of every collective on every connection (48 bytes, host byte order: same-arch jobs).
 struct TcpCommunicator::Header {
@@ -32,6 +32,15 @@ struct TcpCommunicator::Header {
 };
 static_assert(sizeof(TcpCommunicator::Header) == 48, "wire header is 48 bytes");
 constexpr uint32_t kHeaderMagic = 0x45444c43u;  // "EDLC"
+
+// Why peer's header `h` cannot be acted upon, or "" when it can (wire_header.cc). Checked before
+// any length in it is used: magic and rank, known kind / dtype / op, count * dtype size without
+// overflow, a payload the kind allows (whole buffer or nothing), an allgather contribution at most
+// max_gather_bytes, and for other kinds a payload above that cap only for this rank's own call
+// (same kind, dtype and count as `mine`). A problem is a CommError naming the peer: the streams can
+// no longer be trusted.
+EDL_API std::string header_problem(const TcpCommunicator::Header& h, const TcpCommunicator::Header& mine, int peer,
+                                   uint64_t max_gather_bytes);
 
 // One queued transfer on one connection: a list of spans; `drain` discards received bytes.
 struct TcpCommunicator::Xfer {

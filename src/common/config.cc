@@ -77,6 +77,7 @@ Config Config::from_env() {
   c.local_size = static_cast<int>(env_int("EDL_LOCAL_SIZE", 1, 1, 1 << 20));
   c.local_rank = static_cast<int>(env_int("EDL_LOCAL_RANK", 0, 0, c.local_size - 1));
   c.bind_address = env_str("EDL_BIND_ADDR", c.bind_address);
+  c.launcher_fd = static_cast<int>(env_int("EDL_LAUNCHER_FD", -1, -1, 1 << 20));
 
   c.elastic = env_bool("EDL_ELASTIC", false);
   c.min_np = static_cast<int>(env_int("EDL_MIN_NP", 1, 1, 1 << 20));
@@ -99,6 +100,7 @@ Config Config::from_env() {
 
   c.timeout_ms = static_cast<int>(env_int("EDL_TIMEOUT_MS", c.timeout_ms, 1, 86400000));
   c.connect_timeout_ms = static_cast<int>(env_int("EDL_CONNECT_TIMEOUT_MS", c.connect_timeout_ms, 1, 86400000));
+  c.store_timeout_ms = static_cast<int>(env_int("EDL_STORE_TIMEOUT_MS", c.store_timeout_ms, 0, 86400000));
   c.fusion_threshold = static_cast<size_t>(env_int("EDL_FUSION_THRESHOLD", static_cast<long long>(c.fusion_threshold),
                                                    0, 1LL << 40));
   c.cycle_time_ms = env_double("EDL_CYCLE_TIME_MS", c.cycle_time_ms, 0.0, 10000.0);

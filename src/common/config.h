@@ -25,6 +25,7 @@ struct Config {
   int local_size = 1;               // EDL_LOCAL_SIZE
   std::string hostname;             // EDL_HOSTNAME: default gethostname()
   std::string bind_address = "127.0.0.1";  // EDL_BIND_ADDR: address peers connect to
+  int launcher_fd = -1;             // EDL_LAUNCHER_FD: edl-run's liveness pipe (EOF = edl-run died; -1 = none)
 
   // --- elastic mode ----------------------------------------------------------------------------
   bool elastic = false;             // EDL_ELASTIC=1
@@ -42,6 +43,8 @@ struct Config {
   // --- collectives -----------------------------------------------------------------------------
   int timeout_ms = 30000;           // EDL_TIMEOUT_MS: deadline of every collective
   int connect_timeout_ms = 30000;   // EDL_CONNECT_TIMEOUT_MS: connecting the mesh / the store
+  int store_timeout_ms = 30000;     // EDL_STORE_TIMEOUT_MS: how long a lost store connection is retried
+                                    // before the store counts as lost (edl-run: the job fails naming it)
   size_t fusion_threshold = 64u << 20;  // EDL_FUSION_THRESHOLD: fusion buffer bytes
   double cycle_time_ms = 1.0;       // EDL_CYCLE_TIME_MS: engine cycle
   bool engine_tick = false;         // EDL_ENGINE_TICK: negotiate every cycle even when idle (Horovod's way)

@@ -1,5 +1,5 @@
 // ShardGenerator's convenience constructor: the job's store from the process Runtime (edl::init()).
-#include "common/runtime.h"
+#include "collective/runtime_state.h"
 #include "edl/data/shards.h"
 #include "edl/error.h"
 

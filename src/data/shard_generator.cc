@@ -7,6 +7,7 @@
 // The committed snapshot (save/load) is the table of shard offsets at a step; a namespace starts from
 // the committed table, so claims made after the commit simply vanish with their namespace on rollback.
 #include <algorithm>
+#include <deque>
 #include <cinttypes>
 #include <cstdio>
 #include <optional>
@@ -42,6 +43,7 @@ Claim decode_claim(const std::string& key, const std::string& v) {
 }
 
 const char* kSnapshotMagic = "edl-shards/1";
+constexpr size_t kCommittedCap = 4096;  // committed batches kept for take_committed()
 
 }  // namespace
 
@@ -71,6 +73,22 @@ struct ShardGenerator::Impl {
   int64_t held = -1;                        // shard this worker consumes, if any
   std::vector<uint64_t> held_records;
   bool ended = false;
+  std::deque<StepRecords> drawn;            // this worker's batches not yet known to be committed
+  std::deque<StepRecords> done;             // committed, not yet taken by take_committed()
+  size_t done_dropped = 0;                  // committed batches dropped from `done` (over the cap)
+
+  // Batches drawn at steps < t are committed (a commit at step t, or a snapshot of step t adopted).
+  void settle(int64_t t) {
+    while (!drawn.empty() && drawn.front().step < t) {
+      if (done.size() == kCommittedCap) {
+        done.pop_front();
+        ++done_dropped;
+      }
+      done.push_back(std::move(drawn.front()));
+      drawn.pop_front();
+    }
+    drawn.clear();  // the rest was rolled back: those steps will be drawn again
+  }
 
   uint64_t shard_size(uint64_t k) const {
     uint64_t begin = k * o.records_per_shard;
@@ -225,6 +243,7 @@ StepRecords ShardGenerator::next() {
         r.offset = pos;
         r.records.assign(s.held_records.begin() + pos, s.held_records.begin() + end);
         ++s.step;
+        s.drawn.push_back(r);
         return r;
       }
       s.held = -1;
@@ -268,6 +287,17 @@ std::vector<StepRecords> ShardGenerator::lookahead(size_t steps) const {
 
 int64_t ShardGenerator::epoch() const { return impl_->epoch; }
 int64_t ShardGenerator::step() const { return impl_->step; }
+uint64_t ShardGenerator::batch_size() const { return impl_->o.batch_size; }
+int64_t ShardGenerator::committed_step() const { return impl_->committed.step; }
+
+std::vector<StepRecords> ShardGenerator::take_committed(size_t* dropped) {
+  auto& s = *impl_;
+  std::vector<StepRecords> out(std::make_move_iterator(s.done.begin()), std::make_move_iterator(s.done.end()));
+  s.done.clear();
+  if (dropped) *dropped = s.done_dropped;
+  s.done_dropped = 0;
+  return out;
+}
 uint64_t ShardGenerator::num_shards() const { return impl_->shards; }
 std::vector<uint64_t> ShardGenerator::shard_order(int64_t epoch) const { return impl_->order_of(epoch); }
 std::vector<uint64_t> ShardGenerator::shard_records(int64_t epoch, uint64_t shard) const {
@@ -298,6 +328,7 @@ std::string ShardGenerator::save() {
     first = false;
   }
   s.committed = std::move(t);
+  s.settle(s.step);  // a commit at step t: every batch drawn before it is in the model now
   return out;
 }
 
@@ -344,6 +375,7 @@ void ShardGenerator::load(const std::string& snapshot) {
       throw bad("bad shard offset '" + item + "'");
     t.offsets[k] = off;
   }
+  s.settle(t.step);  // batches of this worker before the adopted step are committed, later ones void
   s.committed = std::move(t);
   s.reset_to_committed();
 }
@@ -356,6 +388,13 @@ void ShardGenerator::on_generation(const elastic::GenerationInfo& info) {
   }
   s.generation = info.generation;
   if (s.o.worker_id.empty()) s.worker = "rank" + std::to_string(info.rank);
+  if (s.o.batch_for_size) {  // the batch policy: the local batch follows the world size
+    const uint64_t b = s.o.batch_for_size(info.size);
+    EDL_CHECK(b > 0, InvalidArgument,
+              "ShardGenerator: batch_for_size(" + std::to_string(info.size) + ") returned 0 (must be > 0)");
+    s.o.batch_size = b;
+  }
+  s.settle(s.committed.step);  // a new generation restarts from the commit
   s.reset_to_committed();
   if (info.rank != 0) return;
   // Namespaces of earlier generations are dead (nobody of this generation reads them): drop them.

@@ -1,14 +1,13 @@
 // The process-wide elastic worker behind edl::elastic::run / edl::notify_batch_end, wired into the
-// Runtime (src/common/runtime.cc calls start_elastic / stop_elastic).
+// Runtime (src/runtime/runtime.cc calls start_elastic / stop_elastic).
 #include "elastic/api.h"
-
-#include <csignal>
 
 #include "collective/engine.h"
 #include "common/logging.h"
-#include "common/runtime.h"
+#include "collective/runtime_state.h"
 #include "edl/elastic.h"
 #include "edl/error.h"
+#include "elastic/launcher_link.h"
 #include "elastic/worker.h"
 
 namespace edl::elastic {
@@ -44,24 +43,20 @@ class RuntimeGroup final : public Group {
 
 std::mutex g_mu;
 std::shared_ptr<Worker> g_worker;
-std::atomic<Worker*> g_signal_worker{nullptr};
 State* g_static_state = nullptr;  // static (non-elastic) world: the State inside run()
 int g_static_since_commit = 0;
 int g_commit_every = 1;
 
-void on_sigterm(int) {
-  Worker* w = g_signal_worker.load();
-  if (w != nullptr && w->in_run()) {
-    w->request_leave();  // graceful leave at the next batch boundary
-    return;
-  }
-  std::signal(SIGTERM, SIG_DFL);
-  std::raise(SIGTERM);
-}
-
 std::shared_ptr<Worker> worker() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_worker;
+}
+
+bool request_leave_if_running() {
+  auto w = worker();
+  if (!w || !w->in_run()) return false;
+  w->request_leave();
+  return true;
 }
 
 }  // namespace
@@ -102,11 +97,8 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
     std::lock_guard<std::mutex> lock(g_mu);
     g_worker = w;
   }
-  g_signal_worker.store(w.get());
-  struct sigaction sa {};
-  sa.sa_handler = on_sigterm;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
+  // SIGTERM = graceful leave at the next batch boundary; exit at once when edl-run dies.
+  install_launcher_link(config, [] { return request_leave_if_running(); });
   try {
     w->join();
   } catch (const JobFinished&) {
@@ -124,7 +116,7 @@ void stop_elastic() {
     std::lock_guard<std::mutex> lock(g_mu);
     w = std::move(g_worker);
   }
-  g_signal_worker.store(nullptr);
+  uninstall_launcher_link();
   w.reset();  // stops the lease thread and removes the lease
 }
 

@@ -1,5 +1,5 @@
-// Wiring of the process-wide elastic worker into the Runtime (called by src/common/runtime.cc).
-// Thread-safety: start/stop from Runtime::init/shutdown only.
+// Wiring of the process-wide elastic worker into the Runtime (called by src/runtime/runtime.cc).
+// Thread-safety: start/stop from edl::init/shutdown only.
 #pragma once
 
 #include <memory>

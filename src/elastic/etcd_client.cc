@@ -68,11 +68,13 @@ std::string EtcdReply::message() const {
 }
 
 EtcdClient::EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, milliseconds connect_timeout,
-                       milliseconds request_timeout, std::string user, std::string password)
+                       milliseconds request_timeout, milliseconds reconnect_timeout, std::string user,
+                       std::string password)
     : url_(std::move(url)),
       endpoints_(std::move(endpoints)),
       connect_timeout_(connect_timeout),
       request_timeout_(request_timeout),
+      reconnect_timeout_(reconnect_timeout),
       user_(std::move(user)),
       password_(std::move(password)),
       idle_(endpoints_.size()) {
@@ -155,14 +157,17 @@ void EtcdClient::release(size_t member, std::unique_ptr<httplib::Client> c) {
   if (idle_[member].size() < 8) idle_[member].push_back(std::move(c));
 }
 
+milliseconds EtcdClient::attempt_limit() const {
+  return std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(10000));
+}
+
 EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock::time_point deadline) {
   size_t m = current();
   const EtcdEndpoint& ep = endpoints_[m];
   std::string where = ep.host + ":" + std::to_string(ep.port);
   EtcdReply reply;
   // One attempt may not use the whole deadline: a hung member must leave time for the others.
-  milliseconds cap = std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(10000));
-  milliseconds limit = std::min(cap, ms_until(deadline));
+  milliseconds limit = std::min(attempt_limit(), ms_until(deadline));
   auto cli = acquire(m);
   cli->set_connection_timeout(std::min(limit, connect_timeout_));
   cli->set_read_timeout(limit);
@@ -224,8 +229,8 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
 
 void EtcdClient::backoff(int failures, Clock::time_point deadline, const std::string& last_why) {
   auto give_up = [&] {
-    return StoreError("store " + url_ + ": no etcd member answered within the deadline (request_timeout " +
-                      std::to_string(request_timeout_.count()) + " ms; last failure: " + last_why + ")");
+    return StoreError("store " + url_ + ": no etcd member answered within " + std::to_string(retry_window().count()) +
+                      " ms (EDL_STORE_TIMEOUT_MS; last failure: " + last_why + ")");
   };
   int n = static_cast<int>(endpoints_.size());
   if (failures % n != 0) {  // members left to try in this round
@@ -249,7 +254,7 @@ EtcdReply EtcdClient::call(const std::string& path, const Json& body, Clock::tim
 }
 
 Json EtcdClient::call_ok(const std::string& path, const Json& body, const std::string& what) {
-  EtcdReply r = call(path, body, Clock::now() + request_timeout_);
+  EtcdReply r = call(path, body, Clock::now() + retry_window());
   if (r.kind != EtcdReply::kOk) throw StoreError("store " + url_ + ": " + what + " failed: " + r.message());
   return std::move(r.body);
 }
@@ -321,7 +326,7 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
     }
   }
   if (outcome == -1 && !user_.empty() && why->find("invalid auth token") != std::string::npos)
-    authenticate(Clock::now() + request_timeout_);  // expired token: the watch is reopened with a new one
+    authenticate(Clock::now() + retry_window());  // expired token: the watch is reopened with a new one
   if (outcome != 0) return outcome;
   if (Clock::now() + milliseconds(2) >= deadline) return 0;
   std::string where = ep.host + ":" + std::to_string(ep.port);
@@ -347,7 +352,7 @@ bool EtcdClient::watch(const std::string& key, Clock::time_point deadline, const
       continue;
     }
     failed(m);
-    if (failures++ == 0) give_up = Clock::now() + request_timeout_;
+    if (failures++ == 0) give_up = Clock::now() + retry_window();
     EDL_LOG(2) << "store " << url_ << ": " << why << "; watching '" << key << "' on the next member";
     if (deadline <= give_up) {  // the wait ends before the reconnection budget: never an error
       try {

@@ -5,7 +5,8 @@
 // or an etcd answer that says "try again" (gRPC Unavailable / DeadlineExceeded / ResourceExhausted:
 // no leader, leader changed, request timed out) moves to the next member, and after every member
 // failed once the client sleeps with exponential backoff (50 ms doubling to 1 s). All of this within
-// one deadline: request_timeout from the start of the operation. Past it, StoreError names the store
+// one deadline: the retry window, reconnect_timeout (EDL_STORE_TIMEOUT_MS) from the start of the
+// operation (at least one attempt's time). Past it, StoreError names the store
 // URL and the last failure. An etcd answer that is an error of another kind (bad request, lease not
 // found, ...) is returned to the caller as-is: it is not retried.
 //
@@ -18,6 +19,7 @@
 // Thread-safety: every method may be called concurrently; idle connections are pooled per member.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -65,11 +67,15 @@ class EtcdClient {
   // every request, authenticating again when etcd says it expired; AuthError when etcd rejects the
   // password, or when etcd requires a user and none is given.
   EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, std::chrono::milliseconds connect_timeout,
-             std::chrono::milliseconds request_timeout, std::string user = "", std::string password = "");
+             std::chrono::milliseconds request_timeout, std::chrono::milliseconds reconnect_timeout,
+             std::string user = "", std::string password = "");
   ~EtcdClient();
 
   const std::string& url() const { return url_; }
-  std::chrono::milliseconds request_timeout() const { return request_timeout_; }
+  // How long one attempt may wait for its answer: request_timeout / 4, clamped to 1..10 s.
+  std::chrono::milliseconds attempt_limit() const;
+  // How long an operation retries lost connections: reconnect_timeout, at least one attempt_limit().
+  std::chrono::milliseconds retry_window() const { return std::max(reconnect_timeout_, attempt_limit()); }
 
   // One attempt on the current member; on kLost the client has already moved on to the next member.
   // `attempt_limit` caps how long this attempt may wait for the answer.
@@ -90,7 +96,7 @@ class EtcdClient {
   // wait. Returns true when check or on_events ended it, false when the deadline passed. No change can
   // slip between check and the stream (the stream exists before the read). A broken stream is
   // reopened — and check() repeated — on the next member; throws StoreError when no member can be
-  // reached for request_timeout (or what check() throws).
+  // reached for retry_window() (or what check() throws).
   bool watch(const std::string& key, Clock::time_point deadline, const std::function<bool()>& check,
              const std::function<bool(const Json& events)>& on_events);
 
@@ -114,6 +120,7 @@ class EtcdClient {
   const std::vector<EtcdEndpoint> endpoints_;
   const std::chrono::milliseconds connect_timeout_;
   const std::chrono::milliseconds request_timeout_;
+  const std::chrono::milliseconds reconnect_timeout_;
   const std::string user_, password_;
   mutable std::mutex mu_;
   std::string token_;  // etcd auth token ("" = none)

@@ -75,7 +75,8 @@ class EtcdStore final : public Store {
  public:
   EtcdStore(const std::string& url, std::vector<EtcdEndpoint> endpoints, const std::string& user,
             const StoreOptions& o)
-      : client_(url, std::move(endpoints), o.connect_timeout, o.request_timeout, user, o.secret), id_(random_id()) {
+      : client_(url, std::move(endpoints), o.connect_timeout, o.request_timeout, o.reconnect_timeout, user, o.secret),
+        id_(random_id()) {
     if (user.empty() && !o.secret.empty()) {
       EDL_LOG(2) << "store " << url << ": no etcd user in the URL, so the job secret is not used "
                  << "(etcd://USER@HOST:PORT authenticates as USER with the job secret as password)";
@@ -200,7 +201,7 @@ class EtcdStore final : public Store {
               "store set_lease: ttl of key '" + key + "' must be positive, got " + std::to_string(ttl.count()) + " ms");
     const int64_t ttl_s = (ttl.count() + 999) / 1000;  // etcd leases count whole seconds: round up
     int64_t lease = key_lease(key, ttl_s);
-    auto deadline = Clock::now() + client_.request_timeout();
+    auto deadline = Clock::now() + client_.retry_window();
     for (int tries = 0;; ++tries) {
       EtcdReply r = client_.call("/v3/kv/put", put_op(key, value, lease)["request_put"], deadline);
       if (r.kind == EtcdReply::kOk) return;
@@ -259,21 +260,21 @@ class EtcdStore final : public Store {
   }
 
   // The lease the request markers hang on: granted for a while, replaced once a third of it has passed,
-  // so that a marker outlives every retry of its request (request_timeout) by far.
+  // so that a marker outlives every retry of its request (retry_window) by far.
   int64_t marker_lease() {
     std::lock_guard<std::mutex> lock(marker_mu_);
     if (marker_lease_ != 0 && Clock::now() < marker_renew_) return marker_lease_;
-    int64_t ttl_s = std::max<int64_t>(60, 3 * (client_.request_timeout().count() + 999) / 1000);
+    int64_t ttl_s = std::max<int64_t>(60, 3 * (client_.retry_window().count() + 999) / 1000);
     marker_lease_ = grant(ttl_s, "request-marker lease");
     marker_renew_ = Clock::now() + std::chrono::seconds(ttl_s / 3);
     return marker_lease_;
   }
 
-  // Runs a txn that writes `marker` on success, retrying lost answers until request_timeout: every
+  // Runs a txn that writes `marker` on success, retrying lost answers for the retry window: every
   // attempt requires the marker to be absent, so at most one attempt is ever applied and a retry's
   // failure branch (which reads the marker back) tells whether an earlier one was.
   Json exactly_once_txn(const std::string& marker, const std::string& what, const std::function<Json(int64_t)>& make) {
-    auto deadline = Clock::now() + client_.request_timeout();
+    auto deadline = Clock::now() + client_.retry_window();
     for (int failures = 1;; ++failures) {
       EtcdReply r = client_.try_call("/v3/kv/txn", make(marker_lease()), deadline);
       if (r.kind == EtcdReply::kOk) return std::move(r.body);

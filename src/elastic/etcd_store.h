@@ -31,7 +31,8 @@ namespace edl::store {
 // Throws StoreError when no member answers within options.connect_timeout, AuthError when etcd
 // rejects `user` with options.secret as password (user "" = no authentication), InvalidArgument for a
 // user without a secret. Every operation retries lost connections (failover to the next member,
-// backoff) for options.request_timeout.
+// backoff) for options.reconnect_timeout (EDL_STORE_TIMEOUT_MS); one attempt waits at most
+// options.request_timeout / 4 (1..10 s) for its answer.
 std::shared_ptr<Store> connect_etcd_store(const std::string& url, std::vector<EtcdEndpoint> endpoints,
                                           const std::string& user, const StoreOptions& options);
 

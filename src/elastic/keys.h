@@ -8,7 +8,7 @@
 //   <job>/g<G>/in/<worker>     arrival of <worker> at round G: "<seq> <host>"
 //   <job>/g<G>/decider         worker deciding round G (compare_set from absent; taken over if its lease dies)
 //   <job>/g<G>/members         decided members of G, rank order, "id host" per line (write-once via CAS);
-//                              or "!job-error <reason>" when the job cannot go on
+//                              or "!job-error <reason>" when the job cannot go on (member_list.h)
 //   <job>/g<G>/event           counter bumped to wake the members of G (join request or abort)
 //   <job>/g<G>/abort           reason G was aborted (first writer wins)
 //   <job>/g<G>/left/<worker>   <worker> leaves gracefully at the agreed batch boundary of G

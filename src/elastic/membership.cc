@@ -22,8 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-const char kJobErrorTag[] = "!job-error ";
-
 bool valid_worker_id(const std::string& id) {
   if (id.empty() || id.size() > 200) return false;
   for (char c : id)
@@ -137,27 +135,6 @@ milliseconds left_until(Clock::time_point t) {
 }
 
 }  // namespace
-
-std::string format_members(const std::vector<Member>& members) {
-  std::string out;
-  for (const auto& m : members) out += m.id + " " + m.host + "\n";
-  return out;
-}
-
-std::vector<Member> parse_members(const std::string& text) {
-  std::vector<Member> out;
-  std::istringstream is(text);
-  std::string line;
-  while (std::getline(is, line)) {
-    if (line.empty()) continue;
-    auto sp = line.find(' ');
-    Member m;
-    m.id = line.substr(0, sp);
-    m.host = sp == std::string::npos ? "" : line.substr(sp + 1);
-    out.push_back(std::move(m));
-  }
-  return out;
-}
 
 Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
     : store_(std::move(store)), opt_(std::move(options)), keys_(opt_.job_id) {

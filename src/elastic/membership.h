@@ -24,6 +24,7 @@
 #include "edl/export.h"
 #include "edl/store.h"
 #include "elastic/keys.h"
+#include "elastic/member_list.h"
 
 namespace edl::elastic {
 
@@ -41,11 +42,6 @@ struct MembershipOptions {
   std::chrono::milliseconds start_window{1000};  // EDL_START_WINDOW_MS: first round, wait for more workers
   // Test hook: called at named protocol points ("rendezvous:decide", ...); may throw to simulate a crash.
   std::function<void(const std::string& point)> fault;
-};
-
-struct Member {
-  std::string id;
-  std::string host;
 };
 
 // One decided generation as seen by one member.
@@ -158,9 +154,5 @@ class EDL_API Membership {
   Watch watch_;
   std::atomic<bool> pending_{false};
 };
-
-// Parses / formats the member list stored at g<G>/members ("id host" per line).
-std::string format_members(const std::vector<Member>& members);
-std::vector<Member> parse_members(const std::string& text);
 
 }  // namespace edl::elastic

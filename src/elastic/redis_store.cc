@@ -4,14 +4,18 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <thread>
 #include <unordered_map>
 
 #include "common/logging.h"
 #include "edl/error.h"
+#include "elastic/store_backoff.h"
 
 namespace edl::store {
 namespace {
@@ -21,13 +25,21 @@ using std::chrono::milliseconds;
 
 constexpr const char* kKeyspacePrefix = "__keyspace@0__:";
 
-// Atomic compare-and-set. ARGV: has_expected ('1'/'0'), expected, desired. Returns {1} or {0[, current]}.
+// Exactly-once across reconnects (docs/store.md, "Reconnect"): add() and compare_set() carry a
+// request key KEYS[2] = "__edl_req:<client id>:<sequence>". The script that applies the operation
+// also records its outcome under that key (PX = the replay window) in the same atomic step; a
+// re-sent copy finds the record and returns it without applying anything again.
+
+// compare_set. ARGV: has_expected ('1'/'0'), expected, desired, replay window ms.
+// Returns {1} (also on replay of an applied success) or {0[, current]}.
 constexpr const char* kCasScript = R"(
+if redis.call('EXISTS', KEYS[2]) == 1 then return {1} end
 local cur = redis.call('GET', KEYS[1])
 local match
 if ARGV[1] == '1' then match = (cur == ARGV[2]) else match = (cur == false) end
 if match then
   redis.call('SET', KEYS[1], ARGV[3])
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
   return {1}
 end
 if cur == false then return {0} end
@@ -35,11 +47,17 @@ return {0, cur}
 )";
 
 // add(): INCRBY and drop any lease, like the other backends (the key becomes a plain counter).
+// ARGV: delta, replay window ms. Returns the new value (the recorded one on replay).
 constexpr const char* kAddScript = R"(
+local done = redis.call('GET', KEYS[2])
+if done then return tonumber(done) end
 local v = redis.call('INCRBY', KEYS[1], ARGV[1])
 redis.call('PERSIST', KEYS[1])
+redis.call('SET', KEYS[2], v, 'PX', ARGV[2])
 return v
 )";
+
+constexpr const char* kRequestKeyPrefix = "__edl_req:";
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const {
@@ -64,20 +82,22 @@ std::string glob_escape(const std::string& s) {
   return out;
 }
 
+// Connection state (docs/store.md, "Reconnect"): a command that fails on the connection (I/O error,
+// or LOADING while a restarted server reads its append-only file) drops the context, redials with
+// backoff (store_backoff.h) and runs again, until reconnect_timeout after the first failure; then
+// the store is broken for good and every call throws StoreError naming the URL. The subscriber
+// does the same on its own connection and, once subscribed again, wakes every waiter to re-check
+// (events during the gap are lost, the re-check is not).
 class RedisStore final : public Store {
  public:
   RedisStore(const std::string& host, int port, const StoreOptions& o)
-      : addr_("redis://" + host + ":" + std::to_string(port)), opts_(o) {
-    cmd_ = open(host, port);
+      : host_(host), port_(port), addr_("redis://" + host + ":" + std::to_string(port)), opts_(o),
+        client_id_(std::to_string(std::random_device{}()) + "." + std::to_string(std::random_device{}())) {
+    cmd_ = open(o.connect_timeout);
     try {
-      ensure_notifications();
-      sub_ = open(host, port);
-      redisSetTimeout(sub_, timeval{0, 0});  // the subscriber blocks until an event or shutdown
-      std::string pattern = std::string(kKeyspacePrefix) + "*";
-      Reply r(static_cast<redisReply*>(redisCommand(sub_, "PSUBSCRIBE %b", pattern.data(), pattern.size())));
-      if (!r || r->type != REDIS_REPLY_ARRAY) throw StoreError(addr_ + ": PSUBSCRIBE failed: " + error_text(sub_, r.get()));
+      ensure_notifications(cmd_);
+      sub_ = subscribe(o.connect_timeout);
     } catch (...) {
-      if (sub_) redisFree(sub_);
       redisFree(cmd_);
       throw;
     }
@@ -88,16 +108,15 @@ class RedisStore final : public Store {
     {
       std::lock_guard<std::mutex> lock(ev_mu_);
       closing_ = true;
+      if (sub_) ::shutdown(sub_->fd, SHUT_RDWR);
+      ev_cv_.notify_all();
     }
-    ::shutdown(sub_->fd, SHUT_RDWR);
     subscriber_.join();
-    redisFree(sub_);
-    redisFree(cmd_);
+    if (sub_) redisFree(sub_);
+    if (cmd_) redisFree(cmd_);
   }
 
-  void set(const std::string& key, const std::string& value) override {
-    command({"SET", key, value});
-  }
+  void set(const std::string& key, const std::string& value) override { command({"SET", key, value}); }
 
   std::optional<std::string> get(const std::string& key) override {
     Reply r = command({"GET", key});
@@ -106,13 +125,14 @@ class RedisStore final : public Store {
   }
 
   int64_t add(const std::string& key, int64_t delta) override {
-    Reply r = command({"EVAL", kAddScript, "1", key, std::to_string(delta)}, "add", key);
+    Reply r = command({"EVAL", kAddScript, "2", key, request_key(), std::to_string(delta), replay_window()}, "add", key);
     return r->integer;
   }
 
   bool compare_set(const std::string& key, const std::optional<std::string>& expected, const std::string& desired,
                    std::optional<std::string>* current) override {
-    Reply r = command({"EVAL", kCasScript, "1", key, expected ? "1" : "0", expected.value_or(""), desired});
+    Reply r = command({"EVAL", kCasScript, "2", key, request_key(), expected ? "1" : "0", expected.value_or(""), desired,
+                       replay_window()});
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) throw StoreError(addr_ + ": unexpected reply to compare_set");
     bool ok = r->element[0]->integer == 1;
     if (current) {
@@ -162,7 +182,10 @@ class RedisStore final : public Store {
       if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw StoreError(addr_ + ": unexpected reply to SCAN");
       cursor.assign(r->element[0]->str, r->element[0]->len);
       redisReply* list = r->element[1];
-      for (size_t i = 0; i < list->elements; ++i) out.emplace_back(list->element[i]->str, list->element[i]->len);
+      for (size_t i = 0; i < list->elements; ++i) {
+        std::string k(list->element[i]->str, list->element[i]->len);
+        if (k.rfind(kRequestKeyPrefix, 0) != 0) out.push_back(std::move(k));  // replay records are internal
+      }
     } while (cursor != "0");
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());  // SCAN may repeat keys
@@ -214,8 +237,17 @@ class RedisStore final : public Store {
     std::vector<std::string> keys_;
   };
 
-  redisContext* open(const std::string& host, int port) {
-    redisContext* c = redisConnectWithTimeout(host.c_str(), port, to_timeval(opts_.connect_timeout));
+  std::string request_key() { return kRequestKeyPrefix + client_id_ + ":" + std::to_string(next_request_++); }
+  // How long a replay record lives: longer than any client keeps re-sending (reconnect window plus
+  // one request), at least a minute.
+  std::string replay_window() const {
+    auto ms = std::max<int64_t>(60000, 2 * (opts_.reconnect_timeout + opts_.request_timeout).count());
+    return std::to_string(ms);
+  }
+
+  // Connects and authenticates one context; throws StoreError / AuthError naming the URL.
+  redisContext* open(milliseconds connect_timeout) {
+    redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, to_timeval(connect_timeout));
     if (!c || c->err) {
       std::string why = c ? c->errstr : "out of memory";
       if (c) redisFree(c);
@@ -223,23 +255,39 @@ class RedisStore final : public Store {
     }
     redisSetTimeout(c, to_timeval(opts_.request_timeout));
     if (!opts_.secret.empty()) {
-      Reply r(static_cast<redisReply*>(redisCommand(c, "AUTH %b", opts_.secret.data(), opts_.secret.size())));
-      if (!r) {
-        std::string why = error_text(c, nullptr);
+      try {
+        authenticate(c);
+      } catch (...) {
         redisFree(c);
-        throw StoreError("store " + addr_ + ": connection lost during AUTH: " + why);
+        throw;
       }
-      if (r->type == REDIS_REPLY_ERROR) {
-        std::string msg(r->str, r->len);
-        if (msg.find("without any password") != std::string::npos ||
-            msg.find("no password is set") != std::string::npos) {
-          EDL_LOG(1) << "store " << addr_ << ": a job secret was given but the redis server has no requirepass; "
-                     << "connections are not authenticated";
-        } else {
-          redisFree(c);
-          throw AuthError("store " + addr_ + ": authentication rejected (wrong job secret?): " + msg);
-        }
-      }
+    }
+    return c;
+  }
+
+  void authenticate(redisContext* c) {
+    Reply r(static_cast<redisReply*>(redisCommand(c, "AUTH %b", opts_.secret.data(), opts_.secret.size())));
+    if (!r) throw StoreError("store " + addr_ + ": connection lost during AUTH: " + error_text(c, nullptr));
+    if (r->type != REDIS_REPLY_ERROR) return;
+    std::string msg(r->str, r->len);
+    if (msg.find("without any password") != std::string::npos || msg.find("no password is set") != std::string::npos) {
+      EDL_LOG(1) << "store " << addr_ << ": a job secret was given but the redis server has no requirepass; "
+                 << "connections are not authenticated";
+      return;
+    }
+    if (msg.rfind("LOADING", 0) == 0) throw StoreError("store " + addr_ + ": " + msg);  // retried
+    throw AuthError("store " + addr_ + ": authentication rejected (wrong job secret?): " + msg);
+  }
+
+  redisContext* subscribe(milliseconds connect_timeout) {
+    redisContext* c = open(connect_timeout);
+    redisSetTimeout(c, timeval{0, 0});  // the subscriber blocks until an event or shutdown
+    std::string pattern = std::string(kKeyspacePrefix) + "*";
+    Reply r(static_cast<redisReply*>(redisCommand(c, "PSUBSCRIBE %b", pattern.data(), pattern.size())));
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+      std::string why = error_text(c, r.get());
+      redisFree(c);
+      throw StoreError("store " + addr_ + ": PSUBSCRIBE failed: " + why);
     }
     return c;
   }
@@ -250,58 +298,118 @@ class RedisStore final : public Store {
     return "unexpected reply";
   }
 
-  void ensure_notifications() {
-    Reply r = command({"CONFIG", "GET", "notify-keyspace-events"});
-    std::string cur;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) cur.assign(r->element[1]->str, r->element[1]->len);
-    auto has = [&](char ch) { return cur.find(ch) != std::string::npos; };
-    bool ok = has('K') && (has('A') || (has('g') && has('$') && has('x')));
-    if (ok) return;
-    try {
-      command({"CONFIG", "SET", "notify-keyspace-events", cur + "KA"});
-    } catch (const StoreError& e) {
-      throw StoreError("store " + addr_ + ": keyspace notifications are required (notify-keyspace-events KA) and "
-                       "enabling them failed: " + e.what());
-    }
-  }
-
-  // Runs one command; throws on connection loss (StoreError), NOAUTH/WRONGPASS (AuthError) or a
-  // non-integer add (InvalidArgument).
-  Reply command(const std::vector<std::string>& args, const char* what = nullptr, const std::string& key = "") {
+  static Reply run(redisContext* c, const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<size_t> lens;
     for (const auto& a : args) {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    std::lock_guard<std::mutex> lock(cmd_mu_);
-    if (broken_) throw StoreError(broken_reason_);
-    Reply r(static_cast<redisReply*>(redisCommandArgv(cmd_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-    if (!r) {
-      broken_ = true;
-      broken_reason_ = "store " + addr_ + ": connection lost (" + error_text(cmd_, nullptr) + ")";
-      throw StoreError(broken_reason_);
-    }
+    return Reply(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
+  }
+
+  // Keyspace notifications are server configuration, not data: a restarted server lost them, so this
+  // runs on every (re)connect.
+  void ensure_notifications(redisContext* c) {
+    Reply r = run(c, {"CONFIG", "GET", "notify-keyspace-events"});
+    if (!r) throw StoreError("store " + addr_ + ": connection lost (" + error_text(c, nullptr) + ")");
     if (r->type == REDIS_REPLY_ERROR) {
       std::string msg(r->str, r->len);
       if (msg.rfind("NOAUTH", 0) == 0 || msg.rfind("WRONGPASS", 0) == 0)
         throw AuthError("store " + addr_ + ": the server requires the job secret (redis requirepass): " + msg);
-      if (what && std::string(what) == "add" && msg.find("not an integer") != std::string::npos)
-        throw InvalidArgument("store add: value of key '" + key + "' is not an integer");
-      throw StoreError("store " + addr_ + ": " + args[0] + " failed: " + msg);
+      if (msg.rfind("LOADING", 0) == 0) throw StoreError("store " + addr_ + ": " + msg);  // retried on reconnect
     }
-    return r;
+    std::string cur;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) cur.assign(r->element[1]->str, r->element[1]->len);
+    auto has = [&](char ch) { return cur.find(ch) != std::string::npos; };
+    if (has('K') && (has('A') || (has('g') && has('$') && has('x')))) return;
+    Reply set = run(c, {"CONFIG", "SET", "notify-keyspace-events", cur + "KA"});
+    if (!set) throw StoreError("store " + addr_ + ": connection lost (" + error_text(c, nullptr) + ")");
+    if (set->type == REDIS_REPLY_ERROR)
+      throw StoreError("store " + addr_ + ": keyspace notifications are required (notify-keyspace-events KA) and "
+                       "enabling them failed: " + error_text(c, set.get()));
   }
 
+  // Runs one command, redialling a lost connection until reconnect_timeout; throws on a dead store
+  // (StoreError), NOAUTH/WRONGPASS (AuthError) or a non-integer add (InvalidArgument).
+  Reply command(const std::vector<std::string>& args, const char* what = nullptr, const std::string& key = "") {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    if (broken_) throw StoreError(broken_reason_);
+    std::optional<Backoff> backoff;
+    std::string last;
+    for (;;) {
+      if (cmd_) {
+        Reply r = run(cmd_, args);
+        if (r && !(r->type == REDIS_REPLY_ERROR && std::string(r->str, r->len).rfind("LOADING", 0) == 0))
+          return check_reply(std::move(r), args, what, key);
+        last = r ? std::string(r->str, r->len) : error_text(cmd_, nullptr);
+        if (!r) {
+          redisFree(cmd_);
+          cmd_ = nullptr;
+        }
+      }
+      if (!backoff) {
+        if (opts_.reconnect_timeout.count() <= 0) fail("connection lost (" + last + ")");
+        EDL_LOG(1) << "store " << addr_ << ": connection lost (" << last << "); retrying for up to "
+                   << opts_.reconnect_timeout.count() << " ms (EDL_STORE_TIMEOUT_MS)";
+        backoff.emplace(Clock::now() + opts_.reconnect_timeout);
+      }
+      std::this_thread::sleep_until(backoff->next());
+      if (backoff->expired())
+        fail("connection lost and not re-established within " + std::to_string(opts_.reconnect_timeout.count()) +
+             " ms (EDL_STORE_TIMEOUT_MS); last error: " + last);
+      redial(*backoff, &last);
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& why) {
+    broken_ = true;
+    broken_reason_ = "store " + addr_ + ": " + why;
+    EDL_LOG(0) << broken_reason_;
+    throw StoreError(broken_reason_);
+  }
+
+  // One redial of the command connection (cmd_mu_ held).
+  void redial(const Backoff& backoff, std::string* last) {
+    if (cmd_) return;  // only a LOADING reply: the connection itself is fine
+    auto left = std::chrono::duration_cast<milliseconds>(backoff.deadline() - Clock::now());
+    try {
+      cmd_ = open(std::max(milliseconds(1), std::min(left, opts_.connect_timeout)));
+      ensure_notifications(cmd_);
+      EDL_LOG(1) << "store " << addr_ << ": reconnected";
+    } catch (const AuthError& e) {
+      fail(std::string("reconnect refused: ") + e.what());
+    } catch (const StoreError& e) {
+      *last = e.what();
+      if (cmd_) redisFree(cmd_);
+      cmd_ = nullptr;
+    }
+  }
+
+  Reply check_reply(Reply r, const std::vector<std::string>& args, const char* what, const std::string& key) {
+    if (r->type != REDIS_REPLY_ERROR) return r;
+    std::string msg(r->str, r->len);
+    if (msg.rfind("NOAUTH", 0) == 0 || msg.rfind("WRONGPASS", 0) == 0)
+      throw AuthError("store " + addr_ + ": the server requires the job secret (redis requirepass): " + msg);
+    if (what && std::string(what) == "add" && msg.find("not an integer") != std::string::npos)
+      throw InvalidArgument("store add: value of key '" + key + "' is not an integer");
+    throw StoreError("store " + addr_ + ": " + args[0] + " failed: " + msg);
+  }
+
+  // --- the subscriber thread ---------------------------------------------------------------------
   void subscribe_loop() {
+    for (;;) {
+      std::string why = read_events();
+      if (!resubscribe(why)) return;
+    }
+  }
+
+  // Delivers keyspace events until the connection fails; returns why it did.
+  std::string read_events() {
     const size_t plen = std::strlen(kKeyspacePrefix);
-    std::string why;
     for (;;) {
       void* raw = nullptr;
-      if (redisGetReply(sub_, &raw) != REDIS_OK || !raw) {
-        why = sub_->errstr[0] ? sub_->errstr : "connection closed";
-        break;
-      }
+      if (redisGetReply(sub_, &raw) != REDIS_OK || !raw) return sub_->errstr[0] ? sub_->errstr : "connection closed";
       Reply r(static_cast<redisReply*>(raw));
       // pmessage: ["pmessage", pattern, channel, event]
       if (r->type != REDIS_REPLY_ARRAY || r->elements != 4) continue;
@@ -314,17 +422,60 @@ class RedisStore final : public Store {
       for (auto it = range.first; it != range.second; ++it) it->second->dirty_ = true;
       ev_cv_.notify_all();
     }
-    std::lock_guard<std::mutex> lock(ev_mu_);
-    sub_dead_ = true;
-    sub_reason_ = closing_ ? "store " + addr_ + ": client closed"
-                           : "store " + addr_ + ": notification connection lost (" + why + ")";
-    ev_cv_.notify_all();
   }
 
+  // Replaces the lost subscriber connection (backoff until reconnect_timeout) and wakes every waiter
+  // to re-check. False when closing or given up (then waiters throw StoreError).
+  bool resubscribe(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(ev_mu_);
+      redisFree(sub_);
+      sub_ = nullptr;
+      if (closing_ || opts_.reconnect_timeout.count() <= 0)
+        return sub_give_up(closing_ ? "client closed" : "notification connection lost (" + why + ")");
+    }
+    Backoff backoff(Clock::now() + opts_.reconnect_timeout);
+    std::string last = why;
+    for (;;) {
+      redisContext* c = nullptr;
+      try {
+        auto left = std::chrono::duration_cast<milliseconds>(backoff.deadline() - Clock::now());
+        c = subscribe(std::max(milliseconds(1), std::min(left, opts_.connect_timeout)));
+      } catch (const StoreError& e) {  // AuthError included: the command path reports it
+        last = e.what();
+      }
+      std::unique_lock<std::mutex> lock(ev_mu_);
+      if (c && !closing_) {
+        sub_ = c;
+        for (auto& kv : watchers_) kv.second->dirty_ = true;  // events of the gap are lost: re-check
+        ev_cv_.notify_all();
+        return true;
+      }
+      if (c) redisFree(c);
+      if (closing_) return sub_give_up("client closed");
+      if (backoff.expired())
+        return sub_give_up("notification connection lost (" + why + ") and not re-established within " +
+                           std::to_string(opts_.reconnect_timeout.count()) +
+                           " ms (EDL_STORE_TIMEOUT_MS); last error: " + last);
+      ev_cv_.wait_until(lock, backoff.next(), [&] { return closing_; });
+    }
+  }
+
+  bool sub_give_up(const std::string& why) {  // ev_mu_ held
+    sub_dead_ = true;
+    sub_reason_ = "store " + addr_ + ": " + why;
+    ev_cv_.notify_all();
+    return false;
+  }
+
+  const std::string host_;
+  const int port_;
   const std::string addr_;
   const StoreOptions opts_;
+  const std::string client_id_;
+  std::atomic<uint64_t> next_request_{1};
   redisContext* cmd_ = nullptr;
-  redisContext* sub_ = nullptr;
+  redisContext* sub_ = nullptr;  // replaced by the subscriber thread under ev_mu_
   std::mutex cmd_mu_;
   bool broken_ = false;
   std::string broken_reason_;

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/host_port.h"
 #include "edl/error.h"
 #include "edl/store.h"
 #include "elastic/etcd_store.h"
@@ -12,22 +13,6 @@
 
 namespace edl {
 namespace {
-
-// Splits "HOST:PORT" (HOST may be "[v6addr]"); throws InvalidArgument naming the URL.
-void split_host_port(const std::string& url, const std::string& rest, std::string* host, int* port) {
-  auto bad = [&](const std::string& why) {
-    return InvalidArgument("store URL '" + url + "' is malformed: " + why + " (expected SCHEME://HOST:PORT; etcd:// takes HOST:PORT,HOST:PORT,...)");
-  };
-  size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw bad("missing host or port");
-  *host = rest.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-  if (host->find('/') != std::string::npos) throw bad("host contains '/'");
-  std::string p = rest.substr(colon + 1);
-  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) throw bad("port is not a number");
-  *port = std::stoi(p);
-  if (*port < 1 || *port > 65535) throw bad("port out of range 1..65535");
-}
 
 std::shared_ptr<Store> named_memory_store(const std::string& name) {
   static std::mutex mu;
@@ -53,7 +38,8 @@ std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions&
   if (scheme == "tcp" || scheme == "redis") {
     std::string host;
     int port = 0;
-    split_host_port(url, rest, &host, &port);
+    if (std::string why = split_host_port(rest, &host, &port); !why.empty())
+      throw InvalidArgument("store URL '" + url + "' is malformed: " + why + " (expected SCHEME://HOST:PORT)");
     if (scheme == "tcp") return store::connect_tcp_store(host, port, options);
     return store::connect_redis_store(host, port, options);
   }
@@ -72,7 +58,9 @@ std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions&
     for (;;) {
       size_t comma = rest.find(',', start);
       store::EtcdEndpoint ep;
-      split_host_port(url, rest.substr(start, comma - start), &ep.host, &ep.port);
+      if (std::string why = split_host_port(rest.substr(start, comma - start), &ep.host, &ep.port); !why.empty())
+        throw InvalidArgument("store URL '" + url + "' is malformed: " + why +
+                              " (expected etcd://[USER@]HOST:PORT[,HOST:PORT...])");
       endpoints.push_back(ep);
       if (comma == std::string::npos) break;
       start = comma + 1;

@@ -76,6 +76,10 @@ class FrameReader {
   // Moves the next complete body into *body; false when none is complete yet.
   bool next(std::string* body);
   const std::string& error() const { return error_; }
+  // Changes the limit for frames not yet started (the server raises it from the pre-authentication
+  // limit to max_frame_bytes once a connection has proved the secret).
+  void set_max_frame_bytes(size_t max) { max_ = max; }
+  size_t max_frame_bytes() const { return max_; }
   // Bytes of an incomplete frame still buffered (a truncated frame at EOF leaves this > 0).
   size_t pending_bytes() const { return buf_.size() - off_; }
 

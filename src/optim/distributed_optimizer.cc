@@ -4,10 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <cstring>
 
 #include "common/logging.h"
-#include "common/runtime.h"
+#include "collective/runtime_state.h"
 #include "edl/error.h"
 #include "edl/optim.h"
 #include "optim/bucket_reducer.h"
@@ -97,7 +98,9 @@ struct Reader {
 };
 
 constexpr const char* kMagic = "edl-dopt-v1";
-constexpr size_t kControl = 2;  // control values appended to the last bucket
+// Control values appended to the last bucket: accumulation passes, learning rate, the step's sample
+// count and the "weighted" flag (set_step_samples() called on this rank for this step).
+constexpr size_t kControl = 4;
 
 }  // namespace
 
@@ -123,6 +126,9 @@ struct DistributedOptimizer::Impl {
   double backward_end = 0;  // entry of the last grad_ready(), or of step() when it ended the pass
   int64_t comp_t0 = -1;  // resize step whose compensation buffer was taken
   double step_lr = 0;    // learning rate of the step in progress
+  std::optional<uint64_t> next_samples;  // set_step_samples() before the step began
+  std::optional<uint64_t> step_samples;  // the step in progress: weighted mean when set
+  double total_samples = 0;              // sum over the ranks (weighted steps; after the allreduce)
   OptimizerStepStats stats;
 
   explicit Impl(DistributedOptimizerOptions o) : opt(std::move(o)), rescaler(opt.scaling), explicit_comm(opt.comm) {
@@ -165,8 +171,9 @@ struct DistributedOptimizer::Impl {
       b.count += p.count;
     }
     for (auto& b : buckets) b.buf.assign(b.count, 0.0f);
-    // The last bucket carries two control values (accumulation passes, learning rate) so that ranks
-    // whose hyper-parameters diverged fail with MismatchError instead of silently drifting apart.
+    // The last bucket carries the control values (accumulation passes, learning rate, sample count,
+    // weighted flag) so that ranks whose hyper-parameters diverged fail with MismatchError instead of
+    // silently drifting apart, and the weighted mean gets its denominator from the same allreduce.
     buckets.back().buf.resize(buckets.back().count + kControl, 0.0f);
     for (auto& p : params) {
       if (is_sgd()) {
@@ -224,6 +231,9 @@ struct DistributedOptimizer::Impl {
     resolve();
     passes = opt.accumulation_steps > 0 ? opt.accumulation_steps : rescaler.batch_plan().accumulation_steps;
     step_lr = rescaler.step_params().lr;
+    step_samples = next_samples;
+    next_samples.reset();
+    total_samples = step_samples ? static_cast<double>(*step_samples) : 0.0;
     for (auto& b : buckets) {
       b.pending = b.params.size();
       b.ready = false;
@@ -277,16 +287,23 @@ struct DistributedOptimizer::Impl {
       b.job.data = b.buf.data();
       const bool last = next_launch == buckets.size();
       b.job.count = b.count + (last ? kControl : 0);
-      if (last) {  // written so that they read `passes` and `lr` after the fp16 prescale
-        const float s = opt.fp16_compression ? static_cast<float>(world_size * passes) : 1.0f;
-        b.buf[b.count] = static_cast<float>(passes) * s;
-        b.buf[b.count + 1] = static_cast<float>(lr_code()) * s;
+      if (step_samples) {  // weighted mean: this rank contributes samples x its mean gradient
+        const float w = static_cast<float>(*step_samples) / static_cast<float>(passes);
+        if (w != 1.0f)
+          for (size_t i = 0; i < b.count; ++i) b.buf[i] *= w;
+      }
+      const float prescale = wire_prescale();
+      if (last) {  // written so that they read their own values after the fp16 prescale
+        b.buf[b.count] = static_cast<float>(passes) / prescale;
+        b.buf[b.count + 1] = static_cast<float>(lr_code()) / prescale;
+        b.buf[b.count + 2] = static_cast<float>(step_samples ? *step_samples : 0) / prescale;
+        b.buf[b.count + 3] = (step_samples ? 1.0f : 0.0f) / prescale;
       }
       b.job.name = name_prefix + std::to_string(next_launch - 1);
       if (opt.fp16_compression) {
         if (b.half.size() != b.job.count) b.half.assign(b.job.count, 0);
         b.job.half = b.half.data();
-        b.job.prescale = 1.0f / static_cast<float>(world_size * passes);
+        b.job.prescale = prescale;
       }
       stats.bytes += b.job.count * (opt.fp16_compression ? 2 : 4);
       reducer->launch(&b.job);
@@ -362,9 +379,21 @@ struct DistributedOptimizer::Impl {
     if (error) std::rethrow_exception(error);
     if (reducer) check_control();
     double t_update = now_s();
-    apply_update();
+    // A weighted step in which no rank had a record (an epoch's tail) changes nothing.
+    if (!(step_samples && total_samples <= 0)) apply_update();
     stats.update_s = now_s() - t_update;
+    stats.samples = step_samples ? static_cast<uint64_t>(total_samples) : 0;
     rescaler.advance();
+  }
+
+  // Factor applied to a bucket before float16 conversion (the same on every rank, so the sum stays
+  // a sum): 1 / (size * passes), or for a weighted step 1 / (size * planned local batch), which
+  // keeps the float16 values near the size of one gradient. 1 without compression.
+  float wire_prescale() {
+    if (!opt.fp16_compression) return 1.0f;
+    if (!step_samples) return 1.0f / static_cast<float>(world_size * passes);
+    const int local = rescaler.batch_plan().local_batch;
+    return 1.0f / static_cast<float>(world_size * std::max(1, local));
   }
 
   // The learning rate as sent: itself in float32; log2 in float16, whose range (6e-5 .. 65504)
@@ -375,9 +404,10 @@ struct DistributedOptimizer::Impl {
   }
 
   // Every rank must have used the same number of accumulation passes and the same learning rate.
-  void check_control() const {
+  void check_control() {
     const Bucket& b = buckets.back();
     const double sum_passes = b.buf[b.count], sum_lr = b.buf[b.count + 1];
+    const double sum_samples = b.buf[b.count + 2], sum_weighted = b.buf[b.count + 3];
     const double expect_passes = static_cast<double>(world_size) * passes;
     const double tol = opt.fp16_compression ? 5e-3 : 1e-5;
     const double own = lr_code(), avg = sum_lr / world_size;
@@ -389,6 +419,14 @@ struct DistributedOptimizer::Impl {
                   std::to_string(comm ? comm->rank() : 0) + ") used " + std::to_string(passes) +
                   ", the average over " + std::to_string(world_size) + " ranks is " +
                   std::to_string(sum_passes / world_size));
+    const double want_weighted = step_samples ? world_size : 0.0;
+    EDL_CHECK(std::fabs(sum_weighted - want_weighted) <= 0.5, MismatchError,
+              "DistributedOptimizer: ranks disagree on the weighted mean at step " + std::to_string(rescaler.step()) +
+                  ": this rank (" + std::to_string(comm ? comm->rank() : 0) + ") " +
+                  (step_samples ? "called" : "did not call") + " set_step_samples(), " +
+                  std::to_string(static_cast<int>(std::lround(sum_weighted))) + " of " + std::to_string(world_size) +
+                  " ranks did");
+    if (step_samples) total_samples = std::max(0.0, std::round(sum_samples));
     EDL_CHECK(lr_ok, MismatchError,
               "DistributedOptimizer: ranks disagree on the learning rate of step " + std::to_string(rescaler.step()) +
                   ": this rank (" + std::to_string(comm ? comm->rank() : 0) + ") uses " + std::to_string(step_lr) +
@@ -399,7 +437,11 @@ struct DistributedOptimizer::Impl {
   void apply_update() {
     const optim::StepParams sp = rescaler.step_params();  // lr: step_lr, fixed when the step began
     const bool prescaled = opt.fp16_compression && reducer != nullptr;
-    const float grad_scale = prescaled ? 1.0f : 1.0f / static_cast<float>(world_size * passes);
+    float grad_scale = prescaled ? 1.0f : 1.0f / static_cast<float>(world_size * passes);
+    if (step_samples && reducer) {  // weighted: sum over ranks of samples x mean gradient, / all samples
+      const double p = prescaled ? wire_prescale() : 1.0;
+      grad_scale = static_cast<float>(1.0 / (total_samples * p));
+    }
     const auto& o = opt.optimizer;
     if (is_sgd()) {
       optim::detail::SgdStep s;
@@ -493,6 +535,19 @@ void DistributedOptimizer::backward_done() {
 }
 
 void DistributedOptimizer::step() { impl_->step(); }
+
+void DistributedOptimizer::set_step_samples(uint64_t samples) {
+  auto& s = *impl_;
+  if (!s.in_step) {
+    s.next_samples = samples;
+    return;
+  }
+  EDL_CHECK(s.next_launch == 0, InvalidArgument,
+            "DistributedOptimizer::set_step_samples(" + std::to_string(samples) +
+                ") after this step's first bucket was launched: call it before the step's backward pass");
+  s.step_samples = samples;
+  s.total_samples = static_cast<double>(samples);
+}
 
 void DistributedOptimizer::discard_step() { impl_->discard(); }
 

@@ -14,7 +14,7 @@ using edl::collective::Engine;
 using edl::collective::EngineOptions;
 using edl::test::run_engines;
 
-TEST_CASE("engine: an idle event-driven engine runs no rounds; a ticking one runs one per cycle",
+TEST_CASE("engine: an idle event-driven engine runs no rounds, a ticking one runs one per cycle",
           "[collective][engine]") {
   for (bool tick : {false, true}) {
     INFO((tick ? "ticking" : "event-driven"));

@@ -59,7 +59,7 @@ TEST_CASE("engine: shuffled per-rank request orders fuse the same tensors", "[co
   }
 }
 
-TEST_CASE("engine: a request runs only once every rank has it; completion order", "[collective][engine]") {
+TEST_CASE("engine: a request runs only once every rank has it, completion order", "[collective][engine]") {
   EngineOptions eo;
   eo.cycle_time = std::chrono::milliseconds(1);
   run_engines(2, eo, [&](int rank, Engine& engine) {
@@ -149,7 +149,7 @@ TEST_CASE("engine: broadcast, allgather, barrier and auto names", "[collective][
   });
 }
 
-TEST_CASE("engine: named mismatch fails that request on every rank; the engine goes on", "[collective][engine]") {
+TEST_CASE("engine: named mismatch fails that request on every rank, the engine goes on", "[collective][engine]") {
   std::vector<std::string> msgs(2);
   run_engines(2, EngineOptions{}, [&](int rank, Engine& engine) {
     std::vector<float> v(100, 1.0f);

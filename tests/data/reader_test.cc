@@ -4,6 +4,7 @@
 #include "data/test_files.h"
 #include "edl/data.h"
 #include "edl/error.h"
+#include "testing/require_dep.h"
 
 using namespace edl::data;
 using edl::test::TempDir;
@@ -204,10 +205,10 @@ TEST_CASE("synthetic dataset is deterministic and learnable", "[data][reader]") 
 }
 
 TEST_CASE("real Fashion-MNIST smoke read", "[data][reader][fashion-mnist]") {
-  if (access((std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz").c_str(), R_OK) != 0) {
-    WARN("Fashion-MNIST not installed under " << kFashionMnistDir << " (Debian package dataset-fashion-mnist); skipped");
+  const bool installed = access((std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz").c_str(), R_OK) == 0;
+  if (!edl::testing::require_dep("Fashion-MNIST", installed,
+                                 std::string("nothing under ") + kFashionMnistDir + " (Debian package dataset-fashion-mnist)"))
     return;
-  }
   auto train = open_fashion_mnist(kFashionMnistDir, true);
   auto test = open_fashion_mnist(kFashionMnistDir, false);
   CHECK(train->size() == 60000);

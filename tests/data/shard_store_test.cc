@@ -1,15 +1,16 @@
 // The shard dispatcher over the real store backends: the embedded TCP store (in-process StoreServer)
-// and a private redis-server (skipped with a warning when redis-server is not installed).
+// and a private redis-server (a missing redis-server skips, or fails under EDL_REQUIRE_DEPS=1).
 #include <catch2/catch.hpp>
 
-#include "data/shard_sim.h"
+#include "testing/shard_sim.h"
 #include "edl/store_server.h"
 #include "store/redis_server.h"
+#include "testing/require_dep.h"
 
 namespace {
 
 void run_audit(std::shared_ptr<edl::Store> store, uint64_t seed) {
-  edl::test::SimOptions o;
+  edl::testing::SimOptions o;
   o.seed = seed;
   o.records = 400;
   o.records_per_shard = 19;
@@ -17,7 +18,7 @@ void run_audit(std::shared_ptr<edl::Store> store, uint64_t seed) {
   o.commit_every = 2;
   o.threads = true;
   o.store = std::move(store);
-  edl::test::Simulation sim(o);
+  edl::testing::Simulation sim(o);
   auto r = sim.run();
   INFO("kills " << r.kills << " joins " << r.joins << " leaves " << r.leaves);
   REQUIRE(r.error.empty());
@@ -42,9 +43,6 @@ TEST_CASE("exactly once over the embedded TCP store", "[data][shards][store]") {
 
 TEST_CASE("exactly once over redis", "[data][shards][store][redis]") {
   edl::test::RedisServer redis;
-  if (!redis.available()) {
-    WARN("redis-server is not installed: skipped");
-    return;
-  }
+  if (!edl::testing::require_dep("redis-server", redis.available(), "Debian package redis-server")) return;
   run_audit(edl::make_prefix_store(edl::connect_store(redis.url()), "job2/data/"), 42);
 }

@@ -1,10 +1,10 @@
 // ShardGenerator: shuffle determinism, epoch boundaries, exactly-once accounting under random kills,
-// joins and graceful leaves (tests/data/shard_sim.h), resume from a checkpoint, bad input.
+// joins and graceful leaves (testing/shard_sim.h), resume from a checkpoint, bad input.
 #include <catch2/catch.hpp>
 
 #include <set>
 
-#include "data/shard_sim.h"
+#include "testing/shard_sim.h"
 #include "data/test_files.h"
 #include "edl/data.h"
 #include "edl/error.h"
@@ -24,7 +24,7 @@ ShardOptions opts(uint64_t records, uint64_t rps, uint64_t batch, const std::str
   return o;
 }
 
-void check_audit(const edl::test::SimResult& r, int epochs, uint64_t records) {
+void check_audit(const edl::testing::SimResult& r, int epochs, uint64_t records) {
   INFO("kills " << r.kills << " joins " << r.joins << " leaves " << r.leaves << " partial commits "
                 << r.partial_commits << " steps " << r.steps);
   REQUIRE(r.error.empty());
@@ -114,13 +114,13 @@ TEST_CASE("a worker without a shard waits for the epoch to end", "[data][shards]
 
 TEST_CASE("exactly once per epoch under random kills, joins and leaves", "[data][shards][elastic]") {
   for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
-    edl::test::SimOptions o;
+    edl::testing::SimOptions o;
     o.seed = seed;
     o.records = 600 + 37 * seed;
     o.records_per_shard = 20 + seed * 3;
     o.events = 12;
     o.commit_every = 1 + static_cast<int>(seed % 4);
-    edl::test::Simulation sim(o);
+    edl::testing::Simulation sim(o);
     auto r = sim.run();
     INFO("seed " << seed);
     check_audit(r, o.epochs, o.records);
@@ -131,14 +131,14 @@ TEST_CASE("exactly once per epoch under random kills, joins and leaves", "[data]
 TEST_CASE("exactly once under a storm of events with sparse commits", "[data][shards][elastic]") {
   int partial_commits = 0;
   for (uint64_t seed : {31, 32, 33}) {
-    edl::test::SimOptions o;
+    edl::testing::SimOptions o;
     o.seed = seed;
     o.records = 900;
     o.records_per_shard = 25;
     o.events = 60;
     o.commit_every = 3;
     o.max_workers = 6;
-    edl::test::Simulation sim(o);
+    edl::testing::Simulation sim(o);
     auto r = sim.run();
     INFO("seed " << seed);
     check_audit(r, o.epochs, o.records);
@@ -150,14 +150,14 @@ TEST_CASE("exactly once under a storm of events with sparse commits", "[data][sh
 
 TEST_CASE("exactly once with members drawing concurrently from threads", "[data][shards][elastic]") {
   for (uint64_t seed : {21, 22}) {
-    edl::test::SimOptions o;
+    edl::testing::SimOptions o;
     o.seed = seed;
     o.records = 500;
     o.records_per_shard = 16;
     o.initial_workers = 5;
     o.threads = true;
     o.events = 10;
-    edl::test::Simulation sim(o);
+    edl::testing::Simulation sim(o);
     auto r = sim.run();
     INFO("seed " << seed);
     check_audit(r, o.epochs, o.records);
@@ -333,4 +333,68 @@ TEST_CASE("the convenience constructor refuses to run before edl::init in a laun
   setenv("EDL_STORE", "tcp://127.0.0.1:1", 1);
   CHECK_THROWS_WITH(ShardGenerator(opts(40, 10, 8)), Contains("after edl::init()"));
   unsetenv("EDL_STORE");
+}
+
+TEST_CASE("batch_for_size: the local batch follows the world size at each generation, records stay exactly-once",
+          "[data][shards]") {
+  auto store = edl::make_memory_store();
+  auto o = opts(300, 40, 1);
+  o.epochs = 1;
+  o.batch_for_size = [](int size) { return static_cast<uint64_t>(12 / size); };  // fixed global batch 12
+  ShardGenerator g(store, o);
+  edl::elastic::GenerationInfo info;
+  info.generation = 1;
+  info.size = 2;
+  g.on_generation(info);
+  CHECK(g.batch_size() == 6);
+  std::multiset<uint64_t> seen;
+  for (int i = 0; i < 3; ++i) {
+    auto s = g.next();
+    CHECK(s.records.size() == 6);
+    seen.insert(s.records.begin(), s.records.end());
+  }
+  g.save();  // commit at step 3
+  info.generation = 2;
+  info.size = 4;
+  g.on_generation(info);
+  CHECK(g.batch_size() == 3);
+  for (;;) {
+    auto s = g.next();
+    if (s.end_of_data) break;
+    CHECK(s.records.size() <= 3);
+    seen.insert(s.records.begin(), s.records.end());
+  }
+  CHECK(seen.size() == 300);
+  for (uint64_t r = 0; r < 300; ++r) CHECK(seen.count(r) == 1);
+
+  auto bad = opts(300, 40, 1);
+  bad.batch_for_size = [](int) { return uint64_t{0}; };
+  ShardGenerator b(edl::make_memory_store(), bad);
+  CHECK_THROWS_AS(b.on_generation(info), edl::InvalidArgument);
+}
+
+TEST_CASE("take_committed: a worker learns which of its batches were committed, never the rolled-back ones",
+          "[data][shards]") {
+  ShardGenerator g(edl::make_memory_store(), opts(1000, 50, 5));
+  CHECK(g.committed_step() == 0);
+  std::vector<StepRecords> first;
+  for (int i = 0; i < 3; ++i) first.push_back(g.next());
+  CHECK(g.take_committed().empty());  // nothing committed yet
+  const std::string snap = g.save();  // commit at step 3
+  CHECK(g.committed_step() == 3);
+  auto c = g.take_committed();
+  REQUIRE(c.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(c[i].records == first[i].records);
+  CHECK(g.take_committed().empty());  // taken once
+
+  std::vector<StepRecords> lost{g.next(), g.next()};
+  g.load(snap);  // failure: roll back to step 3
+  CHECK(g.take_committed().empty());  // the two batches after the commit were not committed
+  std::vector<StepRecords> again{g.next(), g.next()};
+  g.save();
+  auto c2 = g.take_committed();
+  REQUIRE(c2.size() == 2);
+  CHECK(c2[0].step == 3);
+  CHECK(c2[0].records == again[0].records);
+  CHECK(c2[1].records == again[1].records);
 }

@@ -12,7 +12,7 @@ TEST_CASE("notify_batch_end outside run is an InvalidArgument", "[api]") {
   CHECK_THROWS_WITH(edl::notify_batch_end(), Catch::Contains("inside edl::elastic::run"));
 }
 
-TEST_CASE("static world of one: run calls fn once; notify_batch_end steps and commits", "[api]") {
+TEST_CASE("static world of one: run calls fn once, notify_batch_end steps and commits", "[api]") {
   edl::init();
   std::vector<float> w(8, 1.0f);
   edl::elastic::State state;

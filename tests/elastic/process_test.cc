@@ -1,4 +1,4 @@
-// Elastic jobs of real processes (the synthetic worker bench/elastic_worker.cc run through
+// Elastic jobs of real processes (the synthetic worker testing/elastic_worker.cc run through
 // edl::init in elastic mode) against an in-test StoreServer: SIGKILL (rank 0 too), SIGSTOP +
 // SIGCONT, a join and a graceful SIGTERM leave. After each, every finishing worker holds the same
 // parameters (CRC) and the full step history. Every child is killed and reaped on all paths.

@@ -113,7 +113,7 @@ TEST_CASE("below the minimum for longer than the timeout is a JobError for every
   CHECK_THROWS_AS(fb.get(), edl::JobError);
 }
 
-TEST_CASE("a join request wakes the running members; max workers is respected", "[rendezvous]") {
+TEST_CASE("a join request wakes the running members, max workers is respected", "[rendezvous]") {
   auto store = edl::make_memory_store();
   Membership a(store, opts("j4", "a", 1, 2));
   auto g = a.rendezvous(nullptr);

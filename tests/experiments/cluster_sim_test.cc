@@ -84,7 +84,7 @@ TEST_CASE("utilisation counts launch and stalls as idle", "[cluster_sim]") {
   }
 }
 
-TEST_CASE("gang waits for the whole gang; elastic starts on what is free and grows", "[cluster_sim]") {
+TEST_CASE("gang waits for the whole gang, elastic starts on what is free and grows", "[cluster_sim]") {
   sim::Scenario s;
   s.name = "t";
   s.gpus = 6;
@@ -163,7 +163,7 @@ TEST_CASE("experiment 1 calibrated on the seed reproduces the published gang sch
   CHECK(e.utilization > g.utilization);
 }
 
-TEST_CASE("experiment 2: the elastic job tracks the serving curve; gang is killed by it", "[cluster_sim]") {
+TEST_CASE("experiment 2: the elastic job tracks the serving curve, gang is killed by it", "[cluster_sim]") {
   sim::Costs seed = sim::seed_costs();
   sim::Scenario s = sim::experiment2(seed);
   sim::SimResult e = sim::simulate(s, seed, sim::Policy::kElastic);

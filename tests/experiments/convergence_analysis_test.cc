@@ -1,4 +1,4 @@
-// Experiment 3's analysis (bench/convergence_analysis.h): resize plans, loss-log rows, resize
+// Experiment 3's analysis (experiments/convergence_analysis.h): resize plans, loss-log rows, resize
 // detection and the loss spike of each resize.
 #include <catch2/catch.hpp>
 
@@ -58,7 +58,7 @@ TEST_CASE("resize plan: bad plans are rejected with the element named", "[experi
   CHECK_THAT(message("0.5:3", 0), Catch::Contains("start worker count"));
 }
 
-TEST_CASE("loss-log rows are parsed; partial and foreign lines are skipped", "[experiments][convergence]") {
+TEST_CASE("loss-log rows are parsed, partial and foreign lines are skipped", "[experiments][convergence]") {
   auto p = cv::parse_loss_row(
       R"({"run":"b","step":12,"epoch_progress":0.384,"loss":1.25,"workers":3,"lr":0.15,"momentum_gamma":1.25})");
   REQUIRE(p.has_value());

@@ -8,8 +8,14 @@
 //   incarnation-exit C0 C1 ...  the worker's incarnation k (EDL_WORKER_ID host:slot.k) exits with Ck
 //                        (the last code repeats); after a short sleep
 //   sleep-ms MS          sleep, exit 0
-//   elastic-train STEPS STEP_MS  train a toy model under edl::elastic::run (the real elastic runtime),
-//                        print "done STEP CHECKSUM" at the end
+//   elastic-train STEPS STEP_MS [--print-mb N] [--user-error-at-step K]
+//                        train a toy model under edl::elastic::run (the real elastic runtime), print
+//                        "done STEP CHECKSUM" at the end. --print-mb: a second thread writes N MiB of
+//                        1 KiB lines to stdout meanwhile. --user-error-at-step K: the rank-0 worker
+//                        acts as the runtime does on a non-retryable error (writes <job>/failed with
+//                        the reason, exits 3) at step K. --own-sigterm-handler: install a SIGTERM
+//                        handler before init, print whether it is back after shutdown
+//   flood                print 1 KiB lines to stdout until killed (default SIGTERM action)
 #include <signal.h>
 #include <unistd.h>
 
@@ -46,6 +52,19 @@ void wait_for_signal() {
   std::printf("ready\n");
   std::fflush(stdout);
   for (int i = 0; i < 6000 && !g_signal; ++i) usleep(10000);  // at most 60 s
+}
+
+// What the runtime does on a non-retryable error (docs/launcher.md, "Failures"): record the reason
+// in <job>/failed, then exit 3 at once.
+[[noreturn]] void user_error(int64_t step) {
+  edl::StoreOptions o;
+  o.secret = std::getenv("EDL_JOB_SECRET") ? std::getenv("EDL_JOB_SECRET") : "";
+  auto store = edl::connect_store(std::getenv("EDL_STORE"), o);
+  std::string job = std::getenv("EDL_JOB_ID");
+  store->set(job + "/failed", "ValueError in user code at step " + std::to_string(step) + ": bad label 11");
+  std::fprintf(stderr, "user error at step %lld\n", static_cast<long long>(step));
+  std::fflush(stderr);
+  _exit(3);
 }
 
 }  // namespace
@@ -124,9 +143,33 @@ int main(int argc, char** argv) {
     for (int i = 0; i < std::atoi(argv[2]) / 10 && !g_signal; ++i) usleep(10000);
     return 0;
   }
-  if (mode == "elastic-train" && argc == 4) {
+  if (mode == "flood") {
+    std::string line(1023, 'f');
+    line.push_back('\n');
+    for (;;)
+      if (write(1, line.data(), line.size()) < 0) return 1;
+  }
+  if (mode == "elastic-train" && argc >= 4) {
     int64_t steps = std::atoll(argv[2]);
     int step_ms = std::atoi(argv[3]);
+    long print_mb = 0;
+    int64_t error_at = -1;
+    bool own_handler = false;
+    for (int i = 4; i < argc; ++i)
+      if (std::strcmp(argv[i], "--own-sigterm-handler") == 0) own_handler = true;
+    if (own_handler) signal(SIGTERM, on_signal);  // must be what SIGTERM does again after shutdown()
+    for (int i = 4; i + 1 < argc; i += 2) {
+      if (std::strcmp(argv[i], "--print-mb") == 0) print_mb = std::atol(argv[i + 1]);
+      if (std::strcmp(argv[i], "--user-error-at-step") == 0) error_at = std::atoll(argv[i + 1]);
+    }
+    std::thread printer;
+    if (print_mb > 0)
+      printer = std::thread([print_mb] {
+        std::string line(1023, 'p');
+        line.push_back('\n');
+        for (long i = 0; i < print_mb * 1024; ++i)
+          if (write(1, line.data(), line.size()) < 0) return;
+      });
     edl::init();
     std::vector<float> w(1024, static_cast<float>(getpid() % 97)), grad(1024);  // differs per process until sync
     edl::elastic::State state;
@@ -137,13 +180,20 @@ int main(int argc, char** argv) {
         edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kSum, "grad");
         for (size_t i = 0; i < w.size(); ++i) w[i] -= grad[i];
         usleep(step_ms * 1000);
+        if (state.step == error_at && edl::rank() == 0) user_error(state.step);
         edl::notify_batch_end();
       }
     });
     double sum = 0;
     for (size_t i = 0; i < w.size(); ++i) sum += w[i] * static_cast<double>(i + 1);
+    if (printer.joinable()) printer.join();
     std::printf("done %lld %.6f\n", static_cast<long long>(state.step), sum);
     edl::shutdown();
+    if (own_handler) {
+      struct sigaction cur {};
+      sigaction(SIGTERM, nullptr, &cur);
+      std::printf("sigterm handler %s\n", cur.sa_handler == on_signal ? "restored" : "NOT restored");
+    }
     return 0;
   }
   return 64;

@@ -16,6 +16,7 @@
 #include "elastic/launcher/options.h"
 #include "launcher/run_util.h"
 #include "store/redis_server.h"
+#include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
 using edl::test::count_of;
@@ -286,17 +287,17 @@ TEST_CASE("edl-run elastic: worker environment", "[launcher][elastic]") {
 }
 
 TEST_CASE("edl-run elastic: failed workers are restarted within --reset-limit", "[launcher][elastic]") {
-  // Incarnation 0 and 1 fail with 3, incarnation 2 succeeds: two restarts needed.
-  auto ok = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "2", kHelper, "incarnation-exit", "3", "3", "0"},
+  // Incarnation 0 and 1 fail with 5, incarnation 2 succeeds: two restarts needed.
+  auto ok = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "2", kHelper, "incarnation-exit", "5", "5", "0"},
                     30s);
   CHECK(ok.code == 0);
   CHECK(count_of(ok.err, "event=started") == 3);
   CHECK(count_of(ok.err, "event=failed") == 2);
   CHECK(count_of(ok.out, "incarnation 2 exits with 0") == 1);
   // One restart allowed: the second failure fails the job with the worker's code.
-  auto fail = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "1", kHelper, "incarnation-exit", "3", "3", "0"},
+  auto fail = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "1", kHelper, "incarnation-exit", "5", "5", "0"},
                       30s);
-  CHECK(fail.code == 3);
+  CHECK(fail.code == 5);
   CHECK(count_of(fail.err, "event=started") == 2);
   CHECK(fail.err.find("reset limit reached") != std::string::npos);
 }
@@ -304,7 +305,7 @@ TEST_CASE("edl-run elastic: failed workers are restarted within --reset-limit", 
 TEST_CASE("edl-run elastic: a failed slot rests for the blacklist cooldown, growing exponentially",
           "[launcher][elastic]") {
   auto r = run_edl({"--min-np", "1", "-np", "1", "--reset-limit", "3", "--blacklist-cooldown-range", "1,2", kHelper,
-                    "incarnation-exit", "3", "3", "0"},
+                    "incarnation-exit", "5", "5", "0"},
                    30s);
   CHECK(r.code == 0);
   CHECK(r.err.find("cooldown_ms=1000") != std::string::npos);
@@ -407,10 +408,7 @@ TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced an
 
 TEST_CASE("edl-run elastic: two launchers on one redis store form one job", "[launcher][elastic][redis]") {
   edl::test::RedisServer redis("job-pw");
-  if (!redis.available()) {
-    WARN("redis-server is not installed: skipping");
-    return;
-  }
+  if (!edl::testing::require_dep("redis-server", redis.available(), "Debian package redis-server")) return;
   std::vector<std::string> common = {"--store", redis.url(), "--secret", "job-pw", "--job-id", "two-hosts",
                                      "--min-np", "3", "--max-np", "3"};
   auto args = [&](const std::string& host, int np) {

@@ -19,7 +19,9 @@ struct RunResult {
 class Launch {
  public:
   // argv excludes the edl-run path itself; env entries "NAME=value" are added.
-  explicit Launch(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+  // stall_stdout: edl-run's stdout is a pipe that nobody reads (a stalled terminal); out() is empty.
+  explicit Launch(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                  bool stall_stdout = false);
   ~Launch();
   Launch(const Launch&) = delete;
   Launch& operator=(const Launch&) = delete;
@@ -31,10 +33,13 @@ class Launch {
   template <typename Pred>
   bool wait_for(Pred pred, std::chrono::milliseconds timeout) const;
   RunResult wait(std::chrono::milliseconds timeout);
+  // SIGKILLs edl-run alone (not its workers: they must notice by themselves) and reaps it.
+  void kill_launcher();
   const std::string& dir() const { return dir_; }
 
  private:
   pid_t pid_ = -1;
+  int stalled_fd_ = -1;  // read end of the never-read stdout pipe
   std::string dir_;
   bool reaped_ = false;
   int code_ = -1;
@@ -42,6 +47,15 @@ class Launch {
 
 RunResult run_edl(const std::vector<std::string>& args, std::chrono::milliseconds timeout = std::chrono::seconds(30),
                   const std::vector<std::string>& env = {});
+
+// A port that was free a moment ago (bound to 127.0.0.1:0, then released).
+int free_port();
+
+// Live (not zombie) processes whose environment holds every one of `needles` ("NAME=value").
+std::vector<pid_t> processes_with_env(const std::vector<std::string>& needles);
+
+// Waits until no process matches `needles`; false if some still do after `timeout`.
+bool wait_processes_gone(const std::vector<std::string>& needles, std::chrono::milliseconds timeout);
 
 std::vector<std::string> lines_of(const std::string& text);
 size_t count_of(const std::string& text, const std::string& needle);

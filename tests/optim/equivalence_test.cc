@@ -325,3 +325,132 @@ TEST_CASE("ranks with diverging accumulation steps or learning rates fail with M
     }
   }
 }
+
+// --- weighted mean (set_step_samples): ranks with unequal, sometimes empty batches ---------------
+
+namespace {
+
+// Records of rank r at step s (some ranks get none at some steps, as at a shard's or epoch's tail).
+int weighted_batch(int r, int s) {
+  static const int sizes[3][kSteps] = {{5, 1, 4, 0, 6, 2}, {2, 2, 0, 0, 3, 5}, {0, 7, 1, 0, 2, 1}};
+  return sizes[r][s];
+}
+
+std::vector<int> step_offsets(int ranks, int s) {  // first record of each rank at step s, then the end
+  std::vector<int> off{0};
+  for (int t = 0; t < s; ++t)
+    for (int r = 0; r < ranks; ++r) off[0] += weighted_batch(r, t);
+  for (int r = 0; r < ranks; ++r) off.push_back(off.back() + weighted_batch(r, s));
+  return off;
+}
+
+std::vector<test::TinyMlp> train_weighted(const Config& c, const test::Dataset& data, const std::string& prefix,
+                                          bool weighted_on_rank0_only = false) {
+  auto store = make_memory_store();
+  std::vector<test::TinyMlp> models(c.ranks, test::TinyMlp(kDim, kHidden));
+  std::vector<std::exception_ptr> errors(c.ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CommunicatorOptions co;
+        co.timeout = std::chrono::milliseconds(20000);
+        auto comm = Communicator::create(store, prefix, r, c.ranks, co);
+        auto o = options_for(c);
+        o.comm = comm;
+        DistributedOptimizer opt(o);
+        test::TinyMlp& m = models[r];
+        for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+        for (int s = 0; s < kSteps; ++s) {
+          auto off = step_offsets(c.ranks, s);
+          if (!weighted_on_rank0_only || r == 0) opt.set_step_samples(static_cast<uint64_t>(off[r + 1] - off[r]));
+          m.backward(data, off[r], off[r + 1] - off[r], [&](size_t i) { opt.grad_ready(i); });
+          opt.step();
+        }
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return models;
+}
+
+}  // namespace
+
+TEST_CASE("weighted mean: ranks with unequal and empty batches == one worker over all the step's records") {
+  for (bool fp16 : {false, true}) {
+    for (auto kind : {OptimizerKind::kSGD, OptimizerKind::kAdam}) {
+      Config c;
+      c.kind = kind;
+      c.ranks = 3;
+      c.fp16 = fp16;
+      DYNAMIC_SECTION((kind == OptimizerKind::kSGD ? "sgd" : "adam") << (fp16 ? "-fp16" : "")) {
+        const auto data = test::make_dataset(step_offsets(3, kSteps)[0], kDim);
+        test::TinyMlp ref(kDim, kHidden);
+        auto o = options_for(c);
+        o.local = true;
+        o.fp16_compression = false;
+        DistributedOptimizer opt(o);
+        for (auto& p : ref.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+        test::TinyMlp before = ref;
+        for (int s = 0; s < kSteps; ++s) {
+          auto off = step_offsets(3, s);
+          opt.set_step_samples(static_cast<uint64_t>(off[3] - off[0]));
+          ref.backward(data, off[0], off[3] - off[0], [&](size_t i) { opt.grad_ready(i); });
+          opt.step();
+          if (s == 3) {  // no rank had a record: nothing moved, the step still counts
+            CHECK(opt.last_step_stats().samples == 0);
+          }
+        }
+        CHECK(opt.step_count() == kSteps);
+        auto models = train_weighted(c, data, std::string("w/") + (fp16 ? "h" : "f") + std::to_string(int(kind)) + "/");
+        const double rel = fp16 ? 0 : 1e-5, abs = fp16 ? 2e-3 : 1e-6;
+        for (auto& m : models) {
+          check_close(m.w1, ref.w1, rel, abs);
+          check_close(m.b2, ref.b2, rel, abs);
+        }
+        for (size_t r = 1; r < models.size(); ++r) CHECK(models[r].w1 == models[0].w1);
+        // The plain mean over ranks would differ: the comparison is not vacuous.
+        double moved = 0;
+        for (size_t i = 0; i < before.w1.size(); ++i) moved += std::fabs(before.w1[i] - ref.w1[i]);
+        CHECK(moved > 1e-2);
+      }
+    }
+  }
+}
+
+TEST_CASE("weighted mean: an all-empty step changes nothing, and a rank that does not weight is a MismatchError") {
+  DistributedOptimizerOptions o;
+  o.local = true;
+  o.scaling.base_lr = 0.1;
+  DistributedOptimizer opt(o);
+  std::vector<float> w(4, 1.0f), g(4, 0.0f);
+  opt.add_parameter("w", w.data(), g.data(), w.size());
+  g.assign(4, 1.0f);
+  opt.step();  // momentum now non-zero
+  std::vector<float> after_first = w;
+  g.assign(4, 0.0f);
+  opt.set_step_samples(0);
+  opt.step();
+  CHECK(w == after_first);  // a plain step with zero gradient would still move by momentum
+  CHECK(opt.step_count() == 2);
+
+  Config c;
+  c.ranks = 3;
+  const auto data = test::make_dataset(step_offsets(3, kSteps)[0], kDim);
+  CHECK_THROWS_AS(train_weighted(c, data, "wmis/", /*weighted_on_rank0_only=*/true), MismatchError);
+}
+
+TEST_CASE("set_step_samples after the step's first bucket was launched is a usage error") {
+  DistributedOptimizerOptions o;
+  o.local = true;
+  DistributedOptimizer opt(o);
+  std::vector<float> w(4, 1.0f), g(4, 0.0f);
+  opt.add_parameter("w", w.data(), g.data(), w.size());
+  opt.grad_ready(0);  // the only parameter: the pass ends and its bucket is launched
+  CHECK_THROWS_AS(opt.set_step_samples(3), InvalidArgument);
+  opt.step();
+}

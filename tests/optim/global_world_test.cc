@@ -18,6 +18,7 @@
 #include "edl/optim.h"
 #include "edl/store_server.h"
 #include "optim/tiny_mlp.h"
+#include "testing/process.h"
 
 using namespace edl;
 
@@ -113,9 +114,9 @@ TEST_CASE("process-global world: 2 processes through the collective engine == 1 
   for (int r = 0; r < kRanks; ++r) {
     REQUIRE(pipe(url_pipe[r]) == 0);
     REQUIRE(pipe(out_pipe[r]) == 0);
-    pids[r] = fork();
-    REQUIRE(pids[r] >= 0);
-    if (pids[r] == 0) worker(r, url_pipe[r][0], out_pipe[r][1], data);
+    edl::testing::SpawnOptions so;
+    so.own_group = false;
+    pids[r] = edl::testing::fork_call([&]() -> int { worker(r, url_pipe[r][0], out_pipe[r][1], data); }, so);
     close(url_pipe[r][0]);
     close(out_pipe[r][1]);
   }

@@ -133,7 +133,7 @@ TEST_CASE("gradient accumulation: A passes average like one pass over the union 
   }
 }
 
-TEST_CASE("accumulation without hooks: backward_done() per pass; step() too early is a clear error") {
+TEST_CASE("accumulation without hooks: backward_done() per pass, step() too early is a clear error") {
   auto o = local_options(OptimizerKind::kSGD, 1.0);
   o.optimizer.momentum = 0;
   o.accumulation_steps = 2;
@@ -239,7 +239,7 @@ TEST_CASE("momentum compensation: the pre-resize buffer ramps by gamma_t (eq. 5-
   }
 }
 
-TEST_CASE("optimizer snapshot: rollback restores slots and rescaling; the generation is applied once") {
+TEST_CASE("optimizer snapshot: rollback restores slots and rescaling, the generation is applied once") {
   const auto data = test::make_dataset(96, 3);
   auto o = local_options(OptimizerKind::kSGD, 0.05);
   o.optimizer.momentum = 0.9;

@@ -118,6 +118,7 @@ edl::StoreOptions opts(std::chrono::milliseconds request_timeout) {
   edl::StoreOptions o;
   o.connect_timeout = request_timeout;
   o.request_timeout = request_timeout;
+  o.reconnect_timeout = request_timeout;  // the retry window (EDL_STORE_TIMEOUT_MS)
   return o;
 }
 
@@ -253,6 +254,7 @@ TEST_CASE("etcd store: a cluster that stays away past the deadline is a StoreErr
     std::string e = error_of(op);
     CHECK(e.find(url) != std::string::npos);
     CHECK(e.find("no etcd member answered") != std::string::npos);
+    CHECK(e.find("EDL_STORE_TIMEOUT_MS") != std::string::npos);
   }
   std::string e = error_of([&] { edl::connect_store(url, opts(1s)); });
   CHECK(e.find(url) != std::string::npos);

@@ -50,15 +50,29 @@ redisContext* connect_auth(int port, const std::string& password) {
 
 }  // namespace
 
-RedisServer::RedisServer(const std::string& password) : password_(password) {
+RedisServer::RedisServer(const std::string& password, bool appendonly) : password_(password), appendonly_(appendonly) {
   if (!installed()) return;
   char tmpl[] = "/tmp/edl-redis-XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   port_ = free_port();
+  launch();
+}
+
+void RedisServer::restart() {
+  kill();
+  launch();
+}
+
+void RedisServer::launch() {
   std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                   "--dir", dir_, "--save", "", "--appendonly", "no", "--daemonize", "no",
+                                   "--dir", dir_, "--save", "", "--daemonize", "no",
                                    "--loglevel", "warning", "--hz", "50"};
+  if (appendonly_) {
+    for (const char* a : {"--appendonly", "yes", "--appendfsync", "always"}) args.push_back(a);
+  } else {
+    for (const char* a : {"--appendonly", "no"}) args.push_back(a);
+  }
   if (!password_.empty()) {
     args.push_back("--requirepass");
     args.push_back(password_);

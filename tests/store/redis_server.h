@@ -9,9 +9,11 @@ namespace edl::test {
 
 class RedisServer {
  public:
-  // Starts redis-server with `requirepass` = password (none when empty). available() is false when
-  // redis-server is not installed; start failures throw std::runtime_error.
-  explicit RedisServer(const std::string& password = "");
+  // Starts redis-server with `requirepass` = password (none when empty); with `appendonly` every
+  // write goes to an append-only file fsynced before the reply (--appendfsync always), so a restart
+  // after kill -9 keeps all acknowledged data. available() is false when redis-server is not
+  // installed; start failures throw std::runtime_error.
+  explicit RedisServer(const std::string& password = "", bool appendonly = false);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -21,8 +23,10 @@ class RedisServer {
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   // Removes every key (between test cases).
   void flush();
-  // Kills the server now (clients must see StoreError).
+  // Kills the server now with SIGKILL (no shutdown save).
   void kill();
+  // Starts it again on the same port and directory (with appendonly, the data comes back).
+  void restart();
 
   // A process-wide instance shared by test cases (started on first use), password "redis-secret".
   static RedisServer& shared();
@@ -30,7 +34,10 @@ class RedisServer {
  private:
   int pid_ = -1;
   int port_ = 0;
+  void launch();
+
   std::string password_;
+  bool appendonly_ = false;
   std::string dir_;
 };
 

@@ -11,6 +11,7 @@
 #include "edl/store_server.h"
 #include "store/etcd_cluster.h"
 #include "store/redis_server.h"
+#include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -46,8 +47,7 @@ struct RedisBackend {
     if (server.available()) server.flush();
   }
   bool available() const {
-    if (!server.available()) WARN("redis-server is not installed: skipping the redis backend");
-    return server.available();
+    return edl::testing::require_dep("redis-server", server.available(), "Debian package redis-server");
   }
   std::shared_ptr<edl::Store> connect() {
     edl::StoreOptions o;

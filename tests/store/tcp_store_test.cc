@@ -259,7 +259,10 @@ TEST_CASE("tcp store: garbage, oversized and truncated frames close only that co
 
 TEST_CASE("tcp store: server stop fails pending and later calls with StoreError", "[store]") {
   auto server = std::make_unique<edl::StoreServer>(edl::StoreServerOptions{"127.0.0.1", 0, "k"});
-  auto s = client(*server, "k");
+  edl::StoreOptions so;
+  so.secret = "k";
+  so.reconnect_timeout = 0ms;  // no reconnect: the loss itself is the error
+  auto s = edl::connect_store(server->url(), so);
   std::string url = server->url();
   std::atomic<bool> threw{false};
   std::thread waiter([&] {

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ struct ShardOptions {
   uint64_t records = 0;              // N records in the dataset (> 0)
   uint64_t records_per_shard = 0;    // records per shard (> 0)
   uint64_t batch_size = 0;           // records this worker trains per step (> 0)
+  // Optional: the local batch for a world of `size` workers, applied at every new generation (so
+  // the generator follows a batch policy that keeps the global batch fixed), e.g.
+  //   [&](int size) { return edl::optim::plan_batch(policy.batch, size).local_batch; }
+  // Empty (default): batch_size at every world size. Must return > 0 (InvalidArgument otherwise).
+  std::function<uint64_t(int size)> batch_for_size;
   uint64_t seed = 0;                 // shuffle seed (shard order and record order)
   bool shuffle_records = true;       // also shuffle the records inside each shard per epoch
   int64_t epochs = 0;                // > 0: next() reports end_of_data once this many epochs are done; 0 = endless
@@ -80,6 +86,15 @@ class EDL_API ShardGenerator : public elastic::Stateful {
 
   int64_t epoch() const;
   int64_t step() const;
+  // Records per step of this worker in this generation (batch_size, or batch_for_size(world size)).
+  uint64_t batch_size() const;
+  // This worker's batches drawn at steps < committed_step() are in the last commit (its own, or the
+  // snapshot it adopted at a sync); later ones are not yet and are trained again after a rollback.
+  int64_t committed_step() const;
+  // This worker's batches that became committed since the last call, oldest first (at most the
+  // newest 4096 are kept; `dropped`, when given, receives how many older ones were dropped).
+  // Batches rolled back by a failure never appear.
+  std::vector<StepRecords> take_committed(size_t* dropped = nullptr);
   uint64_t num_shards() const;
   // Shard order of an epoch (a permutation of [0, num_shards())).
   std::vector<uint64_t> shard_order(int64_t epoch) const;

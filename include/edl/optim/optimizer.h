@@ -6,7 +6,8 @@
 //   DistributedOptimizer opt(o);
 //   for (auto& p : model.parameters()) opt.add_parameter(p.name, p.data, p.grad, p.count);
 //   state.register_component("optimizer", &opt);           // rescaling exactly once per generation
-//   loop: for pass in 0..opt.batch_plan().accumulation_steps:
+//   loop: opt.set_step_samples(records this rank trains in the step);  // weighted mean (shard loader)
+//         for pass in 0..opt.batch_plan().accumulation_steps:
 //           model.backward([&](size_t i) { opt.grad_ready(i); });   // allreduce overlaps backward
 //         opt.step();                                                // waits, averages, applies
 //
@@ -14,9 +15,10 @@
 // into flat float32 buckets of at most bucket_cap_bytes (a parameter larger than the cap gets a
 // bucket of its own). When the last gradient of a bucket arrives in the last accumulation pass, the
 // bucket is handed over for summing over all ranks (collective engine or the optimizer's own
-// communication thread, see below) while backward goes on. Buckets are launched strictly in bucket order, so every rank issues the same
-// collectives in the same order whatever order its gradients arrive in. step() waits for all
-// buckets, divides by size * accumulation_steps and applies the update.
+// communication thread, see below) while backward goes on. Buckets are launched strictly in bucket
+// order, so every rank issues the same collectives in the same order whatever order its gradients
+// arrive in. step() waits for all buckets, divides by size * accumulation_steps (or, after
+// set_step_samples(), by the records of all ranks: the weighted mean) and applies the update.
 // Zero-copy: register a parameter with grad == nullptr and write its gradient to grad_slot(i),
 // which points into the bucket buffer (no packing copy; each backward pass overwrites it, the
 // optimizer keeps the sum of earlier accumulation passes aside); otherwise grad_ready(i) copies
@@ -108,6 +110,7 @@ struct EDL_API OptimizerStepStats {
   double update_s = 0;      // time applying the update
   size_t buckets = 0;       // buckets reduced
   size_t bytes = 0;         // bytes sent into the allreduce (per rank)
+  uint64_t samples = 0;     // weighted steps: records trained by all ranks together (else 0)
   // Share of communication hidden behind backward: hidden_s / comm_s (0 without communication).
   double overlap_fraction() const;
 };
@@ -139,6 +142,16 @@ class EDL_API DistributedOptimizer : public elastic::Stateful {
   // Completes the step: ends the last pass, waits for every bucket, averages, applies the update
   // with the hyper-parameters of this step, advances the step counter.
   void step();
+  // Weighted mean (the default to use with the shard loader, whose batches differ in size at a
+  // shard's or an epoch's tail and may be empty): `samples` records this rank trained in this step,
+  // all accumulation passes together, and its gradient is the MEAN over them (each pass's mean
+  // loss; passes are averaged). The step then applies sum_r samples_r * mean_r / sum_r samples_r —
+  // the gradient of one big batch — instead of the plain mean over ranks. The count rides in the
+  // step's last bucket (no extra collective). Call it once per step before the step's backward pass
+  // (InvalidArgument after the first bucket was launched); every rank must call it in the same
+  // steps (MismatchError otherwise). A step in which no rank had a record leaves the parameters and
+  // the optimizer slots untouched (the step counter still advances). Without it: the plain mean.
+  void set_step_samples(uint64_t samples);
   // Drops the gradients of the step in progress (after an error or a rollback).
   void discard_step();
 

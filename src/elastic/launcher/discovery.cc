@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <sstream>
@@ -45,7 +46,7 @@ DiscoveryResult parse_discovery(const std::string& output) {
   return d;
 }
 
-DiscoveryResult run_discovery(const std::string& script, int timeout_ms) {
+DiscoveryResult run_discovery(const std::string& script, int timeout_ms, const std::atomic<bool>* cancel) {
   DiscoveryResult d;
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -74,15 +75,19 @@ DiscoveryResult run_discovery(const std::string& script, int timeout_ms) {
   ::close(out[1]);
   std::string text;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  bool timed_out = false;
+  bool timed_out = false, cancelled = false;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
     }
+    if (cancel && cancel->load()) {
+      cancelled = true;
+      break;
+    }
     pollfd p{out[0], POLLIN, 0};
-    int r = poll(&p, 1, static_cast<int>(left.count()));
+    int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) continue;
     char buf[4096];
@@ -93,7 +98,7 @@ DiscoveryResult run_discovery(const std::string& script, int timeout_ms) {
     if (text.size() > (1u << 20)) break;  // absurd output: stop reading
   }
   ::close(out[0]);
-  if (timed_out) {
+  if (timed_out || cancelled) {
     kill(-pid, SIGKILL);
     kill(pid, SIGKILL);
   }
@@ -115,6 +120,10 @@ DiscoveryResult run_discovery(const std::string& script, int timeout_ms) {
   }
   if (timed_out) {
     d.error = "timed out after " + std::to_string(timeout_ms) + " ms";
+    return d;
+  }
+  if (cancelled) {
+    d.error = "cancelled";
     return d;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -9,6 +9,7 @@
 #include "edl/error.h"
 #include "elastic/launcher/binding.h"
 #include "elastic/launcher/launcher.h"
+#include "elastic/launcher/output.h"
 #include "elastic/launcher/process.h"
 
 namespace edl::launcher {
@@ -37,9 +38,7 @@ std::string random_hex(size_t bytes) {
 }  // namespace
 
 void log_event(const std::string& text) {
-  std::string line = "edl-run: " + text + "\n";
-  ssize_t w = ::write(2, line.data(), line.size());
-  (void)w;
+  output_sink(2).write("edl-run: " + text + "\n", /*droppable=*/false);
 }
 
 void write_pid_file(const std::string& path, const std::string& contents) {
@@ -76,7 +75,9 @@ Job prepare_job(const LaunchOptions& o) {
 
 }  // namespace edl::launcher
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   using namespace edl::launcher;
   LaunchOptions options;
   std::string help;
@@ -111,4 +112,12 @@ int main(int argc, char** argv) {
     log_event(std::string("error: ") + e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int code = run_main(argc, argv);
+  edl::launcher::finish_output(std::chrono::seconds(10));  // a stuck consumer must not hold edl-run forever
+  return code;
 }

@@ -53,10 +53,11 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
       ("elastic", "elastic mode (implied by --min-np, --max-np, --host-discovery-script)")
       ("host-discovery-script", "elastic: executable printing 'host:slots' lines", cxxopts::value<std::string>())
       ("discovery-interval-ms", "elastic: discovery poll period", cxxopts::value<int>()->default_value("1000"))
-      ("reset-limit", "elastic: restarts of failed workers allowed (default: unlimited)", cxxopts::value<int>())
+      ("reset-limit", "elastic: resets (new generations after the first) the job may go through; also "
+                      "bounds restarts of failed workers (default: unlimited)", cxxopts::value<int>())
       ("blacklist-cooldown-range", "elastic: MIN,MAX seconds a failed slot rests (doubles per failure)",
        cxxopts::value<std::string>()->default_value("0,0"))
-      ("store", "external store URL (redis://HOST:PORT or etcd://HOST:PORT[,HOST:PORT...]); default: embedded store", cxxopts::value<std::string>())
+      ("store", "external store URL (etcd://H1:2379,H2:2379,... or redis://HOST:PORT); default: embedded store", cxxopts::value<std::string>())
       ("store-bind", "address the embedded store listens on", cxxopts::value<std::string>()->default_value("127.0.0.1"))
       ("store-port", "port of the embedded store (0 = ephemeral)", cxxopts::value<int>()->default_value("0"))
       ("secret", "job secret (default: $EDL_JOB_SECRET, else random)", cxxopts::value<std::string>())
@@ -69,6 +70,10 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
       ("pid-file", "write '<rank|slot> <pid>' lines here whenever workers change", cxxopts::value<std::string>())
       ("bind-to", "CPU binding of local workers: none | core (each slot its own share of the CPUs) | auto "
                   "(core when the slots fit the CPUs)", cxxopts::value<std::string>()->default_value("none"))
+      ("retry-user-errors", "elastic: restart workers after a non-retryable error too (exit code 3, "
+                            "EDL_RETRY_USER_ERRORS=1) instead of failing the job")
+      ("allow-restart-from-scratch", "elastic: workers may restart from step 0 when no committed state "
+                                     "survives (EDL_ALLOW_RESTART_FROM_SCRATCH=1)")
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
   *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
@@ -106,6 +111,8 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   L.rendezvous_timeout_s = r["rendezvous-timeout"].as<double>();
   if (r.count("pid-file")) L.pid_file = r["pid-file"].as<std::string>();
   L.verbose = r.count("verbose") > 0;
+  L.retry_user_errors = r.count("retry-user-errors") > 0;
+  L.allow_restart_from_scratch = r.count("allow-restart-from-scratch") > 0;
   L.bind_to = r["bind-to"].as<std::string>();
   if (L.bind_to != "none" && L.bind_to != "core" && L.bind_to != "auto")
     throw UsageError("--bind-to must be none, core or auto, got '" + L.bind_to + "'");
@@ -154,8 +161,8 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   if (L.store_port < 0 || L.store_port > 65535) throw UsageError("--store-port must be in 0..65535");
   if (!L.store_url.empty() && L.store_url.rfind("redis://", 0) != 0 && L.store_url.rfind("tcp://", 0) != 0 &&
       L.store_url.rfind("etcd://", 0) != 0)
-    throw UsageError("--store '" + L.store_url +
-                     "' must be redis://HOST:PORT, etcd://HOST:PORT[,HOST:PORT...] or tcp://HOST:PORT");
+    throw UsageError("--store '" + L.store_url + "' must be etcd://HOST:PORT[,HOST:PORT...], redis://HOST:PORT "
+                     "or tcp://HOST:PORT");
   return true;
 }
 

@@ -30,6 +30,8 @@ struct LaunchOptions {
   std::string pid_file;              // --pid-file: "<rank-or-slot> <pid>" lines, rewritten on change
   bool verbose = false;              // --verbose: log every process start/exit
   std::string bind_to = "none";      // --bind-to none|core|auto: CPU binding of worker slots (binding.h)
+  bool retry_user_errors = false;    // --retry-user-errors: EDL_RETRY_USER_ERRORS=1; exit code 3 is restarted
+  bool allow_restart_from_scratch = false;  // --allow-restart-from-scratch: EDL_ALLOW_RESTART_FROM_SCRATCH=1
   std::vector<std::string> command;  // PROGRAM ARGS...
 };
 

@@ -1,5 +1,7 @@
 #include "elastic/launcher/process.h"
 
+#include "elastic/launcher/output.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -18,18 +20,6 @@ extern char** environ;
 
 namespace edl::launcher {
 namespace {
-
-void write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return;  // our own stdout is gone: drop output rather than die
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
 
 bool is_executable_file(const std::string& path) {
   struct stat st{};
@@ -75,13 +65,14 @@ void OutputPump::emit(const char* data, size_t n) {
   std::string line = "[" + tag_ + "] ";
   line.append(data, n);
   line.push_back('\n');
-  write_all(out_fd_, line.data(), line.size());
+  output_sink(out_fd_).write(std::move(line), /*droppable=*/true);
 }
 
 void OutputPump::pump() {
   if (fd_ < 0) return;
   char buf[65536];
-  for (;;) {
+  // At most 4 reads per call: a worker writing without pause must not hold edl-run's loop here.
+  for (int reads = 0; reads < 4; ++reads) {
     ssize_t r = ::read(fd_, buf, sizeof(buf));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
@@ -113,7 +104,7 @@ void OutputPump::close_fd() {
 }
 
 Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                      const std::string& tag, const std::vector<int>& cpus) {
+                      const std::string& tag, const std::vector<int>& cpus, int inherit_fd) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
@@ -153,6 +144,7 @@ Process spawn_process(const std::vector<std::string>& argv, const std::vector<st
     sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(out[1], 1);
     dup2(err[1], 2);
+    if (inherit_fd >= 3) fcntl(inherit_fd, F_SETFD, 0);  // this child's fd table only
     if (!cpus.empty()) sched_setaffinity(0, sizeof(cpu_set), &cpu_set);  // best effort
     execve(cargv[0], cargv.data(), cenv.data());
     const char msg[] = "edl-run: exec failed\n";

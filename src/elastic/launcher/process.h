@@ -2,8 +2,8 @@
 //
 // Each worker runs in its own process group (so a terminal's Ctrl-C reaches only edl-run, which
 // forwards it) and gets SIGKILL if edl-run itself dies (PR_SET_PDEATHSIG). Its stdout and stderr are
-// pipes; OutputPump writes every complete line as "[TAG] line" with one write(2), so lines of
-// different workers never interleave.
+// pipes; OutputPump queues every complete line as "[TAG] line" on edl-run's bounded output sink
+// (output.h), which writes it with one write(2), so lines of different workers never interleave.
 // Thread-safety: used from edl-run's single main thread.
 #pragma once
 
@@ -27,7 +27,8 @@ class OutputPump {
   OutputPump(int fd, int out_fd, std::string tag) : fd_(fd), out_fd_(out_fd), tag_(std::move(tag)) {}
   int fd() const { return fd_; }
   bool open() const { return fd_ >= 0; }
-  // Reads what is available; writes complete lines; on EOF flushes the tail and closes the fd.
+  // Reads what is available (at most 256 KiB per call); queues complete lines on edl-run's
+  // output sink (output.h); on EOF queues the tail and closes the fd.
   void pump();
   void close_fd();
 
@@ -46,9 +47,10 @@ struct Process {
 };
 
 // Forks and execs argv[0] (already resolved) with env; output tagged "[tag]"; bound to `cpus`
-// when not empty (binding.h). Throws std::runtime_error when fork or pipe fails.
+// when not empty (binding.h); `inherit_fd` (>= 3, or -1) stays open across exec in the child
+// (edl-run's liveness pipe, EDL_LAUNCHER_FD). Throws std::runtime_error when fork or pipe fails.
 Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                      const std::string& tag, const std::vector<int>& cpus = {});
+                      const std::string& tag, const std::vector<int>& cpus = {}, int inherit_fd = -1);
 
 // Sends sig to the worker's process group (falls back to the pid).
 void signal_process(pid_t pid, int sig);

@@ -4,6 +4,7 @@
 
 #include "edl/error.h"
 #include "elastic/keys.h"
+#include "elastic/member_list.h"
 #include "elastic/launcher/launcher.h"
 
 namespace edl::launcher {
@@ -20,19 +21,14 @@ uint64_t parse_gen(const std::optional<std::string>& v) {
 
 std::vector<std::string> member_ids(const std::string& text) {
   std::vector<std::string> ids;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    ids.push_back(line.substr(0, line.find(' ')));
-  }
+  for (auto& m : elastic::parse_members(text)) ids.push_back(std::move(m.id));
   return ids;
 }
 
 }  // namespace
 
-StoreWatcher::StoreWatcher(std::shared_ptr<Store> store, const std::string& job_id)
-    : store_(std::move(store)), job_(job_id) {
+StoreWatcher::StoreWatcher(std::shared_ptr<Store> store, StoreWatcherOptions options)
+    : opt_(std::move(options)), store_(std::move(store)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -51,38 +47,84 @@ std::string StoreWatcher::job_error() const {
   return job_error_;
 }
 
+std::string StoreWatcher::job_failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_failed_;
+}
+
+std::string StoreWatcher::store_lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_lost_;
+}
+
+std::shared_ptr<Store> StoreWatcher::store() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_;
+}
+
+// One round: generations, job error / failure, lease count, finished; then waits for <job>/gen.
+void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* reported) {
+  std::shared_ptr<Store> s = store();
+  if (!s) {
+    s = opt_.connect();
+    std::lock_guard<std::mutex> lock(mu_);
+    store_ = s;
+  }
+  elastic::Keys keys(opt_.job_id);
+  const std::string error_tag = elastic::kJobErrorTag;
+  auto cur = s->get(keys.gen());
+  uint64_t g = parse_gen(cur);
+  if (g > *reported) {
+    auto members = s->get(keys.members(g));
+    if (members) {
+      GenerationEvent e{g, member_ids(*members), std::chrono::steady_clock::now()};
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+      *reported = g;
+    }
+  }
+  auto next = s->get(keys.members(g + 1));
+  auto failed = s->get(opt_.job_id + "/failed");  // written by a worker with a non-retryable error
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (next && next->rfind(error_tag, 0) == 0) job_error_ = next->substr(error_tag.size());
+    if (failed) job_failed_ = failed->empty() ? "(no reason given)" : *failed;
+  }
+  live_ = static_cast<int>(s->keys(keys.lease_prefix()).size());
+  finished_ = s->get(keys.finished()).has_value();
+  if (unreachable_.exchange(false)) log_event("store " + opt_.url + " answers again");
+  *known = cur;
+  s->wait_change(keys.gen(), *known, std::chrono::milliseconds(500));
+}
+
+void StoreWatcher::on_error(const std::string& what, std::chrono::steady_clock::time_point* since) {
+  auto now = std::chrono::steady_clock::now();
+  if (!unreachable_.exchange(true)) {
+    *since = now;
+    log_event("warning: cannot reach the store " + opt_.url + ": " + what + " (reconnecting; the job fails after " +
+              std::to_string(opt_.lost_after.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    store_.reset();  // reconnect on the next round
+    if (now - *since >= opt_.lost_after && store_lost_.empty())
+      store_lost_ = "the store " + opt_.url + " has been unreachable for more than " +
+                    std::to_string(opt_.lost_after.count()) + " ms (EDL_STORE_TIMEOUT_MS): " + what;
+  }
+  for (int i = 0; i < 2 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 void StoreWatcher::loop() {
-  elastic::Keys keys(job_);
-  const std::string error_tag = "!job-error ";
   std::optional<std::string> known;
   uint64_t reported = 0;
-  bool warned = false;
+  std::chrono::steady_clock::time_point since{};
   while (!stop_) {
     try {
-      auto cur = store_->get(keys.gen());
-      uint64_t g = parse_gen(cur);
-      if (g > reported) {
-        auto members = store_->get(keys.members(g));
-        if (members) {
-          GenerationEvent e{g, member_ids(*members), std::chrono::steady_clock::now()};
-          std::lock_guard<std::mutex> lock(mu_);
-          events_.push_back(std::move(e));
-          reported = g;
-        }
-      }
-      auto next = store_->get(keys.members(g + 1));
-      if (next && next->rfind(error_tag, 0) == 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_error_ = next->substr(error_tag.size());
-      }
-      live_ = static_cast<int>(store_->keys(keys.lease_prefix()).size());
-      finished_ = store_->get(keys.finished()).has_value();
-      known = cur;
-      store_->wait_change(keys.gen(), known, std::chrono::milliseconds(500));
+      poll_once(&known, &reported);
     } catch (const Error& e) {
-      if (!warned) log_event(std::string("warning: cannot watch the store: ") + e.what());
-      warned = true;
-      for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      on_error(e.what(), &since);
+    } catch (const std::exception& e) {
+      on_error(e.what(), &since);
     }
   }
 }

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <stdexcept>
 
 namespace edl::launcher {
 namespace {
@@ -35,7 +37,16 @@ void install_handlers() {
 
 }  // namespace
 
-Supervisor::Supervisor() { install_handlers(); }
+Supervisor::Supervisor() {
+  install_handlers();
+  if (pipe2(link_, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("cannot create the worker liveness pipe: ") + std::strerror(errno));
+  if (link_[0] <= 2) {  // must survive the child's dup2 onto 0..2
+    int fd = fcntl(link_[0], F_DUPFD_CLOEXEC, 3);
+    ::close(link_[0]);
+    link_[0] = fd;
+  }
+}
 
 Supervisor::~Supervisor() {
   // Never leave workers behind.
@@ -44,11 +55,17 @@ Supervisor::~Supervisor() {
     int st = 0;
     waitpid(kv.first, &st, 0);
   }
+  for (int fd : link_)
+    if (fd >= 0) ::close(fd);
 }
 
 pid_t Supervisor::start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                         const std::string& tag, const std::vector<int>& cpus) {
-  auto p = std::make_unique<Process>(spawn_process(argv, env, tag, cpus));
+  std::vector<std::string> full;
+  for (const auto& e : env)
+    if (e.rfind("EDL_LAUNCHER_FD=", 0) != 0) full.push_back(e);
+  full.push_back("EDL_LAUNCHER_FD=" + std::to_string(link_[0]));
+  auto p = std::make_unique<Process>(spawn_process(argv, full, tag, cpus, link_[0]));
   pid_t pid = p->pid;
   running_[pid] = true;
   procs_.push_back(std::move(p));

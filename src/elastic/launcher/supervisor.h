@@ -1,6 +1,9 @@
 // Supervisor: the event loop core shared by both edl-run modes. Owns the worker processes, pumps
 // their output, turns SIGINT/SIGTERM/SIGHUP/SIGCHLD into values the caller acts on (self-pipe), and
-// reaps exited workers.
+// reaps exited workers. It also owns the liveness pipe: every worker inherits its read end as
+// EDL_LAUNCHER_FD, only edl-run holds the write end, so when edl-run dies (even by SIGKILL) every
+// process of every worker sees EOF and exits (src/elastic/launcher_link.h) — in addition to the
+// PR_SET_PDEATHSIG that spawn_process sets on the worker itself.
 // Thread-safety: one instance per process, used from the main thread only.
 #pragma once
 
@@ -40,6 +43,7 @@ class Supervisor {
   void drain(int timeout_ms);
 
  private:
+  int link_[2] = {-1, -1};  // liveness pipe: [0] inherited by workers, [1] held by edl-run only
   std::map<pid_t, bool> running_;
   std::vector<std::unique_ptr<Process>> procs_;  // kept until both pipes hit EOF
 };

@@ -1,0 +1,267 @@
+// TcpCommunicator::build_mesh: the mesh bootstrap through the store, with the job-secret handshake
+// of mesh_handshake.h on every connection (docs/collectives.md, "Mesh bootstrap").
+//
+// Every rank publishes its listening address, dials every peer (its send socket to that peer) and
+// accepts one authenticated connection from every peer (its receive socket), in one loop: the
+// listener is served while peers' addresses are still awaited. Accepted connections
+// that send garbage, a foreign job's or generation's hello, a rank outside this generation, a wrong
+// proof of the secret, or nothing at all are closed (logged) and the rank keeps waiting for the
+// genuine peer until connect_timeout. A dialled peer that fails the handshake is fatal: the address
+// in the store is not rank p of this generation (PeerLostError) or the secrets differ (AuthError).
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <list>
+#include <memory>
+
+#include "collective/mesh_handshake.h"
+#include "collective/tcp_communicator.h"
+#include "common/crypto.h"
+#include "common/logging.h"
+#include "edl/error.h"
+
+namespace edl::collective {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr size_t kMaxPendingAccepts = 256;  // half-open strangers beyond this: the oldest is closed
+constexpr size_t kRememberedRejections = 4;  // quoted in the timeout error
+constexpr int kAcceptsPerTurn = 64;
+constexpr std::chrono::milliseconds kDialWait{20};  // store wait per turn while serving the listener
+
+long long ms_left(Clock::time_point deadline) {
+  return std::max<long long>(0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+}
+
+// recv() of at most n bytes without blocking: >0 bytes, 0 nothing yet, -1 EOF or error.
+ssize_t recv_some(int fd, uint8_t* buf, size_t n) {
+  ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
+  if (r > 0) return r;
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  return -1;
+}
+
+}  // namespace
+
+class MeshBuilder {
+ public:
+  MeshBuilder(TcpCommunicator& c, Store& store, const std::string& prefix)
+      : c_(c), store_(store), prefix_(prefix), deadline_(Clock::now() + c.options_.connect_timeout) {
+    id_.generation = c.options_.generation;
+    id_.prefix_tag = fnv1a(prefix);
+    id_.size = c.size_;
+    id_.secret = c.options_.secret;
+    dialled_.resize(static_cast<size_t>(c.size_));
+  }
+  ~MeshBuilder() {
+    if (lfd_ >= 0) close(lfd_);
+    for (auto& a : accepted_) close(a.fd);
+  }
+
+  void run() {
+    listen_and_publish();
+    while (accepted_ok_ < c_.size_ - 1 || dialled_ok_ < c_.size_ - 1) {
+      if (c_.aborted_.load()) c_.throw_aborted();
+      if (ms_left(deadline_) <= 0) timeout();
+      const bool dialling = dial_next();
+      wait_readable(dialling ? 0 : 100);
+      accept_new();
+      step_accepted();
+      step_dialled();
+    }
+  }
+
+ private:
+  struct Accepted {
+    int fd;
+    std::string addr;
+    mesh::AcceptSide hs;
+  };
+  struct Dialled {
+    std::string addr;
+    std::unique_ptr<mesh::ConnectSide> hs;
+  };
+
+  std::string key_of(int p) const { return prefix_ + "addr/" + std::to_string(p); }
+  std::string setup() const { return "communicator setup on rank " + std::to_string(c_.rank_); }
+
+  void listen_and_publish() {
+    int port = 0;
+    lfd_ = listen_any_port(c_.options_.bind_address, &port);
+    store_.set(key_of(c_.rank_), c_.options_.bind_address + ":" + std::to_string(port));
+  }
+
+  // Dials the next peer once its address is published (waiting at most kDialWait for it, so that
+  // the listener is served meanwhile) and sends our hello (96 bytes fit in an empty socket buffer).
+  // Returns whether peers remain to be dialled.
+  bool dial_next() {
+    if (next_dial_ == c_.rank_) ++next_dial_;
+    if (next_dial_ >= c_.size_) return false;
+    const int p = next_dial_;
+    const std::string key = key_of(p);
+    if (!store_.wait({key}, std::min(kDialWait, milliseconds(ms_left(deadline_))))) return true;
+    Dialled& d = dialled_[p];
+    d.addr = store_.get(key).value_or("");
+    c_.peer_addr_[p] = d.addr;
+    int fd = connect_until(d.addr, deadline_);
+    if (fd < 0)
+      throw TimeoutError(setup() + ": cannot connect to rank " + std::to_string(p) + " at " + d.addr + " within " +
+                         std::to_string(c_.options_.connect_timeout.count()) + " ms");
+    c_.send_fd_[p] = fd;
+    d.hs = std::make_unique<mesh::ConnectSide>(id_, c_.rank_, p, crypto::random_bytes(mesh::kNonceBytes));
+    const std::string hello = d.hs->hello();
+    if (!write_all(fd, hello.data(), hello.size(), deadline_))
+      throw PeerLostError(setup() + ": sending the handshake to rank " + std::to_string(p) + " at " + d.addr +
+                          " failed");
+    ++next_dial_;
+    return true;
+  }
+
+  void wait_readable(int max_ms) {
+    std::vector<pollfd> fds;
+    fds.push_back({lfd_, POLLIN, 0});
+    for (auto& a : accepted_) fds.push_back({a.fd, POLLIN, 0});
+    for (int p = 0; p < c_.size_; ++p)
+      if (dialled_[p].hs && dialled_[p].hs->wanted() > 0) fds.push_back({c_.send_fd_[p], POLLIN, 0});
+    poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(ms_left(deadline_), max_ms)));
+  }
+
+  void accept_new() {
+    for (int i = 0; i < kAcceptsPerTurn; ++i) {  // bounded: a flood must not starve the handshakes
+      int fd = accept4(lfd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      if (accepted_.size() >= kMaxPendingAccepts) reject(accepted_.begin(), "too many half-open connections");
+      accepted_.push_back(Accepted{fd, peer_address(fd), mesh::AcceptSide(id_, c_.rank_,
+                                                                          crypto::random_bytes(mesh::kNonceBytes))});
+    }
+  }
+
+  void reject(std::list<Accepted>::iterator it, const std::string& why) {
+    std::string line = "connection from " + it->addr + " rejected: " + why;
+    EDL_LOG(1) << setup() << ": " << line << " (still waiting for the genuine peers)";
+    rejections_.push_back(line);
+    if (rejections_.size() > kRememberedRejections) rejections_.pop_front();
+    close(it->fd);
+    accepted_.erase(it);
+  }
+
+  // Advances the handshakes of accepted connections; a completed one becomes recv_fd_[rank].
+  void step_accepted() {
+    for (auto it = accepted_.begin(); it != accepted_.end();) {
+      uint8_t buf[mesh::kHelloBytes];
+      ssize_t r = recv_some(it->fd, buf, it->hs.wanted());
+      if (r < 0) {
+        reject(it++, "it hung up during the handshake");
+        continue;
+      }
+      if (r == 0) {
+        ++it;
+        continue;
+      }
+      std::string reply = it->hs.feed(buf, static_cast<size_t>(r));
+      if (it->hs.state() == mesh::AcceptSide::State::kRejected) {
+        const std::string why = it->hs.reason();
+        reject(it++, why);
+        continue;
+      }
+      if (!reply.empty() && !write_all(it->fd, reply.data(), reply.size(), deadline_)) {
+        reject(it++, "sending the handshake reply failed");
+        continue;
+      }
+      if (it->hs.state() != mesh::AcceptSide::State::kDone) {
+        ++it;
+        continue;
+      }
+      const int p = it->hs.peer_rank();
+      if (c_.recv_fd_[p] >= 0) {  // cannot happen with genuine peers: each dials once
+        reject(it++, "rank " + std::to_string(p) + " is already connected");
+        continue;
+      }
+      c_.recv_fd_[p] = it->fd;
+      ++accepted_ok_;
+      it = accepted_.erase(it);
+    }
+  }
+
+  // Advances the handshakes on our own connections; any failure is fatal.
+  void step_dialled() {
+    for (int p = 0; p < c_.size_; ++p) {
+      Dialled& d = dialled_[p];
+      if (!d.hs || d.hs->wanted() == 0) continue;
+      uint8_t buf[mesh::kHelloBytes];
+      ssize_t r = recv_some(c_.send_fd_[p], buf, d.hs->wanted());
+      if (r < 0) {
+        if (d.hs->state() == mesh::ConnectSide::State::kWantAccept)
+          throw AuthError(setup() + ": rank " + std::to_string(p) + " at " + d.addr +
+                          " closed the connection after our proof of the job secret: it rejected the proof "
+                          "(EDL_JOB_SECRET differs between the ranks?)");
+        throw PeerLostError(setup() + ": rank " + std::to_string(p) + " at " + d.addr +
+                            " closed the connection during the handshake");
+      }
+      if (r == 0) continue;
+      std::string reply = d.hs->feed(buf, static_cast<size_t>(r));
+      if (d.hs->state() == mesh::ConnectSide::State::kFailed) {
+        const std::string msg = setup() + ": the process at " + d.addr + " (rank " + std::to_string(p) +
+                                "'s address) failed the handshake: " + d.hs->reason();
+        if (d.hs->auth_failure()) throw AuthError(msg);
+        throw PeerLostError(msg);
+      }
+      if (!reply.empty() && !write_all(c_.send_fd_[p], reply.data(), reply.size(), deadline_))
+        throw PeerLostError(setup() + ": sending the handshake to rank " + std::to_string(p) + " at " + d.addr +
+                            " failed");
+      if (d.hs->state() == mesh::ConnectSide::State::kDone) ++dialled_ok_;
+    }
+  }
+
+  [[noreturn]] void timeout() {
+    if (next_dial_ < c_.size_ && !(next_dial_ == c_.rank_ && next_dial_ + 1 >= c_.size_))
+      throw TimeoutError(setup() + ": rank " + std::to_string(next_dial_) + " did not publish its address under '" +
+                         key_of(next_dial_) + "' within " + std::to_string(c_.options_.connect_timeout.count()) +
+                         " ms");
+    std::string missing;
+    for (int p = 0; p < c_.size_; ++p)
+      if (p != c_.rank_ && c_.recv_fd_[p] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+    std::string msg = setup() + ": only " + std::to_string(accepted_ok_) + " of " + std::to_string(c_.size_ - 1) +
+                      " peers connected (missing rank(s) " + missing + ") and " + std::to_string(dialled_ok_) +
+                      " answered within " + std::to_string(c_.options_.connect_timeout.count()) + " ms";
+    for (const auto& r : rejections_) msg += "; " + r;
+    throw TimeoutError(msg);
+  }
+
+  TcpCommunicator& c_;
+  Store& store_;
+  const std::string prefix_;
+  const Clock::time_point deadline_;
+  mesh::Identity id_;
+  int lfd_ = -1;
+  std::list<Accepted> accepted_;
+  std::vector<Dialled> dialled_;
+  std::deque<std::string> rejections_;
+  int accepted_ok_ = 0;
+  int dialled_ok_ = 0;
+  int next_dial_ = 0;
+};
+
+void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {
+  try {
+    MeshBuilder(*this, store, prefix).run();
+  } catch (...) {
+    for (auto* fds : {&send_fd_, &recv_fd_})
+      for (int& fd : *fds)
+        if (fd >= 0) close(fd), fd = -1;
+    throw;
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    tune_data_socket(send_fd_[p]);
+    tune_data_socket(recv_fd_[p]);
+  }
+}
+
+}  // namespace edl::collective

@@ -1,0 +1,98 @@
+// The process-wide runtime state (collective/runtime_state.h); edl::init() is in src/runtime/.
+#include "collective/runtime_state.h"
+
+#include "collective/engine.h"
+#include "edl/error.h"
+
+namespace edl::detail {
+
+Runtime& Runtime::instance() {
+  static Runtime* rt = new Runtime();  // never destroyed: usable from atexit handlers and threads
+  return *rt;
+}
+
+bool Runtime::initialized() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return initialized_;
+}
+
+std::shared_ptr<Store> Runtime::store() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_;
+}
+
+std::shared_ptr<Generation> Runtime::generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!gen_) throw InvalidArgument("edl::init() has not been called");
+  return gen_;
+}
+
+void Runtime::set_generation(std::shared_ptr<Generation> next) {
+  std::shared_ptr<Generation> prev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    prev = std::move(gen_);
+    gen_ = std::move(next);
+  }
+  if (prev && prev->engine) prev->engine->stop();
+}
+
+std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::string& prefix, int rank, int size,
+                                                     int local_rank, int local_size,
+                                                     std::chrono::milliseconds connect_timeout) const {
+  auto g = std::make_shared<Generation>();
+  g->id = id;
+  g->rank = rank;
+  g->size = size;
+  g->local_rank = local_rank;
+  g->local_size = local_size;
+  CommunicatorOptions co;
+  co.timeout = std::chrono::milliseconds(config_.timeout_ms);
+  co.connect_timeout = std::chrono::milliseconds(config_.connect_timeout_ms);
+  if (connect_timeout.count() > 0 && connect_timeout < co.connect_timeout) co.connect_timeout = connect_timeout;
+  co.bind_address = config_.bind_address;
+  co.generation = id;
+  co.secret = config_.secret;
+  std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
+  g->comm = Communicator::create(store, prefix, rank, size, co);
+  collective::EngineOptions eo;
+  eo.fusion_threshold_bytes = config_.fusion_threshold;
+  eo.cycle_time = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000.0));
+  eo.tick = config_.engine_tick;
+  g->engine = std::make_shared<collective::Engine>(g->comm, eo);
+  return g;
+}
+
+bool Runtime::start(const Config& config, std::shared_ptr<Store> store) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (initialized_) return false;
+  config_ = config;
+  store_ = std::move(store);
+  return true;
+}
+
+std::shared_ptr<Store> Runtime::ensure_store() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!store_) store_ = make_memory_store();
+  return store_;
+}
+
+void Runtime::mark_initialized() {
+  std::lock_guard<std::mutex> lock(mu_);
+  initialized_ = true;
+}
+
+bool Runtime::finish() {
+  std::shared_ptr<Generation> gen;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!initialized_) return false;
+    initialized_ = false;
+    gen = std::move(gen_);
+    store_.reset();
+  }
+  if (gen && gen->engine) gen->engine->stop();
+  return true;
+}
+
+}  // namespace edl::detail

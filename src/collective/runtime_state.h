@@ -1,0 +1,82 @@
+// Runtime: the process-wide state behind edl::init() — config, store connection and the current
+// membership generation (its Communicator and background Engine).
+//
+// This is the collective layer's view of the process: it knows how to build a generation (a
+// communicator plus its engine) and which one is current, and nothing of elastic policy. The wiring
+// that fills it — edl::init()/shutdown(), which connect the store and either build the static
+// generation or start the elastic worker — lives above collective and elastic, in src/runtime/.
+//
+// The Runtime holds one Generation at a time. The static (non-elastic) mode installs one generation
+// from EDL_RANK/EDL_SIZE; the elastic runtime (src/elastic) replaces the generation after each
+// rendezvous. Code that runs collectives takes a shared_ptr to the current Generation and keeps it
+// for the duration of the call, so a concurrent replacement never frees what is in use.
+//
+// Thread-safety: all methods are safe from any thread; start()/finish() are called by
+// edl::init()/shutdown() only, which serialise them.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+
+#include "common/config.h"
+#include "edl/communicator.h"
+#include "edl/store.h"
+
+namespace edl::collective {
+class Engine;
+}
+
+namespace edl::detail {
+
+struct Generation {
+  uint64_t id = 0;
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::shared_ptr<Communicator> comm;
+  std::shared_ptr<collective::Engine> engine;
+};
+
+class Runtime {
+ public:
+  static Runtime& instance();
+
+  // edl::init(): records the config and the job's store (nullptr without a launcher). Returns false
+  // (and changes nothing) when the runtime is already initialized.
+  bool start(const Config& config, std::shared_ptr<Store> store);
+  // The job's store, creating a memory store when there is none (elastic mode without a launcher).
+  std::shared_ptr<Store> ensure_store();
+  // edl::init() done: initialized() becomes true.
+  void mark_initialized();
+  // edl::shutdown(): forgets the store and the generation and stops its engine; returns false when
+  // the runtime was not initialized.
+  bool finish();
+  bool initialized() const;
+
+  const Config& config() const { return config_; }
+  // The job's control-plane store (nullptr in a world of size 1 without a launcher).
+  std::shared_ptr<Store> store() const;
+  // The current generation; throws InvalidArgument("edl::init() has not been called") before init.
+  std::shared_ptr<Generation> generation() const;
+  // Installs a new generation (elastic runtime); the previous one's engine is stopped.
+  void set_generation(std::shared_ptr<Generation> next);
+
+  // Builds a generation: communicator under `prefix` + engine, from the runtime's config.
+  // connect_timeout: deadline for the mesh (0 = EDL_CONNECT_TIMEOUT_MS); the elastic runtime passes a
+  // shorter one so a member that died right after the rendezvous costs seconds, not 30 s.
+  std::shared_ptr<Generation> make_generation(uint64_t id, const std::string& prefix, int rank, int size,
+                                              int local_rank, int local_size,
+                                              std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(0)) const;
+
+ private:
+  Runtime() = default;
+  mutable std::mutex mu_;
+  bool initialized_ = false;  // edl::init() completed
+  Config config_;
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<Generation> gen_;
+};
+
+}  // namespace edl::detail

@@ -1,0 +1,43 @@
+// The value of <job>/g<G>/members (docs/elastic.md, keys.h), in one place for the workers'
+// membership and edl-run's store watcher: the decided members in rank order, "id host" per line,
+// or kJobErrorTag + reason when the job cannot go on.
+//
+// Thread-safety: value types and pure functions.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace edl::elastic {
+
+struct Member {
+  std::string id;
+  std::string host;
+};
+
+// Prefix of a members value that carries a job error instead of a member list.
+inline constexpr char kJobErrorTag[] = "!job-error ";
+
+inline std::string format_members(const std::vector<Member>& members) {
+  std::string out;
+  for (const auto& m : members) out += m.id + " " + m.host + "\n";
+  return out;
+}
+
+inline std::vector<Member> parse_members(const std::string& text) {
+  std::vector<Member> out;
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.empty()) continue;
+    auto sp = line.find(' ');
+    Member m;
+    m.id = line.substr(0, sp);
+    m.host = sp == std::string::npos ? "" : line.substr(sp + 1);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace edl::elastic

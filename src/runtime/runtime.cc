@@ -1,0 +1,69 @@
+// The process-wide runtime: edl::init() / edl::shutdown() and the world accessors of include/edl/edl.h.
+//
+// This is the top of the library's layering (common <- collective <- elastic <- optim, data <- runtime):
+// it reads the configuration, connects the job's store, and then either installs the one static
+// generation (EDL_RANK / EDL_SIZE) in the collective layer's Runtime state or starts the elastic
+// worker, whose group factory installs a generation after each rendezvous.
+//
+// Thread-safety: init()/shutdown() are meant to be called once each, from the program's main thread;
+// the accessors are safe from any thread after init().
+#include "collective/runtime_state.h"
+#include "common/logging.h"
+#include "edl/edl.h"
+#include "edl/error.h"
+#include "elastic/api.h"
+#include "elastic/launcher_link.h"
+
+namespace edl {
+namespace {
+
+// The job's control-plane store when this process was started by edl-run (EDL_STORE), else nullptr.
+std::shared_ptr<Store> connect_job_store(const Config& config) {
+  if (!config.launched) return nullptr;
+  StoreOptions so;
+  so.secret = config.secret;
+  so.connect_timeout = std::chrono::milliseconds(config.connect_timeout_ms);
+  so.reconnect_timeout = std::chrono::milliseconds(config.store_timeout_ms);  // EDL_STORE_TIMEOUT_MS
+  return connect_store(config.store_url, so);
+}
+
+}  // namespace
+
+void init() {
+  auto& rt = detail::Runtime::instance();
+  if (rt.initialized()) return;
+  const Config config = Config::from_env();
+  log::set_level(config.log_level);
+  if (!rt.start(config, connect_job_store(config))) return;
+  if (config.elastic) {
+    // The elastic worker joins the job (a job of this process alone without a launcher); its group
+    // factory installs each generation (Runtime::set_generation).
+    elastic::start_elastic(config, rt.ensure_store());
+  } else {
+    // No orphans in static mode either: exit when edl-run dies (EDL_LAUNCHER_FD); SIGTERM keeps its
+    // default meaning (the callback declines, so the previous disposition runs).
+    elastic::install_launcher_link(config, [] { return false; });
+    rt.set_generation(rt.make_generation(0, config.job_id + "/static/", config.rank, config.size,
+                                         config.local_rank, config.local_size));
+  }
+  rt.mark_initialized();
+}
+
+void shutdown() {
+  auto& rt = detail::Runtime::instance();
+  if (!rt.initialized()) return;
+  if (rt.config().elastic) {
+    elastic::stop_elastic();  // leaves the job: the lease goes away
+  } else {
+    elastic::uninstall_launcher_link();
+  }
+  rt.finish();                                      // stops the generation's engine
+}
+
+bool initialized() { return detail::Runtime::instance().initialized(); }
+int rank() { return detail::Runtime::instance().generation()->rank; }
+int size() { return detail::Runtime::instance().generation()->size; }
+int local_rank() { return detail::Runtime::instance().generation()->local_rank; }
+int local_size() { return detail::Runtime::instance().generation()->local_size; }
+
+}  // namespace edl

@@ -1,0 +1,21 @@
+// The dependency policy of tests: a test whose dependency (redis-server, etcd, network namespaces,
+// the Fashion-MNIST package, ...) is missing FAILS when EDL_REQUIRE_DEPS=1 — scripts/test.sh and CI
+// set it after installing every dependency — and may only skip in a developer's ad-hoc run.
+//
+// Tests call edl::testing::require_dep() from testing/require_dep.h (Catch2); this part has no Catch2
+// so benches and tools can ask the same question.
+//
+// Thread-safety: all functions are safe from any thread.
+#pragma once
+
+#include <string>
+
+namespace edl::testing {
+
+// True when EDL_REQUIRE_DEPS is set to anything but "" or "0".
+bool deps_required();
+
+// "<dependency> is missing: <why>" plus how to get it under the policy, e.g. for a skip or failure note.
+std::string missing_dep_message(const std::string& dependency, const std::string& why);
+
+}  // namespace edl::testing

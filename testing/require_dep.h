@@ -1,0 +1,31 @@
+// require_dep(): the one place where a Catch2 test decides what a missing dependency means
+// (policy in testing/deps.h). Use it as the first statement of a test case:
+//
+//   edl::test::RedisServer redis;
+//   if (!edl::testing::require_dep("redis-server", redis.available(), "apt-get install redis-server"))
+//     return;
+//
+// present        -> true, nothing reported;
+// missing        -> EDL_REQUIRE_DEPS=1: FAIL (the test case fails and stops here);
+//                   otherwise: WARN "<dependency> is missing ... (skipped ...)" and false.
+//
+// Thread-safety: Catch2 v2 assertions: call from the test's main thread only.
+#pragma once
+
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "deps.h"
+
+namespace edl::testing {
+
+inline bool require_dep(const std::string& dependency, bool present, const std::string& why) {
+  if (present) return true;
+  const std::string message = missing_dep_message(dependency, why);
+  if (deps_required()) FAIL(message);
+  WARN(message);
+  return false;
+}
+
+}  // namespace edl::testing
