@@ -62,11 +62,7 @@ std::optional<nlohmann::json> post(int port, const std::string& path, const nloh
 }  // namespace
 
 EtcdCluster::EtcdCluster(int members, std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
-  if (!etcd_binary()) {
-    const char* req = std::getenv("EDL_REQUIRE_DEPS");
-    if (req && std::string(req) == "1") throw std::runtime_error("etcd is not installed (EDL_REQUIRE_DEPS=1)");
-    return;
-  }
+  if (!etcd_binary()) return;  // available() false: the test decides (testing/require_dep.h)
   std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   std::string tmpl = base + "/edl-etcd-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed in " + base);

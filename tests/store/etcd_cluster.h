@@ -15,7 +15,7 @@ namespace edl::test {
 class EtcdCluster {
  public:
   // Starts `members` members and waits until they have elected a leader. available() is false when
-  // etcd is not installed (then EDL_REQUIRE_DEPS=1 makes the constructor throw); start failures throw
+  // etcd is not installed (tests then call edl::testing::require_dep); start failures throw
   // std::runtime_error with the tail of the member's log.
   // extra_args go to every member (e.g. {"--auth-token-ttl", "1"}).
   explicit EtcdCluster(int members = 3, std::vector<std::string> extra_args = {});

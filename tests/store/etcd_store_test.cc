@@ -19,6 +19,7 @@
 #include "edl/error.h"
 #include "edl/store.h"
 #include "store/etcd_cluster.h"
+#include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
 using edl::test::EtcdCluster;
@@ -114,6 +115,10 @@ class LossyProxy {
   std::vector<std::thread> conns_;
 };
 
+bool has_etcd(const EtcdCluster& c) {
+  return edl::testing::require_dep("etcd", c.available(), "Debian package etcd-server");
+}
+
 edl::StoreOptions opts(std::chrono::milliseconds request_timeout) {
   edl::StoreOptions o;
   o.connect_timeout = request_timeout;
@@ -134,7 +139,7 @@ std::string error_of(const std::function<void()>& f) {
 // Kills the member a client talks to (it is listed first) while the client has a watch open on it.
 void failover(bool kill_leader) {
   EtcdCluster c(3);
-  if (!c.available()) return;
+  if (!has_etcd(c)) return;
   int victim = kill_leader ? c.leader() : c.follower();
   auto s = edl::connect_store(c.url(victim), opts(20s));
   s->set("k", "v0");
@@ -175,7 +180,7 @@ TEST_CASE("etcd store: the follower a client talks to is killed", "[store][etcd]
 TEST_CASE("etcd store: add and compare_set are applied exactly once across a lost request or answer",
           "[store][etcd]") {
   EtcdCluster& c = EtcdCluster::shared();
-  if (!c.available()) return;
+  if (!has_etcd(c)) return;
   c.clear();
   LossyProxy proxy(c.client_port(0));
   // The proxy is listed first: the client's first attempt goes through it, the retry to member 1.
@@ -210,7 +215,7 @@ TEST_CASE("etcd store: add and compare_set are applied exactly once across a los
 
 TEST_CASE("etcd store: lease TTLs round up to whole seconds and expire across a leader change", "[store][etcd]") {
   EtcdCluster c(3);
-  if (!c.available()) return;
+  if (!has_etcd(c)) return;
   auto s = edl::connect_store(c.url(c.leader()), opts(20s));
   // The lease etcd holds for a key: its granted TTL in seconds.
   auto granted_ttl = [&](const std::string& key) -> int64_t {
@@ -242,7 +247,7 @@ TEST_CASE("etcd store: lease TTLs round up to whole seconds and expire across a 
 
 TEST_CASE("etcd store: a cluster that stays away past the deadline is a StoreError naming it", "[store][etcd]") {
   EtcdCluster c(1);
-  if (!c.available()) return;
+  if (!has_etcd(c)) return;
   std::string url = c.url();
   auto s = edl::connect_store(url, opts(1500ms));
   s->set("a", "1");
@@ -263,7 +268,7 @@ TEST_CASE("etcd store: a cluster that stays away past the deadline is a StoreErr
 
 TEST_CASE("etcd store: concurrent adds stay exact while leaders are killed and restarted in turn", "[store][etcd]") {
   EtcdCluster c(3);
-  if (!c.available()) return;
+  if (!has_etcd(c)) return;
   constexpr int kThreads = 3, kAdds = 100;
   std::atomic<int> done{0}, errors{0}, progress{0};
   std::vector<std::thread> ts;
@@ -299,9 +304,9 @@ TEST_CASE("etcd store: concurrent adds stay exact while leaders are killed and r
   CHECK(s->get("counter") == std::optional<std::string>(std::to_string(kThreads * kAdds)));
 }
 
-TEST_CASE("etcd store: etcd://USER@... authenticates with the job secret; tokens are renewed", "[store][etcd]") {
+TEST_CASE("etcd store: etcd://USER@... authenticates with the job secret, tokens are renewed", "[store][etcd]") {
   EtcdCluster c(1, {"--auth-token-ttl", "1"});  // simple tokens expire after 1 s unused
-  if (!c.available()) return;
+  if (!has_etcd(c)) return;
   c.enable_auth("edl", "job-pw");
   std::string hosts = "127.0.0.1:" + std::to_string(c.client_port(0));
   edl::StoreOptions o = opts(20s);
@@ -335,7 +340,7 @@ TEST_CASE("etcd store: etcd://USER@... authenticates with the job secret; tokens
 
 TEST_CASE("etcd store: leases revoked behind the client's back are granted again", "[store][etcd]") {
   EtcdCluster& c = EtcdCluster::shared();
-  if (!c.available()) return;
+  if (!has_etcd(c)) return;
   c.clear();
   httplib::Client h("127.0.0.1", c.client_port(1));
   auto lease_of = [&](const nlohmann::json& range) -> std::string {

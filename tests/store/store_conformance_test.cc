@@ -65,8 +65,7 @@ struct EtcdBackendT {
     if (cluster.available()) cluster.clear();
   }
   bool available() const {
-    if (!cluster.available()) WARN("etcd is not installed: skipping the etcd backend");
-    return cluster.available();
+    return edl::testing::require_dep("etcd", cluster.available(), "Debian package etcd-server");
   }
   // Clients spread over the members: each lists a different one first.
   std::shared_ptr<edl::Store> connect() { return edl::connect_store(cluster.url(next++ % cluster.size())); }
