@@ -182,6 +182,29 @@ void elastic_section(Ctx& c, const Rows& rows) {
        "re-rendezvous time vs ranks");
 }
 
+// chaos_bench rows: the summaries (trials, MTBF), then only the trials / runs that failed.
+void chaos_section(Ctx& c, const Rows& rows) {
+  Rows summary, failed, pairs;
+  for (const Json& r : rows) {
+    bool is_summary = (r.contains("trial") && r["trial"] == "summary") || (r.contains("pair") && r["pair"] == "summary");
+    if (is_summary) summary.push_back(r);
+    else if (r.value("mode", "") == "mtbf") pairs.push_back(r);
+    else if (r.contains("ok") && r["ok"] == false) failed.push_back(r);
+  }
+  c.md << "Targets: 100/100 trials ok; recovery p99 <= 1000 ms; goodput >= 0.97 at MTBF 10 s and >= 0.98 at "
+          "MTBF 30 s (3 workers, median of 3 paired runs).\n";
+  Rows trials_summary, mtbf_summary;
+  for (const Json& r : summary) (r.contains("pair") ? mtbf_summary : trials_summary).push_back(r);
+  table(c, trials_summary, {"trials", "ok", "kills", "recovery_p50_ms", "recovery_p99_ms", "recovery_max_ms", "store",
+                            "ok_by_kind"});
+  table(c, pairs, {"pair", "mtbf_s", "workers", "clean_steps_per_s", "faulty_steps_per_s", "goodput", "goodput_records", "kills", "ok"});
+  table(c, mtbf_summary, {"mtbf_s", "workers", "pairs", "goodput_median", "goodput_records_median", "ok"});
+  if (!failed.empty()) {
+    c.md << "Failed trials:\n";
+    table(c, failed, {"trial", "seed", "faults", "wall_s", "exit_status", "error"});
+  }
+}
+
 void cluster_section(Ctx& c, const Rows& rows) {
   c.md << "Published (seed 000/001), Experiment 1: gang — job 1 ends 465 s, job 2 starts 518 s (53 s master-pod "
           "launch) and ends 968 s, utilisation 66.6%; elastic — job 2 starts at once on 2 GPUs, grows to 4 when "
@@ -316,6 +339,12 @@ void convergence_section(Ctx& c, const Rows& rows) {
   curves(loss, "convergence_loss", "training loss (epoch mean)", "training loss per epoch, all runs");
 }
 
+void controlplane_section(Ctx& c, const Rows& rows) {
+  table(c, rows, {"scenario", "store", "hosts", "pause_ms", "lost_steps", "split_brain_steps", "exit_s", "ok"});
+  c.md << "pause_ms and exit_s: medians of the runs (empty: no run had one); lost_steps and split_brain_steps: "
+          "the most of any run; ok: every run passed its checks.\n";
+}
+
 struct BenchInfo {
   std::string name, title, anchors;
   void (*special)(Ctx&, const Rows&) = nullptr;
@@ -340,6 +369,13 @@ const std::vector<BenchInfo>& benches() {
        "Target at 2 ranks: overlap step_ms <= 0.8x no_overlap, overlap_fraction >= 0.6.", nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
+      {"chaos_bench", "Chaos trials (random fault schedules under edl-run)", "", chaos_section},
+      {"chaos_mtbf", "Goodput under random kills (chaos_bench --mtbf-s)", "", chaos_section},
+      {"controlplane_bench", "Control-plane faults on emulated hosts",
+       "Targets (medians of 5 runs): etcd leader kill pause <= 3000 ms with 0 lost steps; host crash pause <= "
+       "lease (3000 ms) + 1000 ms; partition: minority exit_s <= 10 s, split_brain_steps 0; Redis restart ok. "
+       "Scenarios step by step: docs/multihost.md.",
+       controlplane_section},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
       {"scaling_bench", "Scaling (FTlib benchmark reproduction)", "", scaling_section},

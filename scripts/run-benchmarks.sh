@@ -8,7 +8,8 @@
 #   --build DIR   build tree with bench/ and experiments/ (default: build)
 #   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, series/, plots/ (default: DIR/bench-results)
 #   --only LIST   run only these benches (the doc is still made from everything in --out)
-#   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp)
+#   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
+#                 controlplane_bench)
 #   --doc-only    do not run anything; regenerate the doc and the plots from --out
 #
 # Needs only bash, coreutils and what the project builds; gnuplot (Debian gnuplot-nox) for the PNGs.
@@ -93,11 +94,20 @@ if [ $DOC_ONLY -eq 0 ]; then
     SCALING_ARGS=(--steps 8 --warmup 2 --repeats 2)
     ELASTIC_ARGS=(--kills 2 --stops 1 --joins 2 --reps 1)
     CONVERGENCE_ARGS=(--quick)
+    CHAOS_ARGS=(--trials 20)
+    MTBF_ARGS=(--mtbf-run-s 30 --pairs 1)
+    CONTROLPLANE_ARGS=(--runs 1)
   else
+    CONTROLPLANE_ARGS=()
     SCALING_ARGS=()
     ELASTIC_ARGS=()
     CONVERGENCE_ARGS=()
+    CHAOS_ARGS=()
+    MTBF_ARGS=()
   fi
+  # The fault kinds the runtime handles today; add stuck,stopforever once the progress deadline and
+  # edl-run's ending of evicted workers are in (chaos_bench's default is every kind).
+  CHAOS_FAULTS="${CHAOS_FAULTS:-kill,kill2,stop,join,leave,flood,hostile}"
   run_bench allreduce_bench 1200 "$B/allreduce_bench" --local-ranks 2
   if [ -n "$EDL_RUN" ]; then
     run_bench fusion_bench 1200 "$EDL_RUN" -np 2 "$B/fusion_bench"
@@ -109,7 +119,10 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench optimizer_bench 1200 "$B/optimizer_bench"
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench shard_audit 900 "$B/shard_audit"
+  run_bench chaos_bench 1800 "$B/chaos_bench" --faults "$CHAOS_FAULTS" "${CHAOS_ARGS[@]}"
+  run_bench chaos_mtbf 1800 "$B/chaos_bench" --mtbf-s 10 "${MTBF_ARGS[@]}"
   run_bench netns_check 300 "$B/netns_check"
+  run_bench controlplane_bench 3600 "$B/controlplane_bench" --store redis,embedded,etcd "${CONTROLPLANE_ARGS[@]}"
   run_bench scaling_bench 3600 "$X/scaling_bench" "${SCALING_ARGS[@]}"
   run_bench convergence 3600 "$X/convergence_exp" "${CONVERGENCE_ARGS[@]}"
   # The simulator takes EDL's own scaling curve and recovery times when both benches produced rows.

@@ -1,0 +1,66 @@
+// CommitLog: the per-step commit log written by testing/multihost_worker and the control-plane
+// measures computed from it (docs/multihost.md): pause around a fault, committed steps that were
+// rolled back, split-brain steps, and when a side stopped.
+//
+// A commit is "worker W of host H committed step S in generation G with parameters CRC at monotonic
+// time T" (CLOCK_MONOTONIC is one clock for every namespace of the machine, so times of different
+// emulated hosts compare directly).
+//
+// Thread-safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace edl::testing {
+
+struct Commit {
+  std::string worker, host;
+  int64_t step = 0;
+  uint64_t generation = 0;
+  int rank = 0, size = 0;
+  uint32_t crc = 0;
+  double mono_ms = 0, wall_ms = 0;
+};
+
+struct WorkerEnd {  // a `done` or `error` line
+  std::string worker, host;
+  bool error = false;
+  int64_t step = 0;      // done only
+  uint32_t crc = 0;      // done only
+  double mono_ms = 0;
+  std::string message;   // error only
+};
+
+struct CommitLog {
+  std::vector<Commit> commits;  // in file order
+  std::vector<WorkerEnd> ends;
+  // Parses the lines of multihost_worker (others are ignored; a torn last line is skipped).
+  static CommitLog parse(const std::string& text);
+};
+
+// The training pause around a fault: the longest gap between consecutive commits (of any worker)
+// from the last commit at or before `fault_ms` up to `end_ms` (when the survivors have recovered).
+// A stall that starts before the fault is detected shows as one long gap. -1 when there is no
+// commit before the fault or none after it up to end_ms.
+double pause_ms(const CommitLog& log, double fault_ms, double end_ms);
+
+// Committed steps that were rolled back: distinct steps committed in one generation and committed
+// again in a later generation (the later generation restarted below them).
+int lost_steps(const CommitLog& log);
+
+// Steps that show two generations training at once or members disagreeing: (a) commits of a
+// generation made after a later generation had already committed a step, and (b) steps for which
+// two members of the same generation logged different parameter CRCs. Counted as distinct
+// (generation, step) pairs; 0 means no split brain.
+int split_brain_steps(const CommitLog& log);
+
+// Highest step committed by any worker of `host` after `after_ms`; -1 when none.
+int64_t last_step_of_host(const CommitLog& log, const std::string& host, double after_ms);
+// Number of commits after `after_ms` by workers not on `host` ("" = any host).
+int commits_after(const CommitLog& log, double after_ms, const std::string& except_host = "");
+// First `error` line of a worker of `host` after `after_ms`; nullptr when none.
+const WorkerEnd* first_error_of_host(const CommitLog& log, const std::string& host, double after_ms);
+
+}  // namespace edl::testing
