@@ -1,6 +1,6 @@
 // store_bench: control-plane latency of the Store backends.
 //
-//   store_bench [--backends tcp,redis,memory] [--iters 2000] [--workers 16] [--reps 5] [--json PATH]
+//   store_bench [--backends tcp,redis,memory,etcd] [--iters 2000] [--workers 16] [--reps 5] [--json PATH]
 //
 // Table 1 — round trip of one operation from one client (rows {"bench":"store_rtt","backend","op",
 // "clients","p50_us","p99_us","ops_per_s","wrong"}); "wrong" counts replies that differ from the
@@ -11,7 +11,8 @@
 // "wrong"}; time from the start of the round until the last worker holds the list). It measures the
 // store's share of a rendezvous (O(1) round trips per worker), not the full elastic protocol
 // (elastic_bench "rerendezvous" rows do).
-// The redis backend starts a private redis-server (skipped when it is not installed).
+// The redis backend starts a private redis-server, the etcd backend a private 3-member etcd cluster
+// (each skipped when not installed; etcd is not in the default list).
 #include <atomic>
 #include <algorithm>
 #include <functional>
@@ -24,6 +25,7 @@
 #include "common/bench_util.h"
 #include "edl/store.h"
 #include "edl/store_server.h"
+#include "store/etcd_cluster.h"
 #include "store/redis_server.h"
 
 using namespace edl::bench;
@@ -115,7 +117,7 @@ double rendezvous_round(const std::vector<std::shared_ptr<edl::Store>>& clients,
 int main(int argc, char** argv) {
   cxxopts::Options opts("store_bench", "Latency of the EDL store backends");
   opts.add_options()
-    ("backends", "comma list of tcp, redis, memory", cxxopts::value<std::string>()->default_value("tcp,redis,memory"))
+    ("backends", "comma list of tcp, redis, memory, etcd", cxxopts::value<std::string>()->default_value("tcp,redis,memory"))
     ("iters", "operations per latency row", cxxopts::value<int>()->default_value("2000"))
     ("workers", "comma list of rendezvous sizes", cxxopts::value<std::string>()->default_value("2,4,8,16"))
     ("reps", "rendezvous rounds per size (median reported)", cxxopts::value<int>()->default_value("5"))
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<edl::StoreServer> server;
   std::unique_ptr<edl::test::RedisServer> redis;
+  std::unique_ptr<edl::test::EtcdCluster> etcd;
   auto memory = edl::make_memory_store();
   std::vector<Backend> backends;
   std::stringstream ss(a["backends"].as<std::string>());
@@ -162,10 +165,18 @@ int main(int argc, char** argv) {
                             o.secret = "bench-secret";
                             return edl::connect_store(url, o);
                           }});
+    } else if (item == "etcd") {
+      etcd = std::make_unique<edl::test::EtcdCluster>(3);
+      if (!etcd->available()) {
+        std::printf("store_bench: etcd is not installed; skipping the etcd backend\n");
+        continue;
+      }
+      std::string url = etcd->url();
+      backends.push_back({"etcd", [url] { return edl::connect_store(url); }});
     } else if (item == "memory") {
       backends.push_back({"memory", [memory] { return memory; }});
     } else {
-      std::fprintf(stderr, "store_bench: unknown backend '%s' (tcp, redis, memory)\n", item.c_str());
+      std::fprintf(stderr, "store_bench: unknown backend '%s' (tcp, redis, memory, etcd)\n", item.c_str());
       return 2;
     }
   }

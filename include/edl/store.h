@@ -5,7 +5,11 @@
 //   memory://            in-process (tests; threads acting as ranks share one instance)
 //   tcp://HOST:PORT      the embedded store server hosted by edl-run (the default)
 //   redis://HOST:PORT    a real redis-server (jobs spanning machines or outliving a launcher)
-// An etcd backend can follow: every operation maps to an etcd txn / watch / lease.
+//   etcd://[USER@]HOST:PORT[,HOST:PORT...]  an etcd 3.4 cluster through its JSON gateway (USER:
+//                        etcd user whose password is the secret): txn for add and
+//                        compare_set (exactly once across reconnects), watch for waits, one etcd lease
+//                        per set_lease key (TTL rounded up to whole seconds); fails over between the
+//                        listed members within reconnect_timeout (docs/store.md)
 //
 // Semantics every backend provides:
 //   - set/get/del/keys are linearizable per key.
@@ -15,7 +19,8 @@
 //   - set_lease(key, value, ttl) creates or refreshes a key that disappears ttl after its last
 //     refresh: liveness of workers. A waiter on such a key sees its deletion as a change.
 // Errors: StoreError (server gone past StoreOptions::reconnect_timeout), AuthError (wrong job secret),
-// InvalidArgument. A connection lost briefly is re-established by the tcp:// and redis:// clients.
+// InvalidArgument. A connection lost briefly is re-established by the tcp:// and redis:// clients;
+// the etcd:// client fails over to another member.
 // A timeout of a wait is not an error: wait() returns false, wait_change() returns the unchanged value.
 //
 // Thread-safety: every method may be called concurrently from any thread on one instance.
@@ -81,8 +86,9 @@ struct StoreOptions {
   std::chrono::milliseconds reconnect_timeout{30000};
 };
 
-// Connects to "memory://NAME" (process-wide named in-memory store), "tcp://HOST:PORT" or
-// "redis://HOST:PORT". Throws InvalidArgument for a malformed URL, StoreError / AuthError otherwise.
+// Connects to "memory://NAME" (process-wide named in-memory store), "tcp://HOST:PORT",
+// "redis://HOST:PORT" or "etcd://[USER@]HOST:PORT[,HOST:PORT...]". Throws InvalidArgument for a
+// malformed URL, StoreError / AuthError otherwise.
 EDL_API std::shared_ptr<Store> connect_store(const std::string& url, const StoreOptions& options = {});
 
 }  // namespace edl

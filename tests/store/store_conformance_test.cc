@@ -1,4 +1,5 @@
-// One conformance suite for every Store backend: memory, the embedded TCP server, a real redis-server.
+// One conformance suite for every Store backend: memory, the embedded TCP server, a real redis-server,
+// a real 3-member etcd cluster and a single etcd member.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -8,6 +9,7 @@
 #include "edl/error.h"
 #include "edl/store.h"
 #include "edl/store_server.h"
+#include "store/etcd_cluster.h"
 #include "store/redis_server.h"
 #include "testing/require_dep.h"
 
@@ -54,9 +56,26 @@ struct RedisBackend {
   }
 };
 
+template <bool kSingle>
+struct EtcdBackendT {
+  static constexpr const char* name = kSingle ? "etcd-1" : "etcd-3";
+  edl::test::EtcdCluster& cluster = kSingle ? edl::test::EtcdCluster::shared_single() : edl::test::EtcdCluster::shared();
+  std::atomic<int> next{0};  // connect() is called from several threads
+  EtcdBackendT() {
+    if (cluster.available()) cluster.clear();
+  }
+  bool available() const {
+    return edl::testing::require_dep("etcd", cluster.available(), "Debian package etcd-server");
+  }
+  // Clients spread over the members: each lists a different one first.
+  std::shared_ptr<edl::Store> connect() { return edl::connect_store(cluster.url(next++ % cluster.size())); }
+};
+using EtcdBackend = EtcdBackendT<false>;
+using EtcdSingleBackend = EtcdBackendT<true>;
+
 }  // namespace
 
-#define BACKENDS MemoryBackend, TcpBackend, RedisBackend
+#define BACKENDS MemoryBackend, TcpBackend, RedisBackend, EtcdBackend, EtcdSingleBackend
 
 TEMPLATE_TEST_CASE("store: set/get/del/keys", "[store]", BACKENDS) {
   TestType b;

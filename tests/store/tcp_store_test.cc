@@ -313,7 +313,7 @@ TEST_CASE("connect_store: URLs", "[store]") {
   CHECK_THROWS_AS(edl::connect_store("tcp://:80"), edl::InvalidArgument);
   CHECK_THROWS_AS(edl::connect_store("tcp://host:99999"), edl::InvalidArgument);
   CHECK_THROWS_AS(edl::connect_store("tcp://host:http"), edl::InvalidArgument);
-  CHECK_THROWS_AS(edl::connect_store("etcd://host:2379"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("zk://host:2379"), edl::InvalidArgument);  // etcd:// is a backend now
   CHECK_THROWS_AS(edl::connect_store("memory://"), edl::InvalidArgument);
   try {
     edl::connect_store("ftp://x:1");

@@ -1,0 +1,131 @@
+// EtcdClient: the HTTP/JSON side of the etcd store backend — etcd v3's gRPC gateway (`/v3/...`)
+// spoken with cpp-httplib, over a list of cluster members with failover (docs/store.md, "etcd").
+//
+// A unary call goes to the member that answered last; a transport failure (refused, reset, timeout)
+// or an etcd answer that says "try again" (gRPC Unavailable / DeadlineExceeded / ResourceExhausted:
+// no leader, leader changed, request timed out) moves to the next member, and after every member
+// failed once the client sleeps with exponential backoff (50 ms doubling to 1 s). All of this within
+// one deadline: the retry window, reconnect_timeout (EDL_STORE_TIMEOUT_MS) from the start of the
+// operation (at least one attempt's time). Past it, StoreError names the store
+// URL and the last failure. An etcd answer that is an error of another kind (bad request, lease not
+// found, ...) is returned to the caller as-is: it is not retried.
+//
+// try_call() makes one attempt and reports whether the request may have been applied (a lost
+// answer): the store builds its exactly-once add/compare_set on it. watch() streams /v3/watch on a
+// connection of its own (so blocked waiters never hold up other calls) and moves to another member
+// when the stream breaks.
+//
+// Keys and values travel base64-encoded (proto3 JSON mapping of `bytes`); b64() / unb64() convert.
+// Thread-safety: every method may be called concurrently; idle connections are pooled per member.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace httplib {
+class Client;
+}
+
+namespace edl::store {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+std::string b64(const std::string& raw);
+std::string unb64(const std::string& text);  // throws StoreError on malformed input
+
+struct EtcdEndpoint {
+  std::string host;
+  int port = 0;
+};
+
+// The result of one attempt.
+struct EtcdReply {
+  enum Kind {
+    kOk,         // `body` is etcd's answer
+    kEtcdError,  // etcd refused the request for good (not retried): `body` is {"error","code",...}
+    kLost,       // no usable answer: the request may or may not have been applied; `why` says what failed
+  } kind = kLost;
+  Json body;
+  std::string why;
+  // gRPC status code and message of an etcd error ({"error","code","message"}, or nested under
+  // "error" in a stream).
+  int code() const;
+  std::string message() const;
+};
+
+class EtcdClient {
+ public:
+  // url is "etcd://A:P,B:Q" for messages. Throws StoreError when no member answers within connect_timeout.
+  // With a user, authenticates (etcd's /v3/auth/authenticate) with `password` and sends the token with
+  // every request, authenticating again when etcd says it expired; AuthError when etcd rejects the
+  // password, or when etcd requires a user and none is given.
+  EtcdClient(std::string url, std::vector<EtcdEndpoint> endpoints, std::chrono::milliseconds connect_timeout,
+             std::chrono::milliseconds request_timeout, std::chrono::milliseconds reconnect_timeout,
+             std::string user = "", std::string password = "");
+  ~EtcdClient();
+
+  const std::string& url() const { return url_; }
+  // How long one attempt may wait for its answer: request_timeout / 4, clamped to 1..10 s.
+  std::chrono::milliseconds attempt_limit() const;
+  // How long an operation retries lost connections: reconnect_timeout, at least one attempt_limit().
+  std::chrono::milliseconds retry_window() const { return std::max(reconnect_timeout_, attempt_limit()); }
+
+  // One attempt on the current member; on kLost the client has already moved on to the next member.
+  // `attempt_limit` caps how long this attempt may wait for the answer.
+  EtcdReply try_call(const std::string& path, const Json& body, Clock::time_point deadline);
+  // Retries kLost answers (failover + backoff) until `deadline`; returns kOk or kEtcdError replies,
+  // throws StoreError past the deadline. Only for requests that may safely be applied twice.
+  EtcdReply call(const std::string& path, const Json& body, Clock::time_point deadline);
+  // call() that also throws StoreError on an etcd error (`what` names the operation).
+  Json call_ok(const std::string& path, const Json& body, const std::string& what);
+
+  // Sleeps before the next attempt after `failures` consecutive lost answers (no sleep while there are
+  // members left to try in this round); throws StoreError if the deadline would pass.
+  void backoff(int failures, Clock::time_point deadline, const std::string& last_why);
+
+  // Blocks until the wait on `key` is over: opens a /v3/watch stream on `key` from the current
+  // revision and, once etcd confirms the watch exists, calls check() (the caller's read of the state):
+  // true ends the wait. Then every watch response's "events" array goes to on_events: true ends the
+  // wait. Returns true when check or on_events ended it, false when the deadline passed. No change can
+  // slip between check and the stream (the stream exists before the read). A broken stream is
+  // reopened — and check() repeated — on the next member; throws StoreError when no member can be
+  // reached for retry_window() (or what check() throws).
+  bool watch(const std::string& key, Clock::time_point deadline, const std::function<bool()>& check,
+             const std::function<bool(const Json& events)>& on_events);
+
+ private:
+  struct Conn;
+  std::unique_ptr<httplib::Client> acquire(size_t member);
+  void release(size_t member, std::unique_ptr<httplib::Client> c);
+  size_t current() const;
+  std::string token() const;
+  void authenticate(Clock::time_point deadline);
+  // Throws AuthError for etcd's authentication errors (their text is in `message`).
+  void check_auth_error(const std::string& message) const;
+  void failed(size_t member);
+  // One watch stream on one member; returns 1 (done), 0 (deadline), 2 (events that did not end the
+  // wait: reopen to renew the read timeout), -1 (stream lost: *why set).
+  int watch_once(size_t member, const std::string& key, Clock::time_point deadline,
+                 const std::function<bool()>& check, const std::function<bool(const Json&)>& on_events,
+                 std::string* why);
+
+  const std::string url_;
+  const std::vector<EtcdEndpoint> endpoints_;
+  const std::chrono::milliseconds connect_timeout_;
+  const std::chrono::milliseconds request_timeout_;
+  const std::chrono::milliseconds reconnect_timeout_;
+  const std::string user_, password_;
+  mutable std::mutex mu_;
+  std::string token_;  // etcd auth token ("" = none)
+  size_t current_ = 0;
+  std::vector<std::vector<std::unique_ptr<httplib::Client>>> idle_;  // per member
+};
+
+}  // namespace edl::store

@@ -1,0 +1,371 @@
+// etcd backend beyond the conformance suite: failover when the member a client talks to is killed
+// (leader and follower), exactly-once add/compare_set across lost answers (a lossy proxy in front of
+// one member), lease TTL rounding and expiry across a leader change, and the deadline error.
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <catch2/catch.hpp>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "edl/error.h"
+#include "edl/store.h"
+#include "store/etcd_cluster.h"
+#include "testing/require_dep.h"
+
+using namespace std::chrono_literals;
+using edl::test::EtcdCluster;
+
+namespace {
+
+// A TCP proxy in front of one etcd member that can lose the next txn: either the request (never
+// forwarded) or the answer (the request is applied, then the connection is closed instead of answering).
+class LossyProxy {
+ public:
+  enum Mode { kLoseRequest, kLoseAnswer };
+
+  explicit LossyProxy(int upstream_port) : upstream_port_(upstream_port) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    socklen_t len = sizeof(sa);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+    port_ = ntohs(sa.sin_port);
+    listen(listen_fd_, 16);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~LossyProxy() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    acceptor_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : conns_) t.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  void lose_next_txn(Mode mode) {
+    mode_ = mode;
+    armed_ = true;
+  }
+  int lost() const { return lost_; }
+
+ private:
+  void accept_loop() {
+    for (;;) {
+      int c = accept(listen_fd_, nullptr, nullptr);
+      if (c < 0) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      conns_.emplace_back([this, c] { pump(c); });
+    }
+  }
+  void pump(int client) {
+    int up = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(static_cast<uint16_t>(upstream_port_));
+    if (connect(up, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      close(up);
+      close(client);
+      return;
+    }
+    bool lose_answer = false;
+    char buf[65536];
+    while (!stop_) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {up, POLLIN, 0}};
+      if (poll(fds, 2, 100) <= 0) continue;
+      if (fds[0].revents) {
+        ssize_t n = read(client, buf, sizeof(buf));
+        if (n <= 0) break;
+        if (std::string(buf, static_cast<size_t>(n)).rfind("POST /v3/kv/txn", 0) == 0 && armed_.exchange(false)) {
+          ++lost_;
+          if (mode_ == kLoseRequest) break;  // never forwarded
+          lose_answer = true;
+        }
+        if (write(up, buf, static_cast<size_t>(n)) != n) break;
+      }
+      if (fds[1].revents) {
+        ssize_t n = read(up, buf, sizeof(buf));
+        if (n <= 0 || lose_answer) break;  // applied upstream, answer dropped
+        if (write(client, buf, static_cast<size_t>(n)) != n) break;
+      }
+    }
+    close(up);
+    close(client);
+  }
+
+  int upstream_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false}, armed_{false};
+  std::atomic<Mode> mode_{kLoseAnswer};
+  std::atomic<int> lost_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> conns_;
+};
+
+bool has_etcd(const EtcdCluster& c) {
+  return edl::testing::require_dep("etcd", c.available(), "Debian package etcd-server");
+}
+
+edl::StoreOptions opts(std::chrono::milliseconds request_timeout) {
+  edl::StoreOptions o;
+  o.connect_timeout = request_timeout;
+  o.request_timeout = request_timeout;
+  o.reconnect_timeout = request_timeout;  // the retry window (EDL_STORE_TIMEOUT_MS)
+  return o;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const edl::StoreError& e) {
+    return e.what();
+  }
+  return "(no StoreError)";
+}
+
+// Kills the member a client talks to (it is listed first) while the client has a watch open on it.
+void failover(bool kill_leader) {
+  EtcdCluster c(3);
+  if (!has_etcd(c)) return;
+  int victim = kill_leader ? c.leader() : c.follower();
+  auto s = edl::connect_store(c.url(victim), opts(20s));
+  s->set("k", "v0");
+  CHECK(s->add("n", 1) == 1);
+  std::optional<std::string> seen;
+  std::thread waiter([&] { seen = s->wait_change("k", std::string("v0"), 60s); });
+  std::this_thread::sleep_for(200ms);  // usually lets the watch open on the victim (either way is correct)
+  c.kill(victim);
+  CHECK(s->get("k") == std::optional<std::string>("v0"));
+  CHECK(s->add("n", 1) == 2);
+  CHECK(s->compare_set("g", std::nullopt, "1"));
+  CHECK(s->keys("") == std::vector<std::string>{"g", "k", "n"});
+  s->set("k", "v1");
+  waiter.join();
+  CHECK(seen == std::optional<std::string>("v1"));
+  // A new client whose first member is the dead one connects to a live member.
+  auto s2 = edl::connect_store(c.url(victim), opts(20s));
+  CHECK(s2->get("n") == std::optional<std::string>("2"));
+  // The member rejoins on its data dir and serves the data written while it was away.
+  c.restart(victim);
+  auto only = edl::connect_store("etcd://127.0.0.1:" + std::to_string(c.client_port(victim)), opts(20s));
+  CHECK(only->get("k") == std::optional<std::string>("v1"));
+}
+
+}  // namespace
+
+TEST_CASE("etcd store: URL forms", "[store][etcd]") {
+  CHECK_THROWS_AS(edl::connect_store("etcd://"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("etcd://127.0.0.1:2379,"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("etcd://127.0.0.1:2379,nohost"), edl::InvalidArgument);
+  CHECK_THROWS_AS(edl::connect_store("etcd://127.0.0.1:99999"), edl::InvalidArgument);
+}
+
+TEST_CASE("etcd store: the leader a client talks to is killed", "[store][etcd]") { failover(true); }
+
+TEST_CASE("etcd store: the follower a client talks to is killed", "[store][etcd]") { failover(false); }
+
+TEST_CASE("etcd store: add and compare_set are applied exactly once across a lost request or answer",
+          "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  LossyProxy proxy(c.client_port(0));
+  // The proxy is listed first: the client's first attempt goes through it, the retry to member 1.
+  std::string url = "etcd://127.0.0.1:" + std::to_string(proxy.port()) + ",127.0.0.1:" +
+                    std::to_string(c.client_port(1)) + ",127.0.0.1:" + std::to_string(c.client_port(2));
+  auto observer = edl::connect_store(c.url(2));
+  for (auto mode : {LossyProxy::kLoseAnswer, LossyProxy::kLoseRequest}) {
+    INFO((mode == LossyProxy::kLoseAnswer ? "answer lost" : "request lost"));
+    std::string n = mode == LossyProxy::kLoseAnswer ? "n-answer" : "n-request";
+    std::string g = mode == LossyProxy::kLoseAnswer ? "g-answer" : "g-request";
+    int lost_before = proxy.lost();
+    observer->set(n, "10");
+    {
+      auto s = edl::connect_store(url, opts(20s));
+      proxy.lose_next_txn(mode);
+      CHECK(s->add(n, 5) == 15);
+    }
+    CHECK(observer->get(n) == std::optional<std::string>("15"));  // not 20, not 10
+    {
+      auto s = edl::connect_store(url, opts(20s));
+      proxy.lose_next_txn(mode);
+      std::optional<std::string> cur;
+      CHECK(s->compare_set(g, std::nullopt, "1", &cur));  // a blind retry would see "1" and say false
+      CHECK(cur == std::optional<std::string>("1"));
+    }
+    CHECK(observer->get(g) == std::optional<std::string>("1"));
+    CHECK(proxy.lost() == lost_before + 2);  // both calls really lost one txn
+  }
+  // The request markers are not visible to keys().
+  CHECK(observer->keys("") == std::vector<std::string>{"g-answer", "g-request", "n-answer", "n-request"});
+}
+
+TEST_CASE("etcd store: lease TTLs round up to whole seconds and expire across a leader change", "[store][etcd]") {
+  EtcdCluster c(3);
+  if (!has_etcd(c)) return;
+  auto s = edl::connect_store(c.url(c.leader()), opts(20s));
+  // The lease etcd holds for a key: its granted TTL in seconds.
+  auto granted_ttl = [&](const std::string& key) -> int64_t {
+    httplib::Client h("127.0.0.1", c.client_port(c.follower()));
+    std::string k64 = key == "w300" ? "dzMwMA==" : "dzE1MDA=";
+    auto r = h.Post("/v3/kv/range", nlohmann::json{{"key", k64}}.dump(), "application/json");
+    REQUIRE(r);
+    auto kv = nlohmann::json::parse(r->body)["kvs"][0];
+    REQUIRE(kv.contains("lease"));
+    auto t = h.Post("/v3/lease/timetolive", nlohmann::json{{"ID", kv["lease"]}}.dump(), "application/json");
+    REQUIRE(t);
+    return std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0")));
+  };
+  s->set_lease("w300", "a", 300ms);
+  s->set_lease("w1500", "b", 1500ms);
+  CHECK(granted_ttl("w300") >= 1);
+  CHECK(granted_ttl("w1500") >= 2);
+  // Refreshes across a leader kill keep the key; then it expires and a waiter sees the deletion.
+  c.kill(c.leader());
+  for (int i = 0; i < 5; ++i) {
+    s->set_lease("w1500", "b" + std::to_string(i), 1500ms);
+    std::this_thread::sleep_for(200ms);
+  }
+  CHECK(s->get("w1500") == std::optional<std::string>("b4"));
+  CHECK_FALSE(s->wait_change("w1500", std::string("b4"), 60s).has_value());
+  CHECK_FALSE(s->get("w1500").has_value());
+  CHECK(s->keys("w") == std::vector<std::string>{});
+}
+
+TEST_CASE("etcd store: a cluster that stays away past the deadline is a StoreError naming it", "[store][etcd]") {
+  EtcdCluster c(1);
+  if (!has_etcd(c)) return;
+  std::string url = c.url();
+  auto s = edl::connect_store(url, opts(1500ms));
+  s->set("a", "1");
+  c.kill(0);
+  for (auto op : std::vector<std::function<void()>>{
+           [&] { s->get("a"); }, [&] { s->set("a", "2"); }, [&] { s->add("n", 1); },
+           [&] { s->compare_set("a", std::string("1"), "2"); }, [&] { s->set_lease("l", "x", 1s); },
+           [&] { s->wait({"b"}, 10s); }}) {
+    std::string e = error_of(op);
+    CHECK(e.find(url) != std::string::npos);
+    CHECK(e.find("no etcd member answered") != std::string::npos);
+    CHECK(e.find("EDL_STORE_TIMEOUT_MS") != std::string::npos);
+  }
+  std::string e = error_of([&] { edl::connect_store(url, opts(1s)); });
+  CHECK(e.find(url) != std::string::npos);
+  CHECK(e.find("cannot connect") != std::string::npos);
+}
+
+TEST_CASE("etcd store: concurrent adds stay exact while leaders are killed and restarted in turn", "[store][etcd]") {
+  EtcdCluster c(3);
+  if (!has_etcd(c)) return;
+  constexpr int kThreads = 3, kAdds = 100;
+  std::atomic<int> done{0}, errors{0}, progress{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      try {
+        auto s = edl::connect_store(c.url(t), opts(30s));  // each client starts on another member
+        for (int i = 0; i < kAdds; ++i) {
+          s->add("counter", 1);
+          ++progress;
+        }
+      } catch (const std::exception&) {
+        ++errors;
+      }
+      ++done;
+    });
+  }
+  // Kill the leader, bring it back, three times, while the adds run (answers get lost mid-request):
+  // the first kill after 10% of the adds, so it certainly lands in the middle of them.
+  std::vector<int> at_kill;
+  for (int round = 0; round < 3; ++round) {
+    while (progress < (1 + 3 * round) * kThreads * kAdds / 10 && done < kThreads) std::this_thread::sleep_for(5ms);
+    at_kill.push_back(progress);
+    int l = c.leader();
+    c.kill(l);
+    std::this_thread::sleep_for(200ms);
+    c.restart(l);
+  }
+  CHECK(at_kill[0] < kThreads * kAdds);
+  for (auto& t : ts) t.join();
+  CHECK(errors == 0);
+  auto s = edl::connect_store(c.url(), opts(30s));
+  CHECK(s->get("counter") == std::optional<std::string>(std::to_string(kThreads * kAdds)));
+}
+
+TEST_CASE("etcd store: etcd://USER@... authenticates with the job secret, tokens are renewed", "[store][etcd]") {
+  EtcdCluster c(1, {"--auth-token-ttl", "1"});  // simple tokens expire after 1 s unused
+  if (!has_etcd(c)) return;
+  c.enable_auth("edl", "job-pw");
+  std::string hosts = "127.0.0.1:" + std::to_string(c.client_port(0));
+  edl::StoreOptions o = opts(20s);
+  o.secret = "job-pw";
+  auto s = edl::connect_store("etcd://edl@" + hosts, o);
+  s->set("k", "v");
+  CHECK(s->add("n", 2) == 2);
+  CHECK(s->compare_set("g", std::nullopt, "1"));
+  s->set_lease("l", "x", 2s);
+  CHECK(s->keys("") == std::vector<std::string>{"g", "k", "l", "n"});
+  std::thread writer([&] {
+    std::this_thread::sleep_for(100ms);
+    auto w = edl::connect_store("etcd://edl@" + hosts, o);
+    w->set("k", "v2");
+  });
+  CHECK(s->wait_change("k", std::string("v"), 30s) == std::optional<std::string>("v2"));  // a watch with the token
+  writer.join();
+  std::this_thread::sleep_for(2500ms);  // the token expires: the next calls authenticate again
+  CHECK(s->get("k") == std::optional<std::string>("v2"));
+  CHECK(s->add("n", 1) == 3);
+  CHECK(s->wait({"k"}, 1s));
+  // Wrong secret, no secret, no user.
+  edl::StoreOptions bad = opts(5s);
+  bad.secret = "wrong";
+  CHECK_THROWS_AS(edl::connect_store("etcd://edl@" + hosts, bad), edl::AuthError);
+  CHECK_THROWS_AS(edl::connect_store("etcd://edl@" + hosts, opts(5s)), edl::InvalidArgument);
+  auto anonymous = edl::connect_store("etcd://" + hosts, o);  // the status call needs no user
+  CHECK_THROWS_AS(anonymous->get("k"), edl::AuthError);
+  CHECK_THROWS_AS(edl::connect_store("etcd://@" + hosts, o), edl::InvalidArgument);
+}
+
+TEST_CASE("etcd store: leases revoked behind the client's back are granted again", "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  httplib::Client h("127.0.0.1", c.client_port(1));
+  auto lease_of = [&](const nlohmann::json& range) -> std::string {
+    auto r = h.Post("/v3/kv/range", range.dump(), "application/json");
+    REQUIRE(r);
+    auto j = nlohmann::json::parse(r->body);
+    REQUIRE(j.contains("kvs"));
+    return j["kvs"][0].value("lease", std::string());
+  };
+  auto revoke = [&](const std::string& id) {
+    REQUIRE_FALSE(id.empty());
+    auto r = h.Post("/v3/lease/revoke", nlohmann::json{{"ID", id}}.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+  };
+  auto s = edl::connect_store(c.url(0), opts(20s));
+  // The request-marker lease: its loss makes the next txn fail with "requested lease not found".
+  CHECK(s->add("n", 1) == 1);
+  revoke(lease_of({{"key", "X19lZGxfZXRjZC8="}, {"range_end", "X19lZGxfZXRjZDA="}}));  // __edl_etcd/ prefix
+  CHECK(s->add("n", 1) == 2);
+  CHECK(s->compare_set("n", std::string("2"), "3"));
+  // A set_lease key whose lease was revoked (the key is gone with it) is created again on refresh.
+  s->set_lease("w", "a", 5s);
+  revoke(lease_of({{"key", "dw=="}}));
+  CHECK_FALSE(s->get("w").has_value());
+  s->set_lease("w", "b", 5s);
+  CHECK(s->get("w") == std::optional<std::string>("b"));
+}
