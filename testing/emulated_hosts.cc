@@ -78,6 +78,8 @@ EmulatedHosts::EmulatedHosts(const EmulatedHostsOptions& options) : options_(opt
     } else if (options_.store == "etcd") {
       for (int h = 0; h < H; ++h) start_etcd(h);
       for (int h = 0; h < H; ++h) wait_tcp(h, net_->address(h), kEtcdClientPort, 20000);
+      // etcd accepts connections before it answers: wait (bounded) until the cluster has a leader.
+      for (int i = 0; i < 100 && etcd_leader() < 0; ++i) usleep(200 * 1000);
       store_url_ = "etcd://" + etcd_endpoints(*net_, H);
     } else {
       store_url_ = "tcp://" + net_->address(0) + ":" + std::to_string(kEmbeddedPort);
