@@ -58,6 +58,7 @@ class ElasticLauncher {
   }
 
   int run();
+  std::shared_ptr<Store> first_connect(const StoreWatcherOptions& wo);
 
  private:
   // elastic_mode.cc

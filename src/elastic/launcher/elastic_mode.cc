@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "common/config.h"
 #include "edl/error.h"
@@ -13,6 +14,26 @@ namespace edl::launcher {
 namespace elastic_detail {
 
 using std::chrono::milliseconds;
+
+// The first connection to the store, retried like a lost one for EDL_STORE_TIMEOUT_MS: an edl-run
+// restarted on a host whose link just came back (neighbour entries still failed, a store member
+// still electing a leader) waits for the store instead of failing at once. A wrong secret is final.
+std::shared_ptr<Store> ElasticLauncher::first_connect(const StoreWatcherOptions& wo) {
+  const auto start = Clock::now();
+  bool logged = false;
+  for (;;) {
+    try {
+      return wo.connect();
+    } catch (const AuthError&) {
+      throw;
+    } catch (const StoreError& e) {
+      if (Clock::now() - start >= wo.lost_after) throw;
+      if (!logged) log(std::string("event=store-wait reason=\"") + e.what() + "\" (retrying for EDL_STORE_TIMEOUT_MS)");
+      logged = true;
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+  }
+}
 
 int ElasticLauncher::run() {
   StoreWatcherOptions wo;
@@ -25,7 +46,7 @@ int ElasticLauncher::run() {
   so.connect_timeout = std::min<milliseconds>(so.connect_timeout, std::max<milliseconds>(wo.lost_after / 2, milliseconds(100)));
   so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.lost_after, milliseconds(100)));
   wo.connect = [url = job_.store_url, so] { return connect_store(url, so); };
-  watcher_ = std::make_unique<StoreWatcher>(wo.connect(), wo);
+  watcher_ = std::make_unique<StoreWatcher>(first_connect(wo), wo);
   log("event=job job=" + job_.job_id + " store=" + job_.store_url + " min_np=" + std::to_string(o_.min_np) +
       " max_np=" + std::to_string(o_.max_np) + " reset_limit=" +
       (o_.reset_limit < 0 ? std::string("unlimited") : std::to_string(o_.reset_limit)));
