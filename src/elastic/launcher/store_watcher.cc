@@ -100,7 +100,6 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
 void StoreWatcher::on_error(const std::string& what, std::chrono::steady_clock::time_point* since) {
   auto now = std::chrono::steady_clock::now();
   if (!unreachable_.exchange(true)) {
-    *since = now;
     log_event("warning: cannot reach the store " + opt_.url + ": " + what + " (reconnecting; the job fails after " +
               std::to_string(opt_.lost_after.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
   }
@@ -117,10 +116,13 @@ void StoreWatcher::on_error(const std::string& what, std::chrono::steady_clock::
 void StoreWatcher::loop() {
   std::optional<std::string> known;
   uint64_t reported = 0;
-  std::chrono::steady_clock::time_point since{};
+  // The store counts as lost EDL_STORE_TIMEOUT_MS after the last round that reached it (not after
+  // the first error: a silently cut link first shows as a request that times out).
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
   while (!stop_) {
     try {
       poll_once(&known, &reported);
+      since = std::chrono::steady_clock::now();
     } catch (const Error& e) {
       on_error(e.what(), &since);
     } catch (const std::exception& e) {

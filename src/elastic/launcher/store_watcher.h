@@ -56,7 +56,7 @@ class StoreWatcher {
  private:
   void loop();
   void poll_once(std::optional<std::string>* known, uint64_t* reported);
-  void on_error(const std::string& what, std::chrono::steady_clock::time_point* since);
+  void on_error(const std::string& what, std::chrono::steady_clock::time_point* since);  // since: last round that reached the store
 
   StoreWatcherOptions opt_;
   std::atomic<bool> stop_{false};
