@@ -12,6 +12,7 @@
 // may be called from any thread at any time and makes blocked calls return promptly.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -43,6 +44,10 @@ struct CommunicatorOptions {
   // Largest contribution one peer may announce in an allgatherv, in bytes; a larger announced count
   // fails the collective on every rank with CommError before anything is allocated. Default 1 GiB.
   uint64_t max_gather_bytes = uint64_t{1} << 30;
+  // Set to true from any thread to abandon create() while the mesh is being built: it throws
+  // AbortedError within ~0.1 s instead of waiting for connect_timeout (the elastic runtime sets it
+  // when a member of the generation dies during the build). Default none.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 class EDL_API Communicator {

@@ -62,6 +62,12 @@ struct EngineOptions {
   // Event-driven engine: the longest time pending requests go without a round (which also runs
   // the stall warnings). Default 1 s.
   std::chrono::milliseconds idle_round{1000};
+  // The deadline of a request that other ranks never submit (a stuck or diverged rank): once a
+  // request has waited this long while some rank still lacks it, the generation's communicator is
+  // aborted and every pending handle — Handle::wait() included — fails with TimeoutError naming
+  // how many ranks lacked it. Checked at every negotiation round (at least every idle_round).
+  // Default 0 = none; the runtime passes EDL_TIMEOUT_MS, the collective deadline.
+  std::chrono::milliseconds request_timeout{0};
 };
 
 struct EngineStats {
@@ -152,6 +158,7 @@ class EDL_API Engine {
   void fail_all(std::exception_ptr e);
   // Warns (once per request) about requests pending for more than kStallWarning on this rank while
   // other ranks have not submitted them (Horovod's stall inspector; a likely user error).
+  // Past options.request_timeout it aborts the communicator and throws TimeoutError instead.
   void warn_stalled(const std::vector<int>& present_on, int n);
 
   std::shared_ptr<Communicator> comm_;

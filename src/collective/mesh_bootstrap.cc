@@ -68,6 +68,9 @@ class MeshBuilder {
     listen_and_publish();
     while (accepted_ok_ < c_.size_ - 1 || dialled_ok_ < c_.size_ - 1) {
       if (c_.aborted_.load()) c_.throw_aborted();
+      if (c_.options_.cancel && c_.options_.cancel->load())
+        throw AbortedError(setup() + ": cancelled while the mesh was being built (a member of generation " +
+                           std::to_string(c_.options_.generation) + " failed)");
       if (ms_left(deadline_) <= 0) timeout();
       const bool dialling = dial_next();
       wait_readable(dialling ? 0 : 100);

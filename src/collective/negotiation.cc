@@ -247,6 +247,16 @@ void Engine::warn_stalled(const std::vector<int>& present_on, int n) {
   const auto now = Clock::now();
   for (size_t i = 0; i < pending_.size(); ++i) {
     Request& r = *pending_[i];
+    if (present_on[i] < n && options_.request_timeout.count() > 0 && now - r.enqueued >= options_.request_timeout) {
+      const std::string why = "collective engine on rank " + std::to_string(comm_->rank()) + ": '" + r.name +
+                              "' waited " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - r.enqueued).count()) +
+                              " ms and " + std::to_string(n - present_on[i]) + " of " + std::to_string(n) +
+                              " ranks never submitted it (deadline " + std::to_string(options_.request_timeout.count()) +
+                              " ms, EDL_TIMEOUT_MS): a rank is stuck or issues other collectives";
+      comm_->abort(why);
+      throw TimeoutError(why);
+    }
     if (r.stall_warned || present_on[i] >= n || now - r.enqueued < kStallWarning) continue;
     r.stall_warned = true;
     EDL_LOG(1) << "collective engine on rank " << comm_->rank() << ": '" << r.name << "' has waited "

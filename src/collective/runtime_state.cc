@@ -39,7 +39,8 @@ void Runtime::set_generation(std::shared_ptr<Generation> next) {
 
 std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::string& prefix, int rank, int size,
                                                      int local_rank, int local_size,
-                                                     std::chrono::milliseconds connect_timeout) const {
+                                                     std::chrono::milliseconds connect_timeout,
+                                                     std::shared_ptr<const std::atomic<bool>> cancel) const {
   auto g = std::make_shared<Generation>();
   g->id = id;
   g->rank = rank;
@@ -53,12 +54,14 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   co.bind_address = config_.bind_address;
   co.generation = id;
   co.secret = config_.secret;
+  co.cancel = std::move(cancel);
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
   g->comm = Communicator::create(store, prefix, rank, size, co);
   collective::EngineOptions eo;
   eo.fusion_threshold_bytes = config_.fusion_threshold;
   eo.cycle_time = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000.0));
   eo.tick = config_.engine_tick;
+  eo.request_timeout = std::chrono::milliseconds(config_.timeout_ms);  // Handle::wait() gets the collective deadline
   g->engine = std::make_shared<collective::Engine>(g->comm, eo);
   return g;
 }

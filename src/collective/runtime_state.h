@@ -68,7 +68,8 @@ class Runtime {
   // shorter one so a member that died right after the rendezvous costs seconds, not 30 s.
   std::shared_ptr<Generation> make_generation(uint64_t id, const std::string& prefix, int rank, int size,
                                               int local_rank, int local_size,
-                                              std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(0)) const;
+                                              std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(0),
+                                              std::shared_ptr<const std::atomic<bool>> cancel = nullptr) const;
 
  private:
   Runtime() = default;

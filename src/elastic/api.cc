@@ -104,7 +104,7 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   auto connect = std::chrono::milliseconds(config.lease_ms + config.rendezvous_grace_ms + 2000);
   auto factory = [connect](const GenerationView& v, const std::string& prefix) -> std::shared_ptr<Group> {
     auto& rt = edl::detail::Runtime::instance();
-    auto gen = rt.make_generation(v.id, prefix, v.rank, v.size, v.local_rank, v.local_size, connect);
+    auto gen = rt.make_generation(v.id, prefix, v.rank, v.size, v.local_rank, v.local_size, connect, v.cancel);
     rt.set_generation(gen);
     return std::make_shared<RuntimeGroup>(gen);
   };

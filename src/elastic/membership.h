@@ -62,6 +62,9 @@ struct GenerationView {
   int local_size = 1;
   int previous_size = 0;
   std::vector<Member> members;  // rank order
+  // Set by the worker when the generation fails while its communicator is being built; a group
+  // factory passes it to CommunicatorOptions::cancel so that the build stops at once.
+  std::shared_ptr<std::atomic<bool>> cancel;
 };
 
 // Internal: thrown by rendezvous() when the job finished while this worker waited to join.

@@ -90,6 +90,7 @@ void Worker::on_failure(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     g = group_;
+    if (building_cancel_) building_cancel_->store(true);  // a communicator still connecting gives up
   }
   if (g) g->abort(reason);
 }
@@ -113,12 +114,26 @@ void Worker::install(const GenerationView& v) {
   }
   if (crashed_) throw AbortedError("simulated crash");
   // Watch before connecting: a member that dies during the connect is reported (abort key).
+  GenerationView building = v;
+  building.cancel = std::make_shared<std::atomic<bool>>(false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    building_cancel_ = building.cancel;
+  }
   membership_.watch(v, [this](const std::string& reason) { on_failure(reason); });
-  auto g = factory_(v, membership_.keys().comm_prefix(v.id));
+  std::shared_ptr<Group> g;
+  try {
+    g = factory_(building, membership_.keys().comm_prefix(v.id));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    building_cancel_.reset();
+    throw;
+  }
   EDL_ASSERT(g && g->rank() == v.rank && g->size() == v.size);
   {
     std::lock_guard<std::mutex> lock(mu_);
     group_ = g;
+    building_cancel_.reset();
   }
   membership_.built();
   if (failed_.load()) g->abort("generation " + std::to_string(v.id) + " failed while it was being built");

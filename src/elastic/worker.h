@@ -84,6 +84,7 @@ class EDL_API Worker {
   bool joined_ = false;
   mutable std::mutex mu_;  // guards group_
   std::shared_ptr<Group> group_;
+  std::shared_ptr<std::atomic<bool>> building_cancel_;  // the generation being built (install())
   State* state_ = nullptr;
   int resets_ = 0;
   int since_commit_ = 0;

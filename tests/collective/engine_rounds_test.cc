@@ -137,3 +137,37 @@ TEST_CASE("engine: stop() releases a thread waiting inside the engine with Abort
     }
   });
 }
+
+TEST_CASE("engine: a request another rank never submits fails Handle::wait() with TimeoutError at the deadline",
+          "[collective][engine]") {
+  for (bool tick : {false, true}) {
+    INFO((tick ? "ticking" : "event-driven"));
+    EngineOptions eo;
+    eo.tick = tick;
+    eo.idle_round = std::chrono::milliseconds(50);
+    eo.request_timeout = std::chrono::milliseconds(300);
+    std::vector<std::string> errors(2);
+    std::vector<int> timed_out(2, 0);
+    run_engines(2, eo, [&](int rank, Engine& engine) {
+      double x = 1;
+      engine.allreduce(&x, 1, DataType::kFloat64, ReduceOp::kSum, "both", true).wait();  // the mesh works
+      if (rank == 1) {  // "stuck": submits nothing more; its engine still takes part in the rounds
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return;
+      }
+      Handle h = engine.allreduce(&x, 1, DataType::kFloat64, ReduceOp::kSum, "only-rank-0");
+      try {
+        h.wait();
+      } catch (const TimeoutError& e) {
+        timed_out[rank] = 1;
+        errors[rank] = e.what();
+      } catch (const std::exception& e) {
+        errors[rank] = std::string("other error: ") + e.what();
+      }
+    });
+    INFO(errors[0]);
+    CHECK(timed_out[0] == 1);
+    CHECK(errors[0].find("'only-rank-0'") != std::string::npos);
+    CHECK(errors[0].find("1 of 2 ranks never submitted it") != std::string::npos);
+  }
+}
