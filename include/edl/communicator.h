@@ -24,6 +24,16 @@
 
 namespace edl {
 
+// How the ranks of a communicator exchange data (docs/collectives.md, "Shared-memory transport").
+//   kTcp:  the TCP mesh carries everything.
+//   kShm:  all ranks must be on one host (equal host_id); collectives run through one shared-memory
+//          segment (memfd, never named in /dev/shm), the TCP mesh stays for failure detection and
+//          wake-ups. Construction fails with CommError when that is not possible.
+//   kAuto: kShm when every rank has the same host_id and the segment can be shared, else kTcp.
+// Every rank of a communicator must use the same setting (a rank with kTcp against ranks with
+// kAuto/kShm fails construction or the first collective with CommError).
+enum class Transport : uint8_t { kAuto = 0, kTcp = 1, kShm = 2 };
+
 struct CommunicatorOptions {
   // Deadline of every collective, from the call until completion on this rank. Default 30 s (as
   // Gloo and Horovod); EDL_TIMEOUT_MS overrides it through Config.
@@ -43,6 +53,12 @@ struct CommunicatorOptions {
   // Largest contribution one peer may announce in an allgatherv, in bytes; a larger announced count
   // fails the collective on every rank with CommError before anything is allocated. Default 1 GiB.
   uint64_t max_gather_bytes = uint64_t{1} << 30;
+  // Transport (see Transport). Default kTcp for a communicator built directly; the elastic runtime
+  // passes EDL_TRANSPORT (default auto) through Config.
+  Transport transport = Transport::kTcp;
+  // This rank's host, compared across ranks by kAuto / kShm. Default empty: gethostname(). The
+  // runtime passes EDL_HOSTNAME.
+  std::string host_id;
 };
 
 class EDL_API Communicator {

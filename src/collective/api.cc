@@ -83,6 +83,8 @@ std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag)
   o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
   o.bind_address = c.bind_address;
   o.generation = g->id;
+  o.transport = transport_from_name(c.transport);
+  o.host_id = c.hostname;
   return TcpCommunicator::connect(world_store(), c.job_id + "/" + tag + "/", g->rank, g->size, o);
 }
 

@@ -43,6 +43,9 @@ struct AlgorithmTuning {
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
+  // Shared-memory transport (shm_transport.h); both must be equal on all ranks (checked).
+  size_t shm_eager_bytes = 64 << 10;   // payloads up to this go with the header (capped by the segment: 256 KiB)
+  size_t shm_chunk_bytes = 1 << 20;    // bytes of the buffer per staging round (capped by the segment: 2 MiB)
 };
 
 struct CommStats {
@@ -51,6 +54,13 @@ struct CommStats {
   uint64_t ring_allreduces = 0;
   uint64_t bytes_sent = 0;
 };
+
+class ShmTransport;
+
+// "auto" | "tcp" | "shm" (Config::transport, already validated) as a Transport.
+inline Transport transport_from_name(const std::string& s) {
+  return s == "tcp" ? Transport::kTcp : s == "shm" ? Transport::kShm : Transport::kAuto;
+}
 
 class EDL_API TcpCommunicator final : public Communicator {
  public:
@@ -85,6 +95,8 @@ class EDL_API TcpCommunicator final : public Communicator {
   void set_tuning(const AlgorithmTuning& t) { tuning_ = t; }
   const AlgorithmTuning& tuning() const { return tuning_; }
   CommStats stats() const;
+  // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), else "tcp".
+  const char* transport_name() const { return shm_ ? "shm" : "tcp"; }
 
   // Implementation types (tcp_internal.h).
   struct Header;
@@ -94,7 +106,11 @@ class EDL_API TcpCommunicator final : public Communicator {
 
  private:
   friend class MeshBuilder;  // mesh_bootstrap.cc
+  friend class ShmTransport;  // shm_transport.cc
+  friend class ShmSetup;      // shm_setup.cc
   void build_mesh(Store& store, const std::string& prefix);
+  // After the mesh: agree on the transport with the peers and attach the shared segment (shm_setup.cc).
+  void setup_transport();
   std::string peer_text(int peer) const;  // " (peer host:port)" for messages
   void check_usable() const;
   [[noreturn]] void fail(std::exception_ptr e);
@@ -129,6 +145,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> drain_buf_;
   std::vector<float> widened_;
+  std::unique_ptr<ShmTransport> shm_;  // set when the collectives run through shared memory
 
   std::atomic<bool> aborted_{false};
   std::atomic<bool> poisoned_{false};
