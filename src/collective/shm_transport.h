@@ -32,7 +32,7 @@ namespace edl::collective {
 struct ShmLayout {
   int size = 0;
   size_t eager_bytes = 256 << 10;  // capacity of one eager buffer (per rank, per parity)
-  size_t slot_bytes = 2 << 20;     // capacity of one staging slot (per rank; two slots)
+  size_t slot_bytes = 4 << 20;     // capacity of one staging slot (per rank; two slots)
   size_t ctl_offset = 0;
   size_t data_offset = 0;
   size_t rank_stride = 0;  // data bytes per rank
