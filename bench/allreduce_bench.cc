@@ -5,6 +5,8 @@
 //
 //   edl-run -np 2 build/bench/allreduce_bench --json out.jsonl
 //   build/bench/allreduce_bench --local-ranks 2 --json out.jsonl     (spawns its own ranks)
+//   mpirun -np 2 --mca btl self,vader build/bench/allreduce_bench --impl edl_shm,mpi --json out.jsonl
+//       (-DEDL_BENCH_WITH_MPI=ON: Open MPI rows "mpi_shm"; with --mca btl self,tcp: "mpi_tcp")
 //
 // busbw = algbw * 2(n-1)/n (docs/benchmarks.md). Rank 0 prints and writes the rows.
 #include <gloo/allreduce_halving_doubling.h>
@@ -22,6 +24,9 @@
 #include "collective_common.h"
 #include "common/bench_util.h"
 #include "edl/edl.h"
+#ifdef EDL_BENCH_WITH_MPI
+#include "mpi_world.h"
+#endif
 
 using namespace edl;
 using namespace edl::bench;
@@ -86,7 +91,7 @@ int main(int argc, char** argv) {
       "factor", "size step factor", cxxopts::value<size_t>()->default_value("4"))(
       "iters", "timed iterations per size (0 = auto: ~256 MiB of traffic, 5..200)",
       cxxopts::value<int>()->default_value("0"))("warmup", "untimed runs per size", cxxopts::value<int>()->default_value("2"))(
-      "impl", "comma list of edl,edl_tcp,edl_shm,gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
+      "impl", "comma list of edl,edl_tcp,edl_shm,gloo_ring,gloo_ring_chunked,gloo_halving_doubling,mpi (under mpirun)",
       cxxopts::value<std::string>()->default_value("edl_tcp,edl_shm,gloo_ring,gloo_ring_chunked,gloo_halving_doubling"))(
       "local-ranks", "spawn N local ranks with an embedded store (instead of edl-run)",
       cxxopts::value<int>()->default_value("0"))(
@@ -103,6 +108,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args["local-ranks"].as<int>() > 0) return run_local_ranks(args["local-ranks"].as<int>(), argc, argv);
+#ifdef EDL_BENCH_WITH_MPI
+  std::unique_ptr<StoreServer> mpi_store;
+  const bool mpi = launched_by_mpirun();
+  if (mpi) mpi_store = init_mpi_world(&argc, &argv);
+#endif
 
   try {
     edl::init();
@@ -159,6 +169,12 @@ int main(int argc, char** argv) {
         runs.emplace_back("edl_tcp", [&] { comm_tcp->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
       if (comm_shm)
         runs.emplace_back("edl_shm", [&] { comm_shm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+#ifdef EDL_BENCH_WITH_MPI
+      if (mpi && want("mpi"))
+        runs.emplace_back(mpi_row_name(), [&] {
+          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        });
+#endif
       std::unique_ptr<gloo::AllreduceRing<float>> g_ring;
       std::unique_ptr<gloo::AllreduceRingChunked<float>> g_chunked;
       std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> g_hd;
@@ -204,5 +220,8 @@ int main(int argc, char** argv) {
     std::cerr << "allreduce_bench: " << e.what() << std::endl;
     return 1;
   }
+#ifdef EDL_BENCH_WITH_MPI
+  if (mpi) MPI_Finalize();
+#endif
   return 0;
 }
