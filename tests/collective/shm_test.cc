@@ -224,3 +224,26 @@ TEST_CASE("shm: kill -9 of every rank leaves no segment and no name", "[collecti
   kids.clear();  // SIGKILL + reap both
   CHECK(dev_shm() == before);
 }
+
+TEST_CASE("shm: a rank with transport tcp among auto ranks fails on both sides and names EDL_TRANSPORT",
+          "[collective][shm]") {
+  auto store = make_memory_store();
+  const std::string prefix = test::unique_prefix("shm-mixed");
+  std::vector<std::string> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = TcpCommunicator::connect(store, prefix, r, 2, with(r == 0 ? Transport::kTcp : Transport::kAuto));
+        float x = 1;
+        comm->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+        got[r] = "no error";
+      } catch (const CommError& e) {
+        got[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  INFO(got[0] << " | " << got[1]);
+  CHECK(got[0] != "no error");  // the tcp rank reads the hello as a corrupt header
+  CHECK(got[1].find("EDL_TRANSPORT") != std::string::npos);
+}
