@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,10 +46,20 @@ ShmLayout ShmLayout::make(int size) {
 }
 
 ShmTransport::ShmTransport(TcpCommunicator& comm, void* base, const ShmLayout& layout)
-    : c_(comm), base_(base), layout_(layout), n_(comm.size_), r_(comm.rank_), eof_(comm.size_, false),
-      err_(comm.size_, 0) {}
+    : c_(comm), base_(base), layout_(layout), n_(comm.size_), r_(comm.rank_),
+      lost_(new std::atomic<int>[static_cast<size_t>(comm.size_)]) {
+  for (int p = 0; p < n_; ++p) lost_[p].store(0);
+  evict_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (evict_fd_ < 0) {
+    munmap(base_, layout_.total);
+    throw CommError("eventfd(): " + errno_text(errno));
+  }
+}
 
-ShmTransport::~ShmTransport() { munmap(base_, layout_.total); }
+ShmTransport::~ShmTransport() {
+  munmap(base_, layout_.total);
+  close(evict_fd_);
+}
 
 uint64_t* ShmTransport::word(int rank, Counter c) const {
   return reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + layout_.ctl_offset +
@@ -126,11 +137,9 @@ void ShmTransport::drain(int p) {
     ssize_t r = recv(c_.recv_fd_[p], buf, sizeof(buf), MSG_DONTWAIT);
     if (r > 0) continue;
     if (r == 0) {
-      eof_[p] = true;
-      err_[p] = -1;
+      lost_[p].store(-1);
     } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      eof_[p] = true;
-      err_[p] = errno;
+      lost_[p].store(errno);
     }
     return;
   }
@@ -139,7 +148,17 @@ void ShmTransport::drain(int p) {
 void ShmTransport::block(Counter c, uint64_t target, const char* what, int only) {
   // A peer we wait for whose socket already failed: it is gone (its last posts were seen above).
   for (int p = 0; p < n_; ++p)
-    if (p != r_ && eof_[p] && (only < 0 || p == only) && load(p, c) < target) c_.io_error(p, err_[p], false, what);
+    if (p != r_ && lost_[p].load() != 0 && (only < 0 || p == only) && load(p, c) < target)
+      c_.io_error(p, lost_[p].load(), false, what);
+  ++want_sleep_;
+  std::unique_lock<std::mutex> lock(sleep_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    const uint64_t one = 1;
+    ssize_t ignored = write(evict_fd_, &one, sizeof(one));
+    (void)ignored;
+    lock.lock();
+  }
+  --want_sleep_;
   __atomic_store_n(word(r_, kSleeping), 1, __ATOMIC_SEQ_CST);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (ready(c, target, only)) {
@@ -149,7 +168,7 @@ void ShmTransport::block(Counter c, uint64_t target, const char* what, int only)
   std::vector<pollfd> fds;
   std::vector<int> peers;
   for (int p = 0; p < n_; ++p)
-    if (p != r_ && !eof_[p]) fds.push_back(pollfd{c_.recv_fd_[p], POLLIN, 0}), peers.push_back(p);
+    if (p != r_ && lost_[p].load() == 0) fds.push_back(pollfd{c_.recv_fd_[p], POLLIN, 0}), peers.push_back(p);
   fds.push_back(pollfd{c_.event_fd_, POLLIN, 0});
   const auto left_us = std::chrono::duration_cast<std::chrono::microseconds>(c_.deadline_ - Clock::now()).count();
   const int ms = static_cast<int>(std::clamp<long long>((left_us + 999) / 1000, 0, 200));
@@ -177,12 +196,34 @@ bool ShmTransport::wait_incoming(int extra_fd, Clock::time_point until) {
       if (p != r_ && load(p, kEntered) > c_.seq_) return true;
     return false;
   };
+  auto doorbell = [&](const pollfd& pf) {
+    if (extra_fd < 0 || !pf.revents) return false;
+    uint64_t v;
+    ssize_t ignored = read(extra_fd, &v, sizeof(v));
+    (void)ignored;
+    return true;
+  };
   for (;;) {
     if (c_.aborted() || entered()) return true;
     for (int p = 0; p < n_; ++p)
-      if (eof_[p]) return true;  // the next collective reports it
+      if (lost_[p].load() != 0) return true;  // the next collective reports it
     const auto now = Clock::now();
     if (now >= until) return false;
+    const long long left_ns = std::min<long long>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count(), 1000000000LL);
+    std::unique_lock<std::mutex> lock(sleep_mu_, std::defer_lock);
+    if (want_sleep_.load() > 0 || !lock.try_lock()) {
+      // A collective on another thread sleeps on the sockets: re-check every millisecond.
+      pollfd fds[2] = {{c_.event_fd_, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+      const long long slice = std::min<long long>(left_ns, 1000000LL);
+      const timespec ts{0, static_cast<long>(slice)};
+      ppoll(fds, extra_fd >= 0 ? 2 : 1, &ts, nullptr);
+      if (doorbell(fds[1])) return entered();
+      continue;
+    }
+    uint64_t stale;
+    while (read(evict_fd_, &stale, sizeof(stale)) > 0) {
+    }
     __atomic_store_n(word(r_, kSleeping), 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (entered()) {
@@ -194,21 +235,15 @@ bool ShmTransport::wait_incoming(int extra_fd, Clock::time_point until) {
     for (int p = 0; p < n_; ++p)
       if (p != r_) fds.push_back(pollfd{c_.recv_fd_[p], POLLIN, 0}), peers.push_back(p);
     fds.push_back(pollfd{c_.event_fd_, POLLIN, 0});
+    fds.push_back(pollfd{evict_fd_, POLLIN, 0});
     if (extra_fd >= 0) fds.push_back(pollfd{extra_fd, POLLIN, 0});
-    const long long left_ns = std::min<long long>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count(), 1000000000LL);
     const timespec ts{static_cast<time_t>(left_ns / 1000000000LL), static_cast<long>(left_ns % 1000000000LL)};
     int rc = ppoll(fds.data(), fds.size(), &ts, nullptr);
     __atomic_store_n(word(r_, kSleeping), 0, __ATOMIC_RELAXED);
     if (rc <= 0) continue;
     for (size_t i = 0; i < peers.size(); ++i)
       if (fds[i].revents) drain(peers[i]);
-    if (extra_fd >= 0 && fds.back().revents) {
-      uint64_t v;
-      ssize_t ignored = read(extra_fd, &v, sizeof(v));
-      (void)ignored;
-      return entered();
-    }
+    if (doorbell(fds.back())) return entered();
   }
 }
 

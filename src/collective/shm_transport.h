@@ -16,11 +16,16 @@
 //    sends one wake-up byte to each sleeping peer over the mesh. A peer's death is the EOF of its
 //    socket (PeerLostError as fast as on TCP), abort() wakes the poll, the deadline bounds it.
 //
-// Thread-safety: owned by one TcpCommunicator and used under its rules (one collective thread).
+// Thread-safety: as TcpCommunicator: one collective thread; wait_incoming() may run on another
+// thread at the same time (the engine's idle wait next to a helper's round).
+//
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -102,8 +107,15 @@ class ShmTransport {
   ShmLayout layout_;
   int n_, r_;
   uint64_t rounds_ = 0;  // staging rounds run so far (the same on every rank)
-  std::vector<bool> eof_;  // peer's mesh socket reported EOF / error
-  std::vector<int> err_;
+  // Per peer: 0 while its mesh socket is fine, -1 after EOF, else the errno (written under sleep_mu_).
+  std::unique_ptr<std::atomic<int>[]> lost_;
+  // Only one thread at a time sleeps on the mesh sockets (raises `sleeping`, drains wake-up bytes):
+  // the engine thread may sit in wait_incoming() while a helper thread runs a collective. A
+  // collective that must sleep takes the role (evicting wait_incoming through evict_fd_); a
+  // wait_incoming() without it re-checks in short slices, so no wake-up byte is ever lost.
+  std::mutex sleep_mu_;
+  std::atomic<int> want_sleep_{0};  // collective threads waiting for sleep_mu_
+  int evict_fd_ = -1;               // eventfd: asks the wait_incoming() holding sleep_mu_ to let go
 };
 
 }  // namespace edl::collective
