@@ -257,8 +257,7 @@ std::vector<ShmTransport::Header> ShmTransport::exchange(const Header& mine) {
   wait_for(kEntered, seq, what);
   std::vector<Header> all(n_);
   for (int p = 0; p < n_; ++p) all[p] = *header_slot(p, seq);
-  for (int p = 0; p < n_; ++p) {
-    if (p == r_) continue;
+  for (int p = 0; p < n_; ++p) {  // this rank's own header too: every rank reaches the same verdict
     std::string problem = header_problem(all[p], mine, p, c_.options_.max_gather_bytes);
     if (!problem.empty())
       throw CommError(std::string(what) + " on rank " + std::to_string(r_) + ": " + problem + " (shared memory)");

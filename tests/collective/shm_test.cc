@@ -247,3 +247,30 @@ TEST_CASE("shm: a rank with transport tcp among auto ranks fails on both sides a
   CHECK(got[0] != "no error");  // the tcp rank reads the hello as a corrupt header
   CHECK(got[1].find("EDL_TRANSPORT") != std::string::npos);
 }
+
+TEST_CASE("shm: an allgather contribution above max_gather_bytes fails on every rank before allocating",
+          "[collective][shm]") {
+  CommunicatorOptions o = with(Transport::kShm);
+  o.max_gather_bytes = 1000;
+  std::vector<std::string> msgs(3);
+  std::vector<size_t> capacity(3, 1);
+  test::run_ranks(
+      3,
+      [&](int rank, TcpCommunicator& comm) {
+        std::vector<uint8_t> in(rank == 1 ? 2000 : 10, 7), out;
+        try {
+          comm.allgatherv(in.data(), in.size(), DataType::kUInt8, out);
+        } catch (const CommError& e) {
+          msgs[rank] = e.what();
+        }
+        capacity[rank] = out.capacity();
+        // Poisoned: later calls rethrow at once.
+        TREQUIRE_THROWS_AS(comm.barrier(), CommError);
+      },
+      o);
+  for (int r = 0; r < 3; ++r) {
+    INFO(msgs[r]);
+    CHECK(msgs[r].find("rank 1's allgather header announces 2000 bytes") != std::string::npos);
+    CHECK(capacity[r] == 0);
+  }
+}
