@@ -13,6 +13,9 @@
 //    abort() signals. Every collective has the deadline options.timeout.
 //  - Any transport error, deadline or abort poisons the communicator: later calls rethrow the
 //    first error, and the sockets are shut down so peers waiting on this rank fail promptly.
+//  - When every rank is on one host (Transport kShm / kAuto, see communicator.h), the collectives
+//    run through a shared-memory segment instead (shm_transport.h); the mesh then only carries
+//    wake-up bytes and reports a dead peer by EOF.
 //
 // Thread-safety: collectives from one thread at a time; abort()/aborted()/stats() from any thread.
 #pragma once
@@ -87,9 +90,9 @@ class EDL_API TcpCommunicator final : public Communicator {
   // Blocks until a peer has sent this rank something (the first bytes of its next collective: every
   // collective starts by sending a header to every peer), a connection failed, the communicator
   // was aborted (all three: true, the next collective reports it), `extra_fd` became readable (it
-  // is drained; false) or `until` passed (false). Reads nothing from the connections. The
-  // collective engine waits here between rounds instead of ticking (docs/collectives.md).
-  // Same thread rule as the collectives.
+  // is drained; false) or `until` passed (false). Reads nothing from the connections (on shared
+  // memory: only wake-up bytes). The collective engine waits here between rounds instead of
+  // ticking (docs/collectives.md). May run while another thread runs a collective.
   bool wait_incoming(int extra_fd, Clock::time_point until);
 
   void set_tuning(const AlgorithmTuning& t) { tuning_ = t; }
