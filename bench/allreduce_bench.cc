@@ -1,9 +1,12 @@
-// allreduce_bench: float32 sum allreduce, size sweep, nccl-tests columns, EDL vs Gloo's own
-// algorithms called directly (gloo::AllreduceRing, AllreduceRingChunked, AllreduceHalvingDoubling)
+// allreduce_bench: float32 sum allreduce, size sweep, nccl-tests columns, EDL (edl_tcp: the TCP
+// transport; edl_shm: the shared-memory transport, when all ranks share a host; edl: whatever
+// EDL_TRANSPORT picks) vs Gloo's own algorithms called directly (gloo::AllreduceRing, AllreduceRingChunked, AllreduceHalvingDoubling)
 // on a gloo::rendezvous::Context over the same store. Every row also checks correctness (`wrong`).
 //
 //   edl-run -np 2 build/bench/allreduce_bench --json out.jsonl
 //   build/bench/allreduce_bench --local-ranks 2 --json out.jsonl     (spawns its own ranks)
+//   mpirun -np 2 --mca btl self,vader build/bench/allreduce_bench --impl edl_shm,mpi --json out.jsonl
+//       (-DEDL_BENCH_WITH_MPI=ON: Open MPI rows "mpi_shm"; with --mca btl self,tcp: "mpi_tcp")
 //
 // busbw = algbw * 2(n-1)/n (docs/benchmarks.md). Rank 0 prints and writes the rows.
 #include <gloo/allreduce_halving_doubling.h>
@@ -21,6 +24,9 @@
 #include "collective_common.h"
 #include "common/bench_util.h"
 #include "edl/edl.h"
+#ifdef EDL_BENCH_WITH_MPI
+#include "mpi_world.h"
+#endif
 
 using namespace edl;
 using namespace edl::bench;
@@ -85,14 +91,16 @@ int main(int argc, char** argv) {
       "factor", "size step factor", cxxopts::value<size_t>()->default_value("4"))(
       "iters", "timed iterations per size (0 = auto: ~256 MiB of traffic, 5..200)",
       cxxopts::value<int>()->default_value("0"))("warmup", "untimed runs per size", cxxopts::value<int>()->default_value("2"))(
-      "impl", "comma list of edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
-      cxxopts::value<std::string>()->default_value("edl,gloo_ring,gloo_ring_chunked,gloo_halving_doubling"))(
+      "impl", "comma list of edl,edl_tcp,edl_shm,gloo_ring,gloo_ring_chunked,gloo_halving_doubling,mpi (under mpirun)",
+      cxxopts::value<std::string>()->default_value("edl_tcp,edl_shm,gloo_ring,gloo_ring_chunked,gloo_halving_doubling"))(
       "local-ranks", "spawn N local ranks with an embedded store (instead of edl-run)",
       cxxopts::value<int>()->default_value("0"))(
       "chunk-kib", "EDL ring chunk (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
       "eager-kib", "EDL eager limit (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "spin-us", "EDL spin before blocking (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "window-mib", "EDL ring window (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
+      "shm-chunk-kib", "EDL shared-memory round size (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
+      "shm-eager-kib", "EDL shared-memory eager limit (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "h,help", "help");
   auto args = edl::bench::parse_flags(opts, argc, argv);
   if (args.count("help")) {
@@ -100,6 +108,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args["local-ranks"].as<int>() > 0) return run_local_ranks(args["local-ranks"].as<int>(), argc, argv);
+#ifdef EDL_BENCH_WITH_MPI
+  std::unique_ptr<StoreServer> mpi_store;
+  const bool mpi = launched_by_mpirun();
+  if (mpi) mpi_store = init_mpi_world(&argc, &argv);
+#endif
 
   try {
     edl::init();
@@ -110,9 +123,24 @@ int main(int argc, char** argv) {
     if (args["eager-kib"].as<long>() >= 0) tuning.eager_bytes = static_cast<size_t>(args["eager-kib"].as<long>()) << 10;
     if (args["window-mib"].as<size_t>() > 0) tuning.window_bytes = args["window-mib"].as<size_t>() << 20;
     if (args["spin-us"].as<long>() >= 0) tuning.spin = std::chrono::microseconds(args["spin-us"].as<long>());
+    if (args["shm-chunk-kib"].as<size_t>() > 0) tuning.shm_chunk_bytes = args["shm-chunk-kib"].as<size_t>() << 10;
+    if (args["shm-eager-kib"].as<long>() >= 0)
+      tuning.shm_eager_bytes = static_cast<size_t>(args["shm-eager-kib"].as<long>()) << 10;
     comm->set_tuning(tuning);
     const std::string impls = "," + args["impl"].as<std::string>() + ",";
     auto want = [&](const char* impl) { return impls.find(std::string(",") + impl + ",") != std::string::npos; };
+    // One communicator per transport row (every rank decides the same: the rows exist on all or none).
+    std::shared_ptr<collective::TcpCommunicator> comm_tcp, comm_shm;
+    if (want("edl_tcp")) comm_tcp = collective::make_world_communicator("allreduce_bench_tcp", Transport::kTcp);
+    if (want("edl_shm")) {
+      comm_shm = collective::make_world_communicator("allreduce_bench_shm", Transport::kAuto);
+      if (std::string(comm_shm->transport_name()) != "shm") {
+        if (rank == 0 && n > 1) std::cerr << "allreduce_bench: ranks on several hosts, no edl_shm rows" << std::endl;
+        comm_shm.reset();
+      }
+    }
+    for (auto* c : {&comm_tcp, &comm_shm})
+      if (*c) (*c)->set_tuning(tuning);
 
     std::shared_ptr<gloo::rendezvous::Context> gctx;
     if (n > 1 && (want("gloo_ring") || want("gloo_ring_chunked") || want("gloo_halving_doubling"))) {
@@ -137,6 +165,16 @@ int main(int argc, char** argv) {
       std::vector<std::pair<std::string, std::function<void()>>> runs;
       if (want("edl"))
         runs.emplace_back("edl", [&] { comm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+      if (comm_tcp)
+        runs.emplace_back("edl_tcp", [&] { comm_tcp->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+      if (comm_shm)
+        runs.emplace_back("edl_shm", [&] { comm_shm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+#ifdef EDL_BENCH_WITH_MPI
+      if (mpi && want("mpi"))
+        runs.emplace_back(mpi_row_name(), [&] {
+          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        });
+#endif
       std::unique_ptr<gloo::AllreduceRing<float>> g_ring;
       std::unique_ptr<gloo::AllreduceRingChunked<float>> g_chunked;
       std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> g_hd;
@@ -173,6 +211,8 @@ int main(int argc, char** argv) {
       }
     }
     comm->barrier();
+    comm_tcp.reset();
+    comm_shm.reset();
     comm.reset();
     gctx.reset();
     edl::shutdown();
@@ -180,5 +220,8 @@ int main(int argc, char** argv) {
     std::cerr << "allreduce_bench: " << e.what() << std::endl;
     return 1;
   }
+#ifdef EDL_BENCH_WITH_MPI
+  if (mpi) MPI_Finalize();
+#endif
   return 0;
 }

@@ -14,6 +14,7 @@ PACKAGES=(
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist (main job, convergence bench)
   gnuplot-nox           # plots in docs/benchmarks.md
   iproute2              # network namespaces for emulated-link benches
+  libopenmpi-dev openmpi-bin  # -DEDL_BENCH_WITH_MPI=ON: Open MPI baseline rows of allreduce_bench
   clang libclang-rt-14-dev  # -DEDL_BUILD_FUZZ=ON: libFuzzer + ASan/UBSan runtimes (docs/fuzzing.md)
 )
 

@@ -25,6 +25,16 @@
 
 namespace edl {
 
+// How the ranks of a communicator exchange data (docs/collectives.md, "Shared-memory transport").
+//   kTcp:  the TCP mesh carries everything.
+//   kShm:  all ranks must be on one host (equal host_id); collectives run through one shared-memory
+//          segment (memfd, never named in /dev/shm), the TCP mesh stays for failure detection and
+//          wake-ups. Construction fails with CommError when that is not possible.
+//   kAuto: kShm when every rank has the same host_id and the segment can be shared, else kTcp.
+// Every rank of a communicator must use the same setting (a rank with kTcp against ranks with
+// kAuto/kShm fails construction or the first collective with CommError).
+enum class Transport : uint8_t { kAuto = 0, kTcp = 1, kShm = 2 };
+
 struct CommunicatorOptions {
   // Deadline of every collective, from the call until completion on this rank. Default 30 s (as
   // Gloo and Horovod); EDL_TIMEOUT_MS overrides it through Config.
@@ -48,6 +58,12 @@ struct CommunicatorOptions {
   // AbortedError within ~0.1 s instead of waiting for connect_timeout (the elastic runtime sets it
   // when a member of the generation dies during the build). Default none.
   std::shared_ptr<const std::atomic<bool>> cancel;
+  // Transport (see Transport). Default kTcp for a communicator built directly; the elastic runtime
+  // passes EDL_TRANSPORT (default auto) through Config.
+  Transport transport = Transport::kTcp;
+  // This rank's host, compared across ranks by kAuto / kShm. Default empty: gethostname(). The
+  // runtime passes EDL_HOSTNAME.
+  std::string host_id;
 };
 
 class EDL_API Communicator {

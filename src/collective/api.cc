@@ -75,6 +75,10 @@ std::shared_ptr<Store> world_store() {
 EngineStats world_engine_stats() { return current()->engine->stats(); }
 
 std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag) {
+  return make_world_communicator(tag, transport_from_name(detail::Runtime::instance().config().transport));
+}
+
+std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag, Transport transport) {
   auto& rt = detail::Runtime::instance();
   auto g = rt.generation();
   const Config& c = rt.config();
@@ -83,6 +87,8 @@ std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag)
   o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
   o.bind_address = c.bind_address;
   o.generation = g->id;
+  o.transport = transport;
+  o.host_id = c.hostname;
   return TcpCommunicator::connect(world_store(), c.job_id + "/" + tag + "/", g->rank, g->size, o);
 }
 

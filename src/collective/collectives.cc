@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collective/reduce.h"
+#include "collective/shm_transport.h"
 #include "collective/tcp_internal.h"
 #include "edl/error.h"
 
@@ -217,6 +218,14 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
   const size_t count = bytes / es;
   check_usable();
   if (size_ == 1) return;  // sum/min/max/product/average of one contribution is the contribution
+  if (shm_) {
+    guarded([&] {
+      begin();
+      const bool eager = shm_->allreduce(spans, count, dt, op);
+      finish(eager, !eager);
+    });
+    return;
+  }
   guarded([&] {
     begin();
     const bool eager = bytes <= tuning_.eager_bytes;
@@ -283,6 +292,14 @@ void TcpCommunicator::broadcast(void* data, size_t count, DataType dtype, int ro
     return;
   }
   const size_t bytes = count * dtype_size(dtype);
+  if (shm_) {
+    guarded([&] {
+      begin();
+      shm_->broadcast(data, count, dtype, root);
+      finish(false, false);
+    });
+    return;
+  }
   guarded([&] {
     begin();
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kBroadcast), static_cast<uint8_t>(dtype), 0, 0, root, rank_,
@@ -318,6 +335,14 @@ void TcpCommunicator::allgatherv(const void* in, size_t count, DataType dtype, s
     if (counts_out) counts_out->assign(1, count);
     return;
   }
+  if (shm_) {
+    guarded([&] {
+      begin();
+      shm_->allgatherv(in, count, dtype, out, counts_out);
+      finish(false, false);
+    });
+    return;
+  }
   guarded([&] {
     begin();
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllgather), static_cast<uint8_t>(dtype), 0, 0, -1, rank_,
@@ -348,6 +373,14 @@ void TcpCommunicator::allgatherv(const void* in, size_t count, DataType dtype, s
 void TcpCommunicator::barrier() {
   check_usable();
   if (size_ == 1) return;
+  if (shm_) {
+    guarded([&] {
+      begin();
+      shm_->barrier();
+      finish(false, false);
+    });
+    return;
+  }
   guarded([&] {
     begin();
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kBarrier), 0, 0, 0, -1, rank_, 0, seq_, 0, 0};

@@ -2,6 +2,7 @@
 #include "collective/runtime_state.h"
 
 #include "collective/engine.h"
+#include "collective/tcp_communicator.h"
 #include "edl/error.h"
 
 namespace edl::detail {
@@ -55,6 +56,8 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   co.generation = id;
   co.secret = config_.secret;
   co.cancel = std::move(cancel);
+  co.transport = collective::transport_from_name(config_.transport);
+  co.host_id = config_.hostname;
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
   g->comm = Communicator::create(store, prefix, rank, size, co);
   collective::EngineOptions eo;

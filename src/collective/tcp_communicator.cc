@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "collective/shm_transport.h"
 #include "collective/tcp_internal.h"
 #include "common/logging.h"
 #include "edl/error.h"
@@ -35,6 +36,7 @@ TcpCommunicator::TcpCommunicator(int rank, int size, const CommunicatorOptions& 
 }
 
 TcpCommunicator::~TcpCommunicator() {
+  shm_.reset();
   for (int fd : send_fd_)
     if (fd >= 0) close(fd);
   for (int fd : recv_fd_)
@@ -52,6 +54,7 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
   if (size > 1) {
     if (!store) throw InvalidArgument("Communicator::create needs a store for size > 1");
     c->build_mesh(*store, prefix);
+    if (options.transport != Transport::kTcp) c->setup_transport();
   }
   return c;
 }
@@ -126,6 +129,7 @@ void TcpCommunicator::io_error(int peer, int err, bool sending, const char* what
 }
 
 bool TcpCommunicator::wait_incoming(int extra_fd, Clock::time_point until) {
+  if (shm_) return shm_->wait_incoming(extra_fd, until);
   std::vector<pollfd> fds;
   fds.reserve(static_cast<size_t>(size_) + 2);
   for (int p = 0; p < size_; ++p)

@@ -13,6 +13,9 @@
 //    abort() signals. Every collective has the deadline options.timeout.
 //  - Any transport error, deadline or abort poisons the communicator: later calls rethrow the
 //    first error, and the sockets are shut down so peers waiting on this rank fail promptly.
+//  - When every rank is on one host (Transport kShm / kAuto, see communicator.h), the collectives
+//    run through a shared-memory segment instead (shm_transport.h); the mesh then only carries
+//    wake-up bytes and reports a dead peer by EOF.
 //
 // Thread-safety: collectives from one thread at a time; abort()/aborted()/stats() from any thread.
 #pragma once
@@ -43,6 +46,9 @@ struct AlgorithmTuning {
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
+  // Shared-memory transport (shm_transport.h); both must be equal on all ranks (checked).
+  size_t shm_eager_bytes = 64 << 10;   // payloads up to this go with the header (capped by the segment: 256 KiB)
+  size_t shm_chunk_bytes = 1 << 20;    // bytes of the buffer per staging round (capped by the segment: 2 MiB)
 };
 
 struct CommStats {
@@ -51,6 +57,13 @@ struct CommStats {
   uint64_t ring_allreduces = 0;
   uint64_t bytes_sent = 0;
 };
+
+class ShmTransport;
+
+// "auto" | "tcp" | "shm" (Config::transport, already validated) as a Transport.
+inline Transport transport_from_name(const std::string& s) {
+  return s == "tcp" ? Transport::kTcp : s == "shm" ? Transport::kShm : Transport::kAuto;
+}
 
 class EDL_API TcpCommunicator final : public Communicator {
  public:
@@ -77,14 +90,16 @@ class EDL_API TcpCommunicator final : public Communicator {
   // Blocks until a peer has sent this rank something (the first bytes of its next collective: every
   // collective starts by sending a header to every peer), a connection failed, the communicator
   // was aborted (all three: true, the next collective reports it), `extra_fd` became readable (it
-  // is drained; false) or `until` passed (false). Reads nothing from the connections. The
-  // collective engine waits here between rounds instead of ticking (docs/collectives.md).
-  // Same thread rule as the collectives.
+  // is drained; false) or `until` passed (false). Reads nothing from the connections (on shared
+  // memory: only wake-up bytes). The collective engine waits here between rounds instead of
+  // ticking (docs/collectives.md). May run while another thread runs a collective.
   bool wait_incoming(int extra_fd, Clock::time_point until);
 
   void set_tuning(const AlgorithmTuning& t) { tuning_ = t; }
   const AlgorithmTuning& tuning() const { return tuning_; }
   CommStats stats() const;
+  // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), else "tcp".
+  const char* transport_name() const { return shm_ ? "shm" : "tcp"; }
 
   // Implementation types (tcp_internal.h).
   struct Header;
@@ -94,7 +109,11 @@ class EDL_API TcpCommunicator final : public Communicator {
 
  private:
   friend class MeshBuilder;  // mesh_bootstrap.cc
+  friend class ShmTransport;  // shm_transport.cc
+  friend class ShmSetup;      // shm_setup.cc
   void build_mesh(Store& store, const std::string& prefix);
+  // After the mesh: agree on the transport with the peers and attach the shared segment (shm_setup.cc).
+  void setup_transport();
   std::string peer_text(int peer) const;  // " (peer host:port)" for messages
   void check_usable() const;
   [[noreturn]] void fail(std::exception_ptr e);
@@ -129,6 +148,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> drain_buf_;
   std::vector<float> widened_;
+  std::unique_ptr<ShmTransport> shm_;  // set when the collectives run through shared memory
 
   std::atomic<bool> aborted_{false};
   std::atomic<bool> poisoned_{false};

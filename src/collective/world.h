@@ -19,6 +19,8 @@ EDL_API std::shared_ptr<Store> world_store();
 // the runtime's Config — under the store prefix "<job>/<tag>/". Every rank must call it with the
 // same tag; a tag is used once per job.
 EDL_API std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag);
+// The same with the transport given instead of EDL_TRANSPORT's (benchmarks compare them).
+EDL_API std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag, Transport transport);
 
 // Counters of the current generation's background engine.
 EDL_API EngineStats world_engine_stats();

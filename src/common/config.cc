@@ -110,6 +110,9 @@ Config Config::from_env() {
                                                    0, 1LL << 40));
   c.cycle_time_ms = env_double("EDL_CYCLE_TIME_MS", c.cycle_time_ms, 0.0, 10000.0);
   c.engine_tick = env_bool("EDL_ENGINE_TICK", c.engine_tick);
+  c.transport = env_str("EDL_TRANSPORT", c.transport);
+  if (c.transport != "auto" && c.transport != "tcp" && c.transport != "shm")
+    throw InvalidArgument("EDL_TRANSPORT='" + c.transport + "' is not one of auto, tcp, shm");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
   return c;
 }

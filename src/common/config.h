@@ -56,6 +56,7 @@ struct Config {
   size_t fusion_threshold = 64u << 20;  // EDL_FUSION_THRESHOLD: fusion buffer bytes
   double cycle_time_ms = 1.0;       // EDL_CYCLE_TIME_MS: engine cycle
   bool engine_tick = false;         // EDL_ENGINE_TICK: negotiate every cycle even when idle (Horovod's way)
+  std::string transport = "auto";   // EDL_TRANSPORT: auto | tcp | shm (shared memory when all ranks share a host)
 
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug

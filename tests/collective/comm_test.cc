@@ -124,6 +124,7 @@ TEST_CASE("allreduce: small chunks exercise the ring pipeline across many chunks
     auto t = comm.tuning();
     t.chunk_bytes = 4096;
     t.eager_bytes = 0;
+    t.shm_eager_bytes = 0;   // test_collective_shm: staged rounds
     t.window_bytes = 40000;  // 50001 floats run as several consecutive rings
     comm.set_tuning(t);
     for (size_t count : {1ul, 2ul, 3ul, 4ul, 7ul, 3001ul, 50001ul}) {

@@ -31,8 +31,16 @@ inline std::string unique_prefix(const std::string& what) {
   return what + "/" + std::to_string(getpid()) + "/" + std::to_string(n++) + "/";
 }
 
+// The suite test_collective runs the TCP transport; test_collective_shm compiles the same tests with
+// EDL_TEST_TRANSPORT=edl::Transport::kShm (and small staging rounds, EDL_TEST_SHM_CHUNK_BYTES).
+#ifndef EDL_TEST_TRANSPORT
+#define EDL_TEST_TRANSPORT ::edl::Transport::kTcp
+#endif
+constexpr bool kShmSuite = EDL_TEST_TRANSPORT == ::edl::Transport::kShm;
+
 inline CommunicatorOptions fast_options(int timeout_ms = 5000) {
   CommunicatorOptions o;
+  o.transport = EDL_TEST_TRANSPORT;
   o.timeout = std::chrono::milliseconds(timeout_ms);
   o.connect_timeout = std::chrono::milliseconds(10000);
   return o;
@@ -50,6 +58,13 @@ inline void run_ranks(int n, const std::function<void(int, collective::TcpCommun
     threads.emplace_back([&, r] {
       try {
         auto comm = collective::TcpCommunicator::connect(store, prefix, r, n, opts);
+        if (n > 1 && opts.transport == Transport::kShm && std::string(comm->transport_name()) != "shm")
+          throw std::runtime_error("the communicator does not use shared memory");
+#ifdef EDL_TEST_SHM_CHUNK_BYTES
+        collective::AlgorithmTuning t = comm->tuning();
+        t.shm_chunk_bytes = EDL_TEST_SHM_CHUNK_BYTES;
+        comm->set_tuning(t);
+#endif
         fn(r, *comm);
       } catch (...) {
         errors[r] = std::current_exception();

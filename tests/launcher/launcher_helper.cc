@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +115,23 @@ int main(int argc, char** argv) {
       }
     }
     return 0;
+  }
+  if (mode == "shm-allreduce") {
+    // Allreduce forever over the generation's communicator (EDL_TRANSPORT=auto: shared memory on one
+    // host); prints once whether this process maps the shared segment (a memfd, never /dev/shm).
+    edl::init();
+    std::vector<float> grad(1 << 16, 1.0f);
+    for (long it = 0;; ++it) {
+      edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kSum, "grad");
+      if (it == 3) {
+        std::ifstream maps("/proc/self/maps");
+        std::string line;
+        bool mapped = false;
+        while (std::getline(maps, line)) mapped = mapped || line.find("memfd:edl-shm") != std::string::npos;
+        std::printf("segment %s\n", mapped ? "mapped" : "absent");
+        std::fflush(stdout);
+      }
+    }
   }
   if (mode == "store-barrier") {
     edl::StoreOptions o;

@@ -441,3 +441,20 @@ TEST_CASE("edl-run elastic: two launchers on one redis store form one job", "[la
   CHECK(count_of(ra.out, "] done 60 ") == 2);
   CHECK(count_of(rb.out, "] done 60 ") == 1);
 }
+
+TEST_CASE("edl-run: kill -9 of edl-run leaves no shared-memory segment of the job", "[launcher][shm]") {
+  auto shm_names = [] {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) names.insert(e.path().filename());
+    return names;
+  };
+  const auto before = shm_names();
+  const std::string job = "shm-kill-" + std::to_string(getpid());
+  Launch l({"--job-id", job, "-np", "2", kHelper, "shm-allreduce"}, {"EDL_TRANSPORT=auto"});
+  REQUIRE(l.wait_for([](const std::string& out, const std::string&) { return count_of(out, "segment ") >= 2; }, 30s));
+  CHECK(count_of(l.out(), "segment mapped") == 2);  // the workers really use shared memory
+  CHECK(shm_names() == before);                     // and it has no name
+  l.kill_launcher();
+  CHECK(edl::test::wait_processes_gone({"EDL_JOB_ID=" + job}, 20s));  // the workers notice and exit
+  CHECK(shm_names() == before);
+}
