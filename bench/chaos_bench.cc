@@ -234,6 +234,10 @@ int main(int argc, char** argv) {
       "params", "float32 parameters of the model", cxxopts::value<int>()->default_value("4096"))(
       "flood-mib", "MiB a flooding worker writes", cxxopts::value<int>()->default_value("16"))(
       "trial-timeout-s", "a trial longer than this is a hang (failed)", cxxopts::value<int>()->default_value("90"))(
+      "collective-timeout-ms",
+      "EDL_TIMEOUT_MS of the workers: the collective deadline and the floor of the progress deadline, so "
+      "what a stuck rank costs (the library default, 30 s, would make two stuck ranks outlast a trial)",
+      cxxopts::value<int>()->default_value("5000"))(
       "mtbf-s", "MTBF mode: mean seconds between kills (exponential); 0 = trials mode",
       cxxopts::value<double>()->default_value("0"))(
       "mtbf-run-s", "MTBF mode: length of the failure-free run (sets the records)",
@@ -260,6 +264,7 @@ int main(int argc, char** argv) {
   need(a["epochs"].as<int>() >= 1, "--epochs must be >= 1");
   need(a["batch"].as<uint64_t>() >= 1, "--batch must be >= 1");
   need(a["step-ms"].as<int>() >= 0, "--step-ms must be >= 0");
+  need(a["collective-timeout-ms"].as<int>() >= 100, "--collective-timeout-ms must be >= 100");
   need(a["params"].as<int>() >= 1, "--params must be >= 1");
   need(a["flood-mib"].as<int>() >= 1, "--flood-mib must be >= 1");
   need(a["trial-timeout-s"].as<int>() >= 5, "--trial-timeout-s must be >= 5");
@@ -288,6 +293,7 @@ int main(int argc, char** argv) {
   cfg.flood_mib = a["flood-mib"].as<int>();
   cfg.max_faults = a["max-faults"].as<int>();
   cfg.timeout_s = a["trial-timeout-s"].as<int>();
+  cfg.job.timeout_ms = a["collective-timeout-ms"].as<int>();
   cfg.keep = a.count("keep") > 0;
   cfg.negative_control = a.count("negative-control") > 0;
   ::signal(SIGPIPE, SIG_IGN);

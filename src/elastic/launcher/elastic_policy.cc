@@ -23,7 +23,13 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
   std::string who = "slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(e.pid);
   s.pid = -1;
   write_pids();
-  if (s.stopping || stopping_) {
+  const bool dropped = s.dropped;  // ended by us because a generation left it out: a failure, never "finished"
+  s.dropped = false;
+  if (dropped && !stopping_ && !finishing_) {
+    s.stopping = false;
+    if (code == 0) code = 1;
+  }
+  if (s.stopping || stopping_ || (dropped && finishing_)) {
     log("event=left " + who + " status=\"" + describe_status(e.status) + "\"" + (s.evicted ? " (evicted)" : ""));
     if (finishing_ && code != 0 && final_code_ == 0 && !stopping_ && !s.evicted) final_code_ = code;
     s.evicted = false;
@@ -109,6 +115,23 @@ void ElasticLauncher::end_non_members() {
   }
 }
 
+// A local worker that a generation left out while its process lives on (stuck in a step, stopped):
+// it cannot rejoin in time and holds its slot, so end it (SIGTERM + SIGCONT, SIGKILL after
+// --grace-period); its exit counts as a failure, so the slot cools down and is started again.
+void ElasticLauncher::end_dropped(const GenerationEvent& g) {
+  if (stopping_ || finishing_) return;
+  for (const auto& [worker, why] : g.dropped) {
+    for (auto& s : slots_) {
+      if (s.pid <= 0 || s.stopping || s.worker_id != worker) continue;
+      s.dropped = true;
+      log("event=evict slot=" + std::to_string(s.index) + " worker=" + worker + " gen=" + std::to_string(g.gen) +
+          " reason=\"" + why + "\"");
+      stop_slot(s);
+      sup_.signal(s.pid, SIGCONT);  // a stopped process must run to act on SIGTERM
+    }
+  }
+}
+
 void ElasticLauncher::on_generations() {
   for (auto& g : watcher_->take_events()) {
     std::set<std::string> now(g.members.begin(), g.members.end());
@@ -132,6 +155,7 @@ void ElasticLauncher::on_generations() {
       }
     }
     log(line);
+    end_dropped(g);
     check_reset_limit(g.gen);
     for (auto& s : slots_)
       if (now.count(s.worker_id)) s.failures = 0;  // a successful join resets the cooldown growth

@@ -77,7 +77,10 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
   if (g > *reported) {
     auto members = s->get(keys.members(g));
     if (members) {
-      GenerationEvent e{g, member_ids(*members), std::chrono::steady_clock::now()};
+      GenerationEvent e{g, member_ids(*members), {}, std::chrono::steady_clock::now()};
+      const std::string prefix = keys.dropped(g, "");
+      for (const auto& k : s->keys(prefix))
+        if (auto why = s->get(k)) e.dropped[k.substr(prefix.size())] = *why;
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(std::move(e));
       *reported = g;

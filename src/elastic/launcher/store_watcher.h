@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,6 +28,8 @@ namespace edl::launcher {
 struct GenerationEvent {
   uint64_t gen = 0;
   std::vector<std::string> members;  // worker ids in rank order
+  std::map<std::string, std::string> dropped;  // members of an earlier generation left out of this one (dead or
+                                               // stuck) -> the decider's reason (<job>/g<G>/dropped/<w>)
   std::chrono::steady_clock::time_point seen;
 };
 
