@@ -23,7 +23,8 @@
 // {"run","resize","from_workers","to_workers","epoch_progress","loss_before","loss_after","spike"};
 // per run {"run","final_test_acc","delta_vs_fixed_pts"} (test_acc as a fraction, delta in points);
 // per run and optimizer step {"run","step","epoch_progress","workers","loss"} (the normalized loss
-// log, from which benchmarks_doc computes the paired differences and the spike's noise floor).
+// log, from which benchmarks_doc computes the paired differences and the spike's noise floor); first
+// of all one {"config":"convergence",...} row with the recipe (epochs, records, plan, window, ...).
 // Targets: (b) and (c) end within 0.3 points of (a); (c)'s spike below (b)'s at every resize.
 #include <fcntl.h>
 #include <signal.h>
@@ -463,6 +464,16 @@ int main(int argc, char** argv) {
   for (const auto& p : c.plan) std::cout << " " << fmt(p.at, 2) << "->" << p.workers;
   std::cout << std::endl;
   edl::bench::JsonRows json(c.json);
+  {
+    std::string plan;
+    for (const auto& p : c.plan) plan += (plan.empty() ? "" : ",") + fmt(p.at, 2) + ":" + std::to_string(p.workers);
+    std::string runs;
+    for (const auto& r : c.runs) runs += (runs.empty() ? "" : ",") + r;
+    json.write({{"config", "convergence"}, {"epochs", c.epochs}, {"train_records", c.train_records},
+                {"test_records", c.test_records}, {"batch", c.batch}, {"lr", c.lr}, {"base_size", c.base_size},
+                {"fixed_workers", c.fixed_workers}, {"start_workers", c.start_workers}, {"resize_at", plan},
+                {"window", c.window}, {"seed", c.seed}, {"tolerance_pts", c.tolerance_pts}, {"runs", runs}});
+  }
   std::vector<RunResult> results;
   std::vector<std::string> failed;
   for (const std::string& key : c.runs) {
