@@ -156,12 +156,25 @@ fi
 [ $PUBLISH -eq 1 ] || { echo "results in $OUT (not published: --no-publish)"; exit 0; }
 DATA="$ROOT/docs/data"
 if [ "$OUT" != "$DATA" ]; then
+  # A bench of this run replaces its rows and its status line; the others' stay as they were, with
+  # their own provenance (each section of the docs names the run it comes from).
   mkdir -p "$DATA"
-  for f in "$OUT"/*.jsonl "$OUT"/status.tsv "$OUT"/machine.txt; do
+  touch "$DATA/status.tsv"
+  while IFS=$'\t' read -r name _; do
+    [ -n "$name" ] && rm -f "$DATA/$name.jsonl"
+  done < "$STATUS"
+  awk -F'\t' 'NR == FNR { mine[$1] = 1; next } !($1 in mine)' "$STATUS" "$DATA/status.tsv" > "$DATA/status.tsv.new"
+  cat "$STATUS" >> "$DATA/status.tsv.new"
+  mv "$DATA/status.tsv.new" "$DATA/status.tsv"
+  for f in "$OUT"/*.jsonl "$OUT"/machine.txt; do
     [ -e "$f" ] && cp "$f" "$DATA/"
   done
-  if [ -d "$OUT/series" ]; then rm -rf "$DATA/series"; cp -r "$OUT/series" "$DATA/series"; fi
+  if grep -q "^cluster_sim"$'\t' "$STATUS" 2>/dev/null; then
+    rm -rf "$DATA/series"
+    [ -d "$OUT/series" ] && cp -r "$OUT/series" "$DATA/series"
+  fi
 fi
+rm -f "$ROOT"/docs/img/*.gp  # figures the data set no longer gives disappear with their PNGs below
 "$X/benchmarks_doc" --in "$DATA" --doc "$ROOT/docs/benchmarks.md" --img-dir "$ROOT/docs/img" \
   --experiments-in "$ROOT/docs/experiments.md.in" --experiments "$ROOT/docs/experiments.md" || exit 1
 if command -v gnuplot > /dev/null; then
@@ -170,6 +183,9 @@ if command -v gnuplot > /dev/null; then
     (cd "$ROOT/docs" && gnuplot "$gp") || echo "run-benchmarks.sh: gnuplot failed on $gp" >&2
   done
   echo "plots: $ROOT/docs/img"
+  for png in "$ROOT"/docs/img/*.png; do
+    [ -e "${png%.png}.gp" ] || rm -f "$png"
+  done
 else
   echo "run-benchmarks.sh: gnuplot not installed (apt-get install gnuplot-nox): no PNGs" >&2
 fi
