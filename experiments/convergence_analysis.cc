@@ -141,11 +141,10 @@ Summary paired_difference(const std::vector<LossPoint>& a, const std::vector<Los
   std::map<int64_t, double> b_loss;
   for (const auto& p : b) b_loss[p.step] = p.loss;
   std::vector<double> d;
-  int workers = -1, taken = 0;
+  int taken = 0;
   for (const auto& p : a) {
     if (p.step < from_step) continue;
-    if (workers < 0) workers = p.workers;
-    if (p.workers != workers || taken == window) break;
+    if (taken == window) break;
     ++taken;
     auto it = b_loss.find(p.step);
     if (it != b_loss.end()) d.push_back(p.loss - it->second);

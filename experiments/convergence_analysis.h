@@ -78,7 +78,8 @@ struct Summary {
 };
 
 // Per-step loss difference a - b over the first `window` points of `a` (normalized) whose step is
-// >= from_step, stopping where a's worker count changes again; steps that `b` lacks are skipped.
+// >= from_step; steps that `b` lacks are skipped. The window does not stop at a's next resize (two
+// runs may resize a step apart): keep it shorter than the distance between resizes.
 // Throws std::invalid_argument for window < 1.
 Summary paired_difference(const std::vector<LossPoint>& a, const std::vector<LossPoint>& b, int64_t from_step,
                           int window);

@@ -358,12 +358,14 @@ void convergence_verdict(std::ostream& md, const DataSet& d, const Plots&) {
   const double tol = c.config.value("tolerance_pts", 0.3);
   std::string b = run_named(c, "b"), cc = run_named(c, "c"), dd = run_named(c, "d");
   md << "- **Target 1** (|final accuracy - (a)'s| <= " << fixed(tol, 2) << " points):";
+  std::string sep = " ";
   for (const auto& run : {b, cc, dd}) {
     if (run.empty() || !c.finals.count(run) || !c.finals[run].contains("delta_vs_fixed_pts")) continue;
     double delta = num(c.finals[run], "delta_vs_fixed_pts");
-    md << " " << run << " " << signed_fixed(delta, 2) << " (" << (std::fabs(delta) <= tol ? "met" : "not met") << ");";
+    md << sep << run << " " << signed_fixed(delta, 2) << " (" << (std::fabs(delta) <= tol ? "met" : "not met") << ")";
+    sep = "; ";
   }
-  md << "\n";
+  md << ".\n";
   auto compare = [&](const std::string& base, const char* what) {
     if (base.empty() || cc.empty() || !c.spikes.count(base) || !c.spikes.count(cc)) return;
     md << "- **Target 2 against " << what << "** (c's spike below " << base << "'s):";
@@ -371,25 +373,27 @@ void convergence_verdict(std::ostream& md, const DataSet& d, const Plots&) {
     for (size_t i = 0; i < std::min(c.spikes[base].size(), c.spikes[cc].size()); ++i) {
       double sb = num(c.spikes[base][i], "spike"), sc = num(c.spikes[cc][i], "spike");
       md << " resize " << i + 1 << ": c " << signed_fixed(sc, 4) << " vs " << signed_fixed(sb, 4) << " ("
-         << (sc < sb ? "met" : "not met") << ");";
+         << (sc < sb ? "met" : "not met") << "),";
       met += sc < sb;
       ++n;
     }
-    md << " " << met << " of " << n << " met.\n";
+    md << " so " << met << " of " << n << " met.\n";
   };
   compare(b, "(b), LR scaling on EDL's v-form SGD");
   compare(dd, "(d), LR scaling as u-form SGD applies it");
   if (!cc.empty() && !dd.empty() && c.series.count(cc) && c.series.count(dd) && c.spikes.count(cc)) {
     const int w = c.config.value("window", 20);
     md << "- **Paired, c - d** (standard error = sd / sqrt(n); \"stands out\" = |mean| > 2 standard errors):";
-    for (const auto& e : cv::detect_resizes(c.series[cc])) {
+    const auto events = cv::detect_resizes(c.series[cc]);
+    for (size_t i = 0; i < events.size(); ++i) {
+      const auto& e = events[i];
       cv::Summary s = cv::paired_difference(c.series[cc], c.series[dd], e.step, w);
       double se = s.n > 1 ? s.sd / std::sqrt(static_cast<double>(s.n)) : std::nan("");
-      md << " after " << e.from_workers << " -> " << e.to_workers << ": " << signed_fixed(s.mean, 3) << " +- "
-         << fixed(se, 3) << " (" << (!std::isnan(se) && std::fabs(s.mean) > 2 * se ? "stands out" : "within noise")
-         << ");";
+      md << (i ? "; after " : " after ") << e.from_workers << " -> " << e.to_workers << ": "
+         << signed_fixed(s.mean, 3) << " +- " << fixed(se, 3) << " ("
+         << (!std::isnan(se) && std::fabs(s.mean) > 2 * se ? "stands out" : "within noise") << ")";
     }
-    md << "\n";
+    md << ".\n";
   }
 }
 
@@ -427,7 +431,7 @@ void write_experiments(std::ostream& md, const std::string& tmpl, const DataSet&
       if (std::find(plots.names().begin(), plots.names().end(), fig) == plots.names().end()) {
         md << "_(figure `" << fig << "`: not in this data set)_\n";
       } else {
-        std::string l = plots.link(fig, fig);
+        std::string l = plots.link(fig, plots.caption(fig));
         md << l.substr(1, l.size() - 2);  // without the surrounding blank lines
       }
     } else if (blocks().count(name)) {

@@ -202,7 +202,13 @@ std::string Plots::add(const std::string& name, const std::string& body, const s
     << "set grid\nset key outside right top\n"
     << body << "\n";
   names_.push_back(name);
+  captions_[name] = caption;
   return link(name, caption);
+}
+
+std::string Plots::caption(const std::string& name) const {
+  auto it = captions_.find(name);
+  return it == captions_.end() ? "" : it->second;
 }
 
 std::string Plots::link(const std::string& name, const std::string& caption) const {

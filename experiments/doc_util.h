@@ -77,12 +77,15 @@ class Plots {
                   int h = 480);
   // The markdown image link of a figure added before (for a second document).
   std::string link(const std::string& name, const std::string& caption) const;
+  // The caption it was added with ("" if it was not).
+  std::string caption(const std::string& name) const;
   const std::string& data_rel() const { return data_rel_; }
   const std::vector<std::string>& names() const { return names_; }
 
  private:
   std::string img_dir_, img_rel_, data_rel_;
   std::vector<std::string> names_;
+  std::map<std::string, std::string> captions_;
 };
 
 // A gnuplot inline data block "$name << EOD ... EOD" with %.6g numbers.

@@ -90,8 +90,8 @@ run_bench() {
   fi
   local json="$OUT/$name.jsonl" log="$OUT/$name.log"
   rm -f "$json"
-  local shown="${*//$BUILD\//build/}"
-  shown="${shown//$OUT\//out/} --json out/$name.jsonl"
+  local shown="${*//$OUT\//out/}"
+  shown="${shown//$BUILD\//build/} --json out/$name.jsonl"
   local load commit start
   load=$(load1)
   commit=$(commit_id)

@@ -138,10 +138,10 @@ TEST_CASE("spike windows stop at the neighbouring resizes", "[experiments][conve
   CHECK_THROWS_AS(cv::spikes(s, 0), std::invalid_argument);
 }
 
-TEST_CASE("paired difference: same steps of two runs from a resize, stopping at the next one", "[experiments][convergence]") {
+TEST_CASE("paired difference: the same steps of two runs from a resize", "[experiments][convergence]") {
   auto a = series({1, 1, 3, 3, 3, 2, 2}, {1.0, 1.0, 0.5, 0.7, 0.9, 0.4, 0.4});
-  auto b = series({1, 1, 3, 3, 3, 2, 2}, {1.0, 1.0, 0.6, 0.6, 1.0, 0.4, 0.3});
-  auto d = cv::paired_difference(a, b, 3, 10);  // steps 3..5 (the 3-worker stretch)
+  auto b = series({1, 1, 3, 3, 3, 3, 2}, {1.0, 1.0, 0.6, 0.6, 1.0, 0.5, 0.3});  // b shrinks a step later
+  auto d = cv::paired_difference(a, b, 3, 3);  // steps 3..5
   CHECK(d.n == 3);
   CHECK(d.mean == Approx((-0.1 + 0.1 - 0.1) / 3));
   CHECK(d.below == 2);
@@ -149,8 +149,11 @@ TEST_CASE("paired difference: same steps of two runs from a resize, stopping at 
   auto two = cv::paired_difference(a, b, 3, 2);  // the window bounds it
   CHECK(two.n == 2);
   CHECK(two.mean == Approx(0.0).margin(1e-12));
+  auto all = cv::paired_difference(a, b, 3, 10);  // runs past a's next resize: steps 3..7
+  CHECK(all.n == 5);
+  CHECK(all.mean == Approx((-0.1 + 0.1 - 0.1 - 0.1 + 0.1) / 5));
   b.erase(b.begin() + 3);  // step 4 missing in b: skipped
-  CHECK(cv::paired_difference(a, b, 3, 10).n == 2);
+  CHECK(cv::paired_difference(a, b, 3, 3).n == 2);
   CHECK_THROWS_AS(cv::paired_difference(a, b, 3, 0), std::invalid_argument);
 }
 
