@@ -378,7 +378,7 @@ const std::vector<Section>& sections() {
 void write_section(std::ostream& md, const DataSet& d, Plots& plots, const Section& s) {
   md << "\n## " << s.title << " (`" << s.name << "`)\n\n" << d.provenance(s.name) << "\n\n";
   if (d.of(s.name).empty()) {
-    md << "_No rows: not run in this data set._\n";
+    md << (d.status.count(s.name) ? "_No rows in this data set._\n" : "_No rows: not run in this data set._\n");
     return;
   }
   if (!s.text.empty()) md << s.text << "\n";

@@ -67,7 +67,11 @@ const Rows& DataSet::of(const std::string& bench) const {
 
 std::string DataSet::provenance(const std::string& bench) const {
   auto it = status.find(bench);
-  if (it == status.end()) return "Not run in this data set.";
+  if (it == status.end()) {
+    return rows.count(bench) ? "No provenance: docs/data/status.tsv does not name this bench, so where its rows come "
+                               "from is unknown."
+                             : "Not run in this data set.";
+  }
   return provenance_line(it->second);
 }
 
