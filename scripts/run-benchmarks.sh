@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Runs every bench executable (build/bench/) and experiment reproduction (build/experiments/) that
-# was built, each with --json into one results directory, then
-# writes docs/benchmarks.md (tables, the seeds' numbers beside ours) and docs/img/*.png (gnuplot).
+# was built, each with --json into one results directory, then publishes the rows into docs/data/
+# and regenerates docs/benchmarks.md, docs/experiments.md and the figures from them.
 #
 #   scripts/run-benchmarks.sh [--build DIR] [--out DIR] [--only a,b,...] [--quick] [--doc-only] [--no-publish]
 #
 #   --build DIR   build tree with bench/ and experiments/ (default: build)
 #   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, machine.txt, series/ (default: DIR/bench-results)
-#   --only LIST   run only these benches (the doc is still made from everything in --out)
+#   --only LIST   run only these benches (the others keep their rows and provenance in docs/data/)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp)
-#   --doc-only    do not run anything; regenerate the doc and the plots from --out
+#   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
 #   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
 #
 # Every bench's provenance goes to status.tsv, one line per bench (tab-separated):
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --doc-only) DOC_ONLY=1; shift ;;
     --no-publish) PUBLISH=0; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run-benchmarks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
