@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --tool) TOOL="$2"; shift 2 ;;
     --build) BUILD="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "check-docs.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --doc-only) DOC_ONLY=1; shift ;;
     --no-publish) PUBLISH=0; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run-benchmarks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
