@@ -6,19 +6,35 @@ set key outside right top
 set xlabel 'epoch'
 set ylabel 'test accuracy'
 $convergence_acc_a_fixed2 << EOD
-1 0.139
-2 0.703
+1 0.625
+2 0.7384
+3 0.8154
+4 0.816
+5 0.89
+6 0.906
 EOD
 $convergence_acc_b_lr_scaling << EOD
-1 0.413
-2 0.684
+1 0.2108
+2 0.7802
+3 0.862
+4 0.8704
+5 0.8734
+6 0.9046
 EOD
 $convergence_acc_c_lr_scaling_momentum << EOD
-1 0.276
-2 0.677
+1 0.7604
+2 0.7552
+3 0.875
+4 0.8582
+5 0.8868
+6 0.902
 EOD
 $convergence_acc_d_lr_scaling_uform << EOD
-1 0.088
-2 0.686
+1 0.535
+2 0.7188
+3 0.8552
+4 0.839
+5 0.8738
+6 0.9042
 EOD
 plot $convergence_acc_a_fixed2 with linespoints title 'a_fixed2', $convergence_acc_b_lr_scaling with linespoints title 'b_lr_scaling', $convergence_acc_c_lr_scaling_momentum with linespoints title 'c_lr_scaling_momentum', $convergence_acc_d_lr_scaling_uform with linespoints title 'd_lr_scaling_uform'

@@ -6,19 +6,35 @@ set key outside right top
 set xlabel 'epoch'
 set ylabel 'training loss (epoch mean)'
 $convergence_loss_a_fixed2 << EOD
-1 1.60176
-2 0.791433
+1 0.808472
+2 0.43277
+3 0.34012
+4 0.267533
+5 0.215263
+6 0.1789
 EOD
 $convergence_loss_b_lr_scaling << EOD
-1 1.49141
-2 0.826611
+1 0.734583
+2 0.453574
+3 0.334781
+4 0.25953
+5 0.213657
+6 0.1772
 EOD
 $convergence_loss_c_lr_scaling_momentum << EOD
-1 1.49956
-2 0.786836
+1 0.739267
+2 0.439041
+3 0.33492
+4 0.255476
+5 0.215456
+6 0.17586
 EOD
 $convergence_loss_d_lr_scaling_uform << EOD
-1 1.45297
-2 0.832782
+1 0.748578
+2 0.44949
+3 0.33507
+4 0.259937
+5 0.218131
+6 0.178132
 EOD
 plot $convergence_loss_a_fixed2 with linespoints title 'a_fixed2', $convergence_loss_b_lr_scaling with linespoints title 'b_lr_scaling', $convergence_loss_c_lr_scaling_momentum with linespoints title 'c_lr_scaling_momentum', $convergence_loss_d_lr_scaling_uform with linespoints title 'd_lr_scaling_uform'
