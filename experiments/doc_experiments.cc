@@ -320,9 +320,26 @@ void convergence_paired(std::ostream& md, const DataSet& d, const Plots&) {
     };
     body.push_back({label, diff(cc, dd), diff(b, dd), diff(cc, b)});
   }
-  md << "Mean per-step training-loss difference over the W = " << w
-     << " steps from each resize (same step, same records), with its standard deviation and how many steps were below "
-        "zero:\n";
+  // Where each run's new sizes start: the bench asks for a resize when the progress crosses the
+  // point, so runs can switch a few steps apart (and then train different records for those steps).
+  std::set<std::vector<int64_t>> distinct;
+  md << "First step at each new size:";
+  for (const auto& run : {b, cc, dd}) {
+    if (run.empty() || !c.series.count(run)) continue;
+    std::vector<int64_t> steps;
+    for (const auto& e : cv::detect_resizes(c.series[run])) steps.push_back(e.step);
+    distinct.insert(steps);
+    std::string list;
+    for (int64_t st : steps) list += (list.empty() ? "" : ", ") + std::to_string(st);
+    md << " " << run << " " << (list.empty() ? "none" : list) << (run == dd || (dd.empty() && run == cc) ? "." : ";");
+  }
+  md << (distinct.size() > 1
+             ? " The runs did not switch at the same steps, so for the first few steps of a window they train "
+               "different batches (and world sizes): that difference is part of the paired numbers below.\n"
+             : " The runs switched at the same steps: the paired numbers compare the same records.\n");
+  md << "\nMean per-step training-loss difference over the W = " << w
+     << " steps from (c)'s first step at each new size (the same step numbers in every run), with its standard "
+        "deviation and how many steps were below zero:\n";
   table(md, {"resize", "c - d", "b - d", "c - b"}, body);
 }
 
