@@ -334,8 +334,9 @@ void convergence_paired(std::ostream& md, const DataSet& d, const Plots&) {
     md << " " << run << " " << (list.empty() ? "none" : list) << (run == dd || (dd.empty() && run == cc) ? "." : ";");
   }
   md << (distinct.size() > 1
-             ? " The runs did not switch at the same steps, so for the first few steps of a window they train "
-               "different batches (and world sizes): that difference is part of the paired numbers below.\n"
+             ? " The runs did not switch at the same steps: from the earliest switch on, a step number no longer "
+               "means the same records in every run (a run that switched earlier has trained more), so the paired "
+               "numbers below compare neighbouring batches, not the same ones.\n"
              : " The runs switched at the same steps: the paired numbers compare the same records.\n");
   md << "\nMean per-step training-loss difference over the W = " << w
      << " steps from (c)'s first step at each new size (the same step numbers in every run), with its standard "
