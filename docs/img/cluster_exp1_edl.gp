@@ -3,7 +3,7 @@ set terminal pngcairo size 900,640 font 'sans,10' noenhanced
 set output 'img/cluster_exp1_edl.png'
 set grid
 set key outside right top
-set xrange [0:1641.6]
+set xrange [0:734.9]
 set multiplot layout 2,1
 set xlabel 'time (s)'
 set ylabel 'GPUs'

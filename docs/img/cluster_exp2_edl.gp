@@ -3,7 +3,7 @@ set terminal pngcairo size 900,640 font 'sans,10' noenhanced
 set output 'img/cluster_exp2_edl.png'
 set grid
 set key outside right top
-set xrange [0:6644.2]
+set xrange [0:2597.3]
 set multiplot layout 2,1
 set xlabel 'time (s)'
 set ylabel 'GPUs'

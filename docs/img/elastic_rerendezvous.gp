@@ -7,10 +7,10 @@ set logscale y
 set xlabel 'ranks'
 set ylabel 'ms'
 $edl << EOD
-2 3.391
-4 9.55
-8 26.983
-16 81.811
+2 2.953
+4 6.026
+8 18.237
+16 75.244
 EOD
 $hvd << EOD
 2 400
