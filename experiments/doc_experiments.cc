@@ -177,7 +177,7 @@ void scaling_verdict(std::ostream& md, const DataSet& d, const Plots&) {
     body.push_back({model, r.value("link", "?"), fixed(s, 3), std::isnan(ceiling) ? "not measured" : fixed(ceiling, 3),
                     r["efficiency"].is_number() ? fixed(num(r, "efficiency"), 3) : "", t});
   }
-  table(md, {"model", "link", "speed-up at 2", "independent ceiling at 2 (same run)", "efficiency", "seed-era target"},
+  table(md, {"model", "link", "speed-up at 2", "independent ceiling at 2 (same run)", "efficiency", "earlier target"},
         body);
 }
 
