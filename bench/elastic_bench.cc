@@ -3,8 +3,9 @@
 // Starts `edl-run` in elastic mode with the synthetic worker (testing/elastic_worker.cc), which logs
 // every completed step with a CLOCK_MONOTONIC timestamp to a shared file, and injects events:
 //   kill  — kill -9 of a random member (rank 0 included); recovery = event -> first completed step
-//           of the new generation; lost_steps = last step completed before the event - the step the
-//           new generation resumed from;
+//           of the new generation; lost_steps = the committed steps the survivors rolled back: the
+//           last step a survivor committed in the old generation - the step the new generation
+//           resumed from (not clamped: a negative value would mean the new generation skipped steps);
 //   stop  — SIGSTOP of a random member (SIGCONT after the others recovered; it rejoins);
 //   join  — one more slot in the discovery script; recovery = newcomer's process start -> its first
 //           completed step (then the slot is removed again: a graceful leave).
@@ -249,6 +250,16 @@ class Job {
   pid_t pid_ = -1;
 };
 
+// The committed steps the survivors rolled back: the highest step any worker other than `excluded`
+// committed in generation `old_gen` minus the step the new generation resumed from (its first
+// completed step - 1). Not clamped at 0.
+int64_t rolled_back(const Log& log, uint64_t old_gen, const std::string& excluded, const StepLine& first) {
+  int64_t last = 0;
+  for (const auto& s : log.steps)
+    if (s.gen == old_gen && s.worker != excluded) last = std::max(last, s.step);
+  return last - (first.step - 1);
+}
+
 struct EventRow {
   std::string event;
   int before = 0, after = 0;
@@ -276,16 +287,13 @@ EventRow fault_event(Job& job, const std::string& kind, int workers, std::mt1993
       }
     return false;
   });
-  int64_t before = 0;
-  for (const auto& s : job.log().steps)
-    if (s.t <= t0) before = std::max(before, s.step);
   if (kind == "stop") ::kill(pid, SIGCONT);  // it finds itself evicted and rejoins
   EventRow r;
   r.event = kind;
   r.before = workers;
   r.after = first.size;
   r.recovery_ms = first.t - t0;
-  r.lost = std::max<int64_t>(0, before - (first.step - 1));
+  r.lost = rolled_back(job.log(), g0, victim, first);
   return r;
 }
 
@@ -311,19 +319,16 @@ EventRow join_event(Job& job, int workers) {
       }
     return false;
   });
-  int64_t before = 0;
-  double t_gen = first.t;
-  for (const auto& g : job.log().gens)
-    if (g.gen == first.gen) t_gen = std::min(t_gen, g.t);
+  uint64_t old_gen = 0;  // the generation the old members left for the newcomer's
   for (const auto& s : job.log().steps)
-    if (s.t <= t_gen) before = std::max(before, s.step);
+    if (s.gen < first.gen) old_gen = std::max(old_gen, s.gen);
   (void)before_step;
   EventRow r;
   r.event = "join";
   r.before = workers;
   r.after = first.size;
   r.recovery_ms = first.t - t_start;
-  r.lost = std::max<int64_t>(0, before - (first.step - 1));
+  r.lost = rolled_back(job.log(), old_gen, newcomer, first);
   job.write_slots(workers);  // scale back down: edl-run sends SIGTERM, a graceful leave
   job.wait_stable(workers, 3, 60000);
   return r;

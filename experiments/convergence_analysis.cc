@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -87,6 +88,24 @@ std::vector<ResizeEvent> detect_resizes(const std::vector<LossPoint>& s) {
 }
 
 namespace {
+Summary summarize(const std::vector<double>& v) {
+  Summary r;
+  r.n = static_cast<int>(v.size());
+  if (v.empty()) return r;
+  double sum = 0;
+  for (double x : v) {
+    sum += x;
+    if (x < 0) ++r.below;
+  }
+  r.mean = sum / static_cast<double>(v.size());
+  if (v.size() > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - r.mean) * (x - r.mean);
+    r.sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
+  }
+  return r;
+}
+
 double mean_loss(const std::vector<LossPoint>& s, size_t begin, size_t end) {
   double sum = 0;
   for (size_t i = begin; i < end; ++i) sum += s[i].loss;
@@ -114,6 +133,34 @@ std::vector<Spike> spikes(const std::vector<LossPoint>& s, int window) {
     out.push_back(k);
   }
   return out;
+}
+
+Summary paired_difference(const std::vector<LossPoint>& a, const std::vector<LossPoint>& b, int64_t from_step,
+                          int window) {
+  if (window < 1) throw std::invalid_argument("paired window must be >= 1 step, got " + std::to_string(window));
+  std::map<int64_t, double> b_loss;
+  for (const auto& p : b) b_loss[p.step] = p.loss;
+  std::vector<double> d;
+  int taken = 0;
+  for (const auto& p : a) {
+    if (p.step < from_step) continue;
+    if (taken == window) break;
+    ++taken;
+    auto it = b_loss.find(p.step);
+    if (it != b_loss.end()) d.push_back(p.loss - it->second);
+  }
+  return summarize(d);
+}
+
+Summary spike_noise(const std::vector<LossPoint>& s, int window, double from_progress, double to_progress) {
+  if (window < 1) throw std::invalid_argument("noise window must be >= 1 step, got " + std::to_string(window));
+  const size_t w = static_cast<size_t>(window);
+  std::vector<double> v;
+  for (size_t i = w; i + w <= s.size(); ++i) {
+    if (s[i].epoch_progress < from_progress || s[i].epoch_progress > to_progress) continue;
+    v.push_back(mean_loss(s, i, i + w) - mean_loss(s, i - w, i));
+  }
+  return summarize(v);
 }
 
 }  // namespace edl::bench::convergence

@@ -7,7 +7,11 @@
 //   * resize detection (where the "workers" field of consecutive steps changes) and the loss spike
 //     of each resize: mean loss of the W steps from the first step at the new size minus the mean
 //     of the W steps before it. Both windows stop at the neighbouring resizes (and the series ends),
-//     so one event's window never mixes in another's.
+//     so one event's window never mixes in another's;
+//   * the paired difference of two runs that train the same records at the same steps (b, c, d of
+//     Experiment 3): per-step loss difference over the W steps from a resize;
+//   * the spike's noise floor: the same after-minus-before statistic taken at every step of a run
+//     without a resize.
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -66,5 +70,23 @@ struct Spike {
 // The spike of every resize of `series` (normalized) with windows of `window` steps.
 // Throws std::invalid_argument for window < 1.
 std::vector<Spike> spikes(const std::vector<LossPoint>& series, int window);
+
+struct Summary {
+  int n = 0;             // samples
+  double mean = 0, sd = 0;  // sd: sample standard deviation (0 for n < 2)
+  int below = 0;         // samples < 0
+};
+
+// Per-step loss difference a - b over the first `window` points of `a` (normalized) whose step is
+// >= from_step; steps that `b` lacks are skipped. The window does not stop at a's next resize (two
+// runs may resize a step apart): keep it shorter than the distance between resizes.
+// Throws std::invalid_argument for window < 1.
+Summary paired_difference(const std::vector<LossPoint>& a, const std::vector<LossPoint>& b, int64_t from_step,
+                          int window);
+
+// The spike statistic (mean loss of the `window` points from i minus the mean of the `window`
+// points before i) at every index i of `series` (normalized) with a full window on both sides and
+// from_progress <= epoch_progress <= to_progress. Throws std::invalid_argument for window < 1.
+Summary spike_noise(const std::vector<LossPoint>& series, int window, double from_progress, double to_progress);
 
 }  // namespace edl::bench::convergence

@@ -21,7 +21,10 @@
 //
 // Rows (--json): per run and epoch {"run","epoch","test_acc","train_loss"}; per resize
 // {"run","resize","from_workers","to_workers","epoch_progress","loss_before","loss_after","spike"};
-// per run {"run","final_test_acc","delta_vs_fixed_pts"} (test_acc as a fraction, delta in points).
+// per run {"run","final_test_acc","delta_vs_fixed_pts"} (test_acc as a fraction, delta in points);
+// per run and optimizer step {"run","step","epoch_progress","workers","loss"} (the normalized loss
+// log, from which benchmarks_doc computes the paired differences and the spike's noise floor); first
+// of all one {"config":"convergence",...} row with the recipe (epochs, records, plan, window, ...).
 // Targets: (b) and (c) end within 0.3 points of (a); (c)'s spike below (b)'s at every resize.
 #include <fcntl.h>
 #include <signal.h>
@@ -90,6 +93,7 @@ struct RunResult {
   RunSpec spec;
   std::vector<Json> epochs;  // trainer rows reduced to {"run","epoch","test_acc","train_loss"}
   std::vector<cv::Spike> spikes;
+  std::vector<cv::LossPoint> series;  // normalized per-step loss log
   double final_acc = -1;
 };
 
@@ -265,7 +269,8 @@ RunResult run_one(const Config& c, const RunSpec& r, const std::string& dir) {
   if (static_cast<int>(res.epochs.size()) != c.epochs || res.final_acc < 0)
     throw RunFailed(r.name + ": expected " + std::to_string(c.epochs) + " epoch rows with a final test accuracy in " +
                     dir + "/epochs.jsonl, found " + std::to_string(res.epochs.size()));
-  res.spikes = cv::spikes(cv::normalize(series), c.window);
+  res.series = cv::normalize(series);
+  res.spikes = cv::spikes(res.series, c.window);
   size_t want = r.elastic ? c.plan.size() : 0;
   if (res.spikes.size() != want) {
     std::string seen;
@@ -459,6 +464,16 @@ int main(int argc, char** argv) {
   for (const auto& p : c.plan) std::cout << " " << fmt(p.at, 2) << "->" << p.workers;
   std::cout << std::endl;
   edl::bench::JsonRows json(c.json);
+  {
+    std::string plan;
+    for (const auto& p : c.plan) plan += (plan.empty() ? "" : ",") + fmt(p.at, 2) + ":" + std::to_string(p.workers);
+    std::string runs;
+    for (const auto& r : c.runs) runs += (runs.empty() ? "" : ",") + r;
+    json.write({{"config", "convergence"}, {"epochs", c.epochs}, {"train_records", c.train_records},
+                {"test_records", c.test_records}, {"batch", c.batch}, {"lr", c.lr}, {"base_size", c.base_size},
+                {"fixed_workers", c.fixed_workers}, {"start_workers", c.start_workers}, {"resize_at", plan},
+                {"window", c.window}, {"seed", c.seed}, {"tolerance_pts", c.tolerance_pts}, {"runs", runs}});
+  }
   std::vector<RunResult> results;
   std::vector<std::string> failed;
   for (const std::string& key : c.runs) {
@@ -472,6 +487,9 @@ int main(int argc, char** argv) {
                     {"to_workers", k.event.to_workers}, {"epoch_progress", k.event.epoch_progress},
                     {"loss_before", k.loss_before}, {"loss_after", k.loss_after}, {"spike", k.spike}});
       }
+      for (const auto& p : r.series)
+        json.write({{"run", spec.name}, {"step", p.step}, {"epoch_progress", p.epoch_progress},
+                    {"workers", p.workers}, {"loss", p.loss}});
       results.push_back(std::move(r));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "convergence_exp: run %s FAILED: %s\n", spec.name.c_str(), e.what());

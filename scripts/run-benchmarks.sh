@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Runs every bench executable (build/bench/) and experiment reproduction (build/experiments/) that
-# was built, each with --json into one results directory, then
-# writes docs/benchmarks.md (tables, the seeds' numbers beside ours) and docs/img/*.png (gnuplot).
+# was built, each with --json into one results directory, then publishes the rows into docs/data/
+# and regenerates docs/benchmarks.md, docs/experiments.md and the figures from them.
 #
-#   scripts/run-benchmarks.sh [--build DIR] [--out DIR] [--only a,b,...] [--quick] [--doc-only]
+#   scripts/run-benchmarks.sh [--build DIR] [--out DIR] [--only a,b,...] [--quick] [--doc-only] [--no-publish]
 #
 #   --build DIR   build tree with bench/ and experiments/ (default: build)
-#   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, series/, plots/ (default: DIR/bench-results)
-#   --only LIST   run only these benches (the doc is still made from everything in --out)
+#   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, machine.txt, series/ (default: DIR/bench-results)
+#   --only LIST   run only these benches (the others keep their rows and provenance in docs/data/)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
-#                 controlplane_bench)
-#   --doc-only    do not run anything; regenerate the doc and the plots from --out
+#                 chaos_bench, controlplane_bench)
+#   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
+#   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
+#
+# Every bench's provenance goes to status.tsv, one line per bench (tab-separated):
+#   name, ran|skipped|failed, note, command, commit (short hash, "-dirty" with uncommitted changes),
+#   UTC start, wall seconds, 1-min load average at start, at end.
+# Publishing copies the rows, status.tsv, machine.txt and series/ into docs/data/ (committed: the
+# docs are generated from them, and scripts/check-docs.sh checks that they still are), then writes
+# docs/benchmarks.md, docs/experiments.md (from docs/experiments.md.in) and docs/img/*.gp (+ .png).
 #
 # Needs only bash, coreutils and what the project builds; gnuplot (Debian gnuplot-nox) for the PNGs.
 # Benches that were not built are skipped with a note in the doc. Emulated links need root.
@@ -22,6 +30,7 @@ OUT=""
 ONLY=""
 QUICK=0
 DOC_ONLY=0
+PUBLISH=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
@@ -29,7 +38,8 @@ while [ $# -gt 0 ]; do
     --only) ONLY="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --doc-only) DOC_ONLY=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --no-publish) PUBLISH=0; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run-benchmarks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,13 +62,22 @@ selected() {
   return 1
 }
 
-set_status() {  # name status note command
+set_status() {  # name status note command [commit start_utc wall_s load_start load_end]
   local tmp="$STATUS.tmp"
   touch "$STATUS"
   awk -F'\t' -v n="$1" '$1 != n' "$STATUS" > "$tmp"
-  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$tmp"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "${5:-}" "${6:-}" "${7:-}" "${8:-}" "${9:-}" >> "$tmp"
   mv "$tmp" "$STATUS"
 }
+
+commit_id() {
+  local c
+  c=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) || { echo unknown; return; }
+  git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || c="$c-dirty"
+  echo "$c"
+}
+
+load1() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?"; }
 
 # run_bench NAME TIMEOUT_S COMMAND... (the command gets --json OUT/NAME.jsonl appended)
 run_bench() {
@@ -72,20 +91,25 @@ run_bench() {
   fi
   local json="$OUT/$name.jsonl" log="$OUT/$name.log"
   rm -f "$json"
-  local shown="${*//$BUILD\//build/}"
-  shown="${shown//$OUT\//out/} --json out/$name.jsonl"
-  local load
-  load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
+  local shown="${*//$OUT\//out/}"
+  shown="${shown//$BUILD\//build/} --json out/$name.jsonl"
+  local load commit start
+  load=$(load1)
+  commit=$(commit_id)
+  start=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
   echo "== $name: $shown"
   local t0=$SECONDS rc=0
   timeout --kill-after=20 "$limit" "$@" --json "$json" > "$log" 2>&1 || rc=$?
   cat "$log"
+  local wall=$((SECONDS - t0)) load_end
+  load_end=$(load1)
+  local prov=("$shown" "$commit" "$start" "$wall" "$load" "$load_end")
   if [ $rc -eq 0 ]; then
-    set_status "$name" ran "$((SECONDS - t0)) s, load average $load at start" "$shown"
+    set_status "$name" ran "" "${prov[@]}"
   elif [ $rc -eq 124 ]; then
-    set_status "$name" failed "timed out after $limit s (rows written before that are kept)" "$shown"
+    set_status "$name" failed "timed out after $limit s (rows written before that are kept)" "${prov[@]}"
   else
-    set_status "$name" failed "exit status $rc, see $name.log" "$shown"
+    set_status "$name" failed "exit status $rc, see $name.log" "${prov[@]}"
   fi
 }
 
@@ -116,6 +140,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   fi
   run_bench model_bench 1200 "$B/model_bench"
   run_bench reader_bench 600 "$B/reader_bench"
+  run_bench store_bench 600 "$B/store_bench"
   run_bench optimizer_bench 1200 "$B/optimizer_bench"
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench shard_audit 900 "$B/shard_audit"
@@ -134,24 +159,46 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench cluster_sim 300 "$X/cluster_sim" "${SIM_ARGS[@]}"
 fi
 
-# --- the document ------------------------------------------------------------------------------
-HEADER="$OUT/header.md"
-{
-  echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')), "\
-"$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r); "\
-"commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); $(date -u '+%Y-%m-%d %H:%M UTC')."
-  echo
-  echo "The machine is shared and small: compare rows measured in the same run, not across runs."
-} > "$HEADER"
-rm -rf "$OUT/plots"
-"$X/benchmarks_doc" --in "$OUT" --doc "$ROOT/docs/benchmarks.md" --img-dir "$ROOT/docs/img" \
-  --plot-dir "$OUT/plots" --header "$HEADER" || exit 1
+# --- provenance of the machine -----------------------------------------------------------------
+if [ $DOC_ONLY -eq 0 ]; then
+  echo "$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')), "\
+"$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)" > "$OUT/machine.txt"
+fi
+
+# --- publishing: docs/data/ and the generated docs ---------------------------------------------
+[ $PUBLISH -eq 1 ] || { echo "results in $OUT (not published: --no-publish)"; exit 0; }
+DATA="$ROOT/docs/data"
+if [ "$OUT" != "$DATA" ]; then
+  # A bench of this run replaces its rows and its status line; the others' stay as they were, with
+  # their own provenance (each section of the docs names the run it comes from).
+  mkdir -p "$DATA"
+  touch "$DATA/status.tsv"
+  while IFS=$'\t' read -r name _; do
+    [ -n "$name" ] && rm -f "$DATA/$name.jsonl"
+  done < "$STATUS"
+  awk -F'\t' 'NR == FNR { mine[$1] = 1; next } !($1 in mine)' "$STATUS" "$DATA/status.tsv" > "$DATA/status.tsv.new"
+  cat "$STATUS" >> "$DATA/status.tsv.new"
+  mv "$DATA/status.tsv.new" "$DATA/status.tsv"
+  for f in "$OUT"/*.jsonl "$OUT"/machine.txt; do
+    [ -e "$f" ] && cp "$f" "$DATA/"
+  done
+  if grep -q "^cluster_sim"$'\t' "$STATUS" 2>/dev/null; then
+    rm -rf "$DATA/series"
+    [ -d "$OUT/series" ] && cp -r "$OUT/series" "$DATA/series"
+  fi
+fi
+rm -f "$ROOT"/docs/img/*.gp  # figures the data set no longer gives disappear with their PNGs below
+"$X/benchmarks_doc" --in "$DATA" --doc "$ROOT/docs/benchmarks.md" --img-dir "$ROOT/docs/img" \
+  --experiments-in "$ROOT/docs/experiments.md.in" --experiments "$ROOT/docs/experiments.md" || exit 1
 if command -v gnuplot > /dev/null; then
-  for gp in "$OUT"/plots/*.gp; do
+  for gp in "$ROOT"/docs/img/*.gp; do
     [ -e "$gp" ] || continue
-    gnuplot "$gp" || echo "run-benchmarks.sh: gnuplot failed on $gp" >&2
+    (cd "$ROOT/docs" && gnuplot "$gp") || echo "run-benchmarks.sh: gnuplot failed on $gp" >&2
   done
   echo "plots: $ROOT/docs/img"
+  for png in "$ROOT"/docs/img/*.png; do
+    [ -e "${png%.png}.gp" ] || rm -f "$png"
+  done
 else
   echo "run-benchmarks.sh: gnuplot not installed (apt-get install gnuplot-nox): no PNGs" >&2
 fi

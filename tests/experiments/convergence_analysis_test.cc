@@ -2,6 +2,7 @@
 // detection and the loss spike of each resize.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -135,4 +136,42 @@ TEST_CASE("spike windows stop at the neighbouring resizes", "[experiments][conve
   CHECK(k[1].steps_after == 3);
   CHECK(k[1].spike == Approx(-2.5));  // 0.5 - 3
   CHECK_THROWS_AS(cv::spikes(s, 0), std::invalid_argument);
+}
+
+TEST_CASE("paired difference: the same steps of two runs from a resize", "[experiments][convergence]") {
+  auto a = series({1, 1, 3, 3, 3, 2, 2}, {1.0, 1.0, 0.5, 0.7, 0.9, 0.4, 0.4});
+  auto b = series({1, 1, 3, 3, 3, 3, 2}, {1.0, 1.0, 0.6, 0.6, 1.0, 0.5, 0.3});  // b shrinks a step later
+  auto d = cv::paired_difference(a, b, 3, 3);  // steps 3..5
+  CHECK(d.n == 3);
+  CHECK(d.mean == Approx((-0.1 + 0.1 - 0.1) / 3));
+  CHECK(d.below == 2);
+  CHECK(d.sd > 0);
+  auto two = cv::paired_difference(a, b, 3, 2);  // the window bounds it
+  CHECK(two.n == 2);
+  CHECK(two.mean == Approx(0.0).margin(1e-12));
+  auto all = cv::paired_difference(a, b, 3, 10);  // runs past a's next resize: steps 3..7
+  CHECK(all.n == 5);
+  CHECK(all.mean == Approx((-0.1 + 0.1 - 0.1 - 0.1 + 0.1) / 5));
+  b.erase(b.begin() + 3);  // step 4 missing in b: skipped
+  CHECK(cv::paired_difference(a, b, 3, 3).n == 2);
+  CHECK_THROWS_AS(cv::paired_difference(a, b, 3, 0), std::invalid_argument);
+}
+
+TEST_CASE("spike noise: the after-minus-before statistic at every step with full windows", "[experiments][convergence]") {
+  // Loss 1 for 4 steps then 0 for 4 steps: with W = 2 the statistic at i = 2..6 is
+  // 0, -0.5, -1, -0.5, 0; point i has progress 0.01 * (i + 1).
+  // (Built in a loop: GCC 12.2 at -O3 -march=native on this machine miscompiles the initializer list
+  // {1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0} into eight 1.0s.)
+  std::vector<double> loss;
+  for (int i = 0; i < 8; ++i) loss.push_back(i < 4 ? 1.0 : 0.0);
+  auto s = series(std::vector<int>(8, 2), loss);
+  auto all = cv::spike_noise(s, 2, 0, 1);
+  CHECK(all.n == 5);
+  CHECK(all.mean == Approx(-0.4));
+  CHECK(all.below == 3);
+  auto part = cv::spike_noise(s, 2, 0.055, 1);  // i = 5, 6
+  CHECK(part.n == 2);
+  CHECK(part.mean == Approx(-0.25));
+  CHECK(part.sd == Approx(std::sqrt(0.125)));
+  CHECK_THROWS_AS(cv::spike_noise(s, 0, 0, 1), std::invalid_argument);
 }

@@ -1,0 +1,417 @@
+// docs/benchmarks.md: one section per bench (see doc_benchmarks.h).
+#include "doc_benchmarks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace edl::docs {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Reference figures measured elsewhere: the performance anchors handed to the project (not in this
+// repository's runs). Quoted with where they come from, never as "this machine".
+constexpr const char* kAnchors =
+    "the project's performance anchors (a quiet 2-vCPU AMD EPYC Zen 4 guest, Debian 12 packages; measured "
+    "before this repository existed, not in this run and not on this machine)";
+
+void allreduce_section(std::ostream& md, const DataSet& d, Plots& plots) {
+  const Rows& rows = d.of("allreduce_bench");
+  md << "Reference figures from " << kAnchors << ", n=2: Gloo ring 4 KiB 59 us, 1 MiB busbw 1.6 GB/s, 16 MiB "
+     << "1.40, 90 MiB 1.36; gloo::allreduce 90 MiB 2.18 GB/s; Open MPI TCP 90 MiB 1.27 GB/s. The `gloo_*` rows "
+     << "below are Gloo measured in this run, beside EDL. busbw = algbw * 2(n-1)/n.\n";
+  table(md, rows, {"impl", "ranks", "bytes", "count", "iters", "time_us", "algbw_gbps", "busbw_gbps", "wrong"});
+  std::map<std::string, Series> bw;
+  for (const Json& r : rows) {
+    if (r.contains("bytes") && r.contains("busbw_gbps")) {
+      bw[r.value("impl", "?") + " n=" + std::to_string(r.value("ranks", 0))].push_back(
+          {num(r, "bytes"), num(r, "busbw_gbps")});
+    }
+  }
+  if (bw.empty()) return;
+  std::string body, cmd = "plot ";
+  int i = 0;
+  for (auto& [k, xy] : bw) {
+    std::sort(xy.begin(), xy.end());
+    body += datablock("a" + std::to_string(i), xy);
+    cmd += std::string(i ? ", " : "") + "$a" + std::to_string(i) + " with linespoints title '" + k + "'";
+    ++i;
+  }
+  md << plots.add("allreduce_busbw",
+                  "set logscale x 2\nset xlabel 'bytes'\nset ylabel 'busbw (GB/s)'\nset format x '%.0b%BB'\n" + body + cmd,
+                  "allreduce bus bandwidth vs message size");
+}
+
+// The smallest message of an allreduce_bench implementation at n ranks: its per-call latency (us).
+double small_latency_us(const DataSet& d, const std::string& impl, int ranks, double* bytes) {
+  double best_bytes = 0, us = std::nan("");
+  for (const Json& r : d.of("allreduce_bench")) {
+    if (r.value("impl", "") != impl || r.value("ranks", 0) != ranks || !r.contains("bytes")) continue;
+    if (std::isnan(us) || num(r, "bytes") < best_bytes) {
+      best_bytes = num(r, "bytes");
+      us = num(r, "time_us");
+    }
+  }
+  if (bytes) *bytes = best_bytes;
+  return us;
+}
+
+void fusion_section(std::ostream& md, const DataSet& d, Plots&) {
+  const Rows& rows = d.of("fusion_bench");
+  md << "Target (restated): the engine's per-request overhead, `fused - fused_direct` (the same fused allreduce "
+        "through the background engine minus on a communicator of the bench's own), and the unfused per-tensor "
+        "cost against Gloo's per-call cost (its smallest-message latency in `allreduce_bench` of this data set). "
+        "Reference figures from "
+     << kAnchors
+     << ": ResNet50 (214 tensors, n=2) per-tensor 79 ms vs naively fused 79 ms; MobileNetV2 (158 tensors) "
+        "per-tensor 17.7 ms vs fused 5.5 ms at n=2.\n";
+  table(md, rows, {"model", "ranks", "mode", "tensors", "floats", "time_ms", "wrong"});
+  std::map<std::pair<std::string, int>, std::map<std::string, double>> by;
+  std::map<std::pair<std::string, int>, double> tensors;
+  for (const Json& r : rows) {
+    auto key = std::make_pair(r.value("model", "?"), r.value("ranks", 0));
+    by[key][r.value("mode", "?")] = num(r, "time_ms");
+    if (r.value("mode", "") == "fused") tensors[key] = num(r, "tensors");
+  }
+  std::vector<std::vector<std::string>> body;
+  for (auto& [key, m] : by) {
+    if (!m.count("fused") || !m.count("fused_direct") || !m.count("unfused") || !tensors[key]) continue;
+    const double n = tensors[key];
+    double gloo_bytes = 0, edl_bytes = 0;
+    double gloo = small_latency_us(d, "gloo_ring", key.second, &gloo_bytes);
+    double edl = small_latency_us(d, "edl", key.second, &edl_bytes);
+    body.push_back({key.first, std::to_string(key.second), fixed(n, 0), fixed(m["fused"] - m["fused_direct"], 2),
+                    fixed(1000 * (m["fused"] - m["fused_direct"]) / n, 1), fixed(1000 * m["unfused"] / n, 1),
+                    m.count("unfused_direct") ? fixed(1000 * m["unfused_direct"] / n, 1) : "",
+                    std::isnan(edl) ? "not in this data set" : fixed(edl, 1) + " (" + fixed(edl_bytes, 0) + " B)",
+                    std::isnan(gloo) ? "not in this data set" : fixed(gloo, 1) + " (" + fixed(gloo_bytes, 0) + " B)"});
+  }
+  if (body.empty()) return;
+  md << "\nPer-request overhead and per-tensor cost (derived from the rows above; the last two columns from "
+        "`allreduce_bench` rows of this data set):\n";
+  table(md, {"model", "ranks", "tensors", "fused - fused_direct (ms)", "per request (us)", "unfused per tensor (us)",
+             "unfused_direct per tensor (us)", "EDL allreduce, smallest message (us)", "Gloo ring, smallest message (us)"},
+        body);
+}
+
+void model_section(std::ostream& md, const DataSet& d, Plots&) {
+  const Rows& rows = d.of("model_bench");
+  bool torch = !matching(rows, "impl", "libtorch").empty();
+  md << "Reference figures: libtorch 1.13.1 with oneDNN from " << kAnchors
+     << ", training at batch 64: ResNet20 3x32x32 ~250 img/s (1 thread) / ~530 (2); MobileNetV2-CIFAR ~31 / ~60; "
+        "ResNet20 1x28x28 ~390 / ~720. "
+     << (torch ? "The `libtorch` rows below are libtorch measured in this run (model_bench built with "
+                 "`-DEDL_BENCH_WITH_LIBTORCH=ON`)."
+               : "This run has no libtorch rows (model_bench built without `-DEDL_BENCH_WITH_LIBTORCH=ON`).")
+     << "\n";
+  table(md, rows, {"model", "impl", "mode", "threads", "images_per_s"});
+}
+
+void optimizer_section(std::ostream& md, const DataSet& d, Plots&) {
+  const Rows& rows = d.of("optimizer_bench");
+  md << "Target (restated): against the perfect-overlap bound, per link: exposed share = (overlap - compute_only) "
+        "/ (no_overlap - compute_only): 0 = the allreduce is hidden completely behind backward, 1 = nothing is "
+        "hidden; a value outside 0..1 (or no_overlap not slower than compute_only) means the machine's noise in this run "
+        "was larger than the communication time. `overlap_fraction` is the bench's own measure of the hidden share of "
+        "the allreduce time.\n";
+  table(md, rows, {"link", "ranks", "mode", "step_ms", "overlap_fraction"});
+  std::vector<std::string> links;
+  std::map<std::string, std::map<std::string, double>> by;
+  for (const Json& r : rows) {
+    std::string l = r.value("link", "?");
+    if (std::find(links.begin(), links.end(), l) == links.end()) links.push_back(l);
+    if (r.contains("mode")) by[l][r.value("mode", "")] = num(r, "step_ms");
+    if (r.contains("overlap_fraction")) by[l]["fraction"] = num(r, "overlap_fraction");
+  }
+  std::vector<std::vector<std::string>> body;
+  for (const auto& l : links) {
+    auto& m = by[l];
+    if (!m.count("compute_only") || !m.count("no_overlap") || !m.count("overlap")) continue;
+    double comm = m["no_overlap"] - m["compute_only"];
+    body.push_back({l, fixed(m["compute_only"], 1), fixed(m["no_overlap"], 1), fixed(m["overlap"], 1),
+                    fixed(comm, 1), fixed(m["overlap"] - m["compute_only"], 1),
+                    comm > 0 ? fixed((m["overlap"] - m["compute_only"]) / comm, 2) : "n/a (no_overlap <= compute_only)",
+                    m.count("fraction") ? fixed(m["fraction"], 2) : ""});
+  }
+  table(md, {"link", "compute_only ms", "no_overlap ms", "overlap ms", "no_overlap - compute_only", "overlap - compute_only",
+             "exposed share", "overlap_fraction"},
+        body);
+}
+
+void elastic_section(std::ostream& md, const DataSet& d, Plots& plots) {
+  const Rows& rows = d.of("elastic_bench");
+  Rows events, rdv;
+  for (const Json& r : rows) (r.value("event", "") == "rerendezvous" ? rdv : events).push_back(r);
+  md << "Targets: kill 3->2 recovery p50 <= 1000 ms; join <= 2000 ms; re-rendezvous at 16 ranks <= 500 ms. "
+        "Published: Horovod elastic re-rendezvous 0.4 s @2, 1.2 s @4, 7.1 s @8, 15.8 s @16 ranks "
+        "(horovod #3556); FTlib > 30 s (elasticdl #2192). `lost_steps` = the committed steps the survivors "
+        "rolled back (their last commit in the old generation - the step the new one resumed from).\n";
+  table(md, events, {"event", "ranks_before", "ranks_after", "recovery_ms", "lost_steps"});
+  std::map<std::string, std::vector<double>> per;
+  for (const Json& r : events) per[r.value("event", "?")].push_back(num(r, "recovery_ms"));
+  std::vector<std::vector<std::string>> body;
+  for (auto& [e, v] : per) body.push_back({e, std::to_string(v.size()), fixed(median(v), 1)});
+  table(md, {"event", "events", "median recovery_ms"}, body);
+  table(md, rdv, {"event", "ranks", "time_ms"});
+  Series ours;
+  for (const Json& r : rdv) ours.push_back({num(r, "ranks"), num(r, "time_ms")});
+  std::sort(ours.begin(), ours.end());
+  if (ours.empty()) return;
+  md << plots.add("elastic_rerendezvous",
+                  "set logscale y\nset xlabel 'ranks'\nset ylabel 'ms'\n" + datablock("edl", ours) +
+                      datablock("hvd", {{2, 400}, {4, 1200}, {8, 7100}, {16, 15800}}) +
+                      "plot $edl with linespoints title 'EDL re-rendezvous', $hvd with linespoints dt 2 title "
+                      "'Horovod (#3556)'",
+                  "re-rendezvous time vs ranks");
+}
+
+void scaling_section(std::ostream& md, const DataSet& d, Plots& plots) {
+  const Rows& rows = d.of("scaling_bench");
+  md << "Seeds (FTlib benchmark, CPU cluster, 4 CPUs per worker, batch 64): ResNet50 26.7 img/s at 1 worker, "
+        "1.57x at 2 (communication 18%), 2.56x at 4, 4.61x at 8; MobileNetV2 353.6 img/s, 1.42x at 2 (24%), "
+        "1.92x at 4, 1.83x at 8.\n\n"
+        "Target (restated): the speed-up against the machine's ceiling measured in the same run. Rows with link "
+        "`independent` are k single-worker processes side by side with no communication at all; `efficiency` = "
+        "speed-up / the independent speed-up of the same k: what EDL keeps of what the machine allows.\n";
+  table(md, rows, {"model", "workers", "link", "effective_link", "images_per_s", "speedup", "efficiency", "comm_share",
+                   "step_ms", "oversubscribed"});
+  std::map<std::string, Series> series;
+  for (const Json& r : rows) {
+    series[r.value("model", "?") + " " + r.value("link", "?")].push_back({num(r, "workers"), num(r, "speedup")});
+  }
+  if (series.empty()) return;
+  std::string body, cmd = "plot ";
+  int i = 0;
+  for (auto& [k, xy] : series) {
+    std::sort(xy.begin(), xy.end());
+    body += datablock("s" + std::to_string(i), xy);
+    cmd += "$s" + std::to_string(i) + " with linespoints title '" + k + "', ";
+    ++i;
+  }
+  body += datablock("r50", {{1, 1}, {2, 1.57}, {4, 2.56}, {8, 4.61}});
+  body += datablock("mnv2", {{1, 1}, {2, 1.42}, {4, 1.92}, {8, 1.83}});
+  cmd += "$r50 with linespoints dt 2 title 'seed: ResNet50 CPU cluster', $mnv2 with linespoints dt 2 title "
+         "'seed: MobileNetV2 CPU cluster', x with lines lc 'gray' title 'linear'";
+  md << plots.add("scaling_speedup",
+                  "set xlabel 'workers'\nset ylabel 'speed-up over 1 worker'\nset xrange [1:8]\nset yrange [0:*]\n" +
+                      body + cmd,
+                  "speed-up vs workers");
+}
+
+void cluster_figures(std::ostream& md, const DataSet& d, Plots& plots, const Rows& util);
+
+void cluster_section(std::ostream& md, const DataSet& d, Plots& plots) {
+  const Rows& rows = d.of("cluster_sim");
+  md << "Published (seeds 000/001), Experiment 1: gang - job 1 ends 465 s, job 2 starts 518 s (53 s master-pod "
+        "launch) and ends 968 s, utilisation 66.6%; elastic - job 2 starts at once on 2 GPUs, grows to 4 when "
+        "job 1 ends (474 s), ends 809 s, ~100% utilisation. Experiment 2: the training job's GPUs follow the "
+        "serving job's; ~100% utilisation except while reacting. Model, calibration and comparison: "
+        "docs/experiments.md.\n";
+  Rows jobs = having(rows, "job"), util = having(rows, "utilization"), costs = having(rows, "speedup");
+  table(md, jobs, {"experiment", "costs", "policy", "job", "submit_s", "start_s", "end_s", "resizes", "restarts"});
+  table(md, util, {"experiment", "costs", "policy", "makespan_s", "utilization", "contended_utilization"});
+  Rows flat;
+  for (const Json& r : costs) {
+    for (int k = 1; k <= 6; ++k) {
+      std::string ks = std::to_string(k);
+      Json f{{"costs", r.value("costs", "")}, {"k", k}, {"speedup", r["speedup"].value(ks, 0.0)}};
+      if (r.contains("pause_shrink_s") && r["pause_shrink_s"].contains(ks)) f["shrink_s"] = r["pause_shrink_s"][ks];
+      if (r.contains("pause_grow_s") && r["pause_grow_s"].contains(ks)) f["grow_s"] = r["pause_grow_s"][ks];
+      flat.push_back(f);
+    }
+  }
+  if (!flat.empty()) {
+    md << "Cost sets (speed-up at k workers, stall when shrinking to / growing to k, seconds):\n";
+    table(md, flat, {"costs", "k", "speedup", "shrink_s", "grow_s"});
+  }
+  cluster_figures(md, d, plots, util);
+}
+
+// One figure per (experiment, cost set) from the series files cluster_sim wrote (data set's series/).
+void cluster_figures(std::ostream& md, const DataSet& d, Plots& plots, const Rows& util) {
+  std::set<std::pair<std::string, std::string>> figs;
+  for (const Json& r : util) figs.insert({r.value("experiment", ""), r.value("costs", "")});
+  for (const auto& [e, cs] : figs) {
+    const std::string stem = "series/exp" + e + "_" + cs + "_";
+    fs::path g = fs::path(d.dir) / (stem + "gang.dat"), el = fs::path(d.dir) / (stem + "elastic.dat");
+    if (!fs::exists(g) || !fs::exists(el)) continue;
+    std::ifstream head(g);
+    std::string cols, gpus_line;
+    std::getline(head, cols);
+    std::getline(head, gpus_line);  // "# gpus N"
+    int gpus = 8;
+    std::sscanf(gpus_line.c_str(), "# gpus %d", &gpus);
+    std::istringstream cs_in(cols.substr(1));
+    std::vector<std::string> names;
+    for (std::string w; cs_in >> w;) names.push_back(w);
+    double xmax = 0;
+    for (const Json& r : util) {
+      if (r.value("experiment", "") == e && r.value("costs", "") == cs) xmax = std::max(xmax, num(r, "makespan_s"));
+    }
+    std::ostringstream b;
+    if (xmax > 0) b << "set xrange [0:" << fixed(xmax * 1.02, 1) << "]\n";
+    b << "set multiplot layout 2,1\nset xlabel 'time (s)'\nset ylabel 'GPUs'\nset yrange [0:" << gpus + 1
+      << "]\nset ytics 1\n";
+    for (const char* policy : {"gang", "elastic"}) {
+      const std::string file = plots.data_rel() + "/" + stem + policy + ".dat";
+      b << "set title 'Experiment " << e << ", " << policy << " scheduling (" << cs << " costs)'\nplot ";
+      std::vector<std::string> curves;  // busy GPUs first (underneath), then each job and the serving job
+      curves.push_back("'" + file + "' using 1:" + std::to_string(names.size() - 1) +
+                       " with steps lw 6 lc rgb '#cccccc' title 'busy GPUs (of " + std::to_string(gpus) + ")'");
+      for (size_t k = 1; k + 2 < names.size(); ++k) {
+        if (names[k] == "serving" && e == "1") continue;  // Experiment 1 has no serving job
+        curves.push_back("'" + file + "' using 1:" + std::to_string(k + 1) + " with steps lw 2 title '" + names[k] + "'");
+      }
+      for (size_t k = 0; k < curves.size(); ++k) b << (k ? ", " : "") << curves[k];
+      b << "\n";
+    }
+    b << "unset multiplot";
+    md << plots.add("cluster_exp" + e + "_" + cs, b.str(), "Experiment " + e + " (" + cs + " costs): GPUs over time",
+                    900, 640);
+  }
+}
+
+void convergence_section(std::ostream& md, const DataSet& d, Plots& plots) {
+  const Rows& rows = d.of("convergence");
+  md << "Targets: (b) and (c) end within the tolerance of (a); (c)'s loss spike after each resize smaller than "
+        "(b)'s (spike = mean training loss of the W steps after the worker count changed minus the W steps "
+        "before). (d) is LR scaling as u-form SGD (PyTorch's) applies it; docs/experiments.md compares (c) with "
+        "(b) and (d), per step and against the noise floor.\n";
+  for (const Json& r : having(rows, "config")) {
+    md << "\nRecipe: " << r.value("epochs", 0) << " epochs of " << r.value("train_records", 0) << " training records ("
+       << r.value("test_records", 0) << " test), batch " << r.value("batch", 0) << " per worker, lr "
+       << cell(r["lr"]) << " at " << r.value("base_size", 0) << " worker(s), resizes " << r.value("resize_at", "")
+       << " (epoch progress:workers), window W = " << r.value("window", 0) << ", seed " << r.value("seed", 0) << ".\n";
+  }
+  Rows finals, resizes;
+  std::map<std::string, Series> acc, loss;
+  for (const Json& r : rows) {
+    if (!r.contains("run") || r.contains("step")) continue;  // per-step rows: docs/experiments.md
+    const std::string run = r.value("run", "?");
+    if (r.contains("final_test_acc")) {
+      Json f = r;
+      f["final_test_acc_pct"] = 100.0 * num(r, "final_test_acc");
+      finals.push_back(f);
+    } else if (r.contains("spike") && r.contains("resize")) {
+      resizes.push_back(r);
+    } else if (r.contains("epoch") && r.contains("test_acc") && r.contains("train_loss")) {
+      if (num(r, "test_acc", -1) >= 0) acc[run].push_back({num(r, "epoch"), num(r, "test_acc")});
+      loss[run].push_back({num(r, "epoch"), num(r, "train_loss")});
+    }
+  }
+  if (!finals.empty()) {
+    md << "\nFinal test accuracy (delta in percentage points against the fixed run):\n";
+    table(md, finals, {"run", "final_test_acc_pct", "delta_vs_fixed_pts"});
+  }
+  if (!resizes.empty()) {
+    md << "Loss spikes per resize:\n";
+    table(md, resizes, {"run", "resize", "from_workers", "to_workers", "epoch_progress", "loss_before", "loss_after",
+                        "spike"});
+  }
+  auto curves = [&](const std::map<std::string, Series>& series, const std::string& name, const std::string& ylabel,
+                    const std::string& caption) {
+    if (series.empty()) return;
+    std::string body, cmd = "plot ";
+    for (auto [k, xy] : series) {
+      std::sort(xy.begin(), xy.end());
+      body += datablock(ident(name + "_" + k), xy);
+      cmd += "$" + ident(name + "_" + k) + " with linespoints title '" + k + "', ";
+    }
+    cmd.resize(cmd.size() - 2);
+    md << plots.add(name, "set xlabel 'epoch'\nset ylabel '" + ylabel + "'\n" + body + cmd, caption);
+  };
+  curves(acc, "convergence_acc", "test accuracy", "test accuracy per epoch, all runs");
+  curves(loss, "convergence_loss", "training loss (epoch mean)", "training loss per epoch, all runs");
+}
+
+// A bench without a section of its own: its rows, one table per value of their "bench" field.
+void generic_section(std::ostream& md, const Rows& rows) {
+  std::vector<std::string> kinds;
+  for (const Json& r : rows) {
+    std::string k = r.contains("bench") && r["bench"].is_string() ? r["bench"].get<std::string>() : "";
+    if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+  }
+  for (const auto& k : kinds) {
+    Rows part;
+    for (const Json& r : rows) {
+      std::string rk = r.contains("bench") && r["bench"].is_string() ? r["bench"].get<std::string>() : "";
+      if (rk == k) part.push_back(r);
+    }
+    if (kinds.size() > 1) md << "\n`" << (k.empty() ? "(rows without \"bench\")" : k) << "`:\n";
+    table(md, part);
+  }
+}
+
+struct Section {
+  std::string name, title, text;
+  void (*render)(std::ostream&, const DataSet&, Plots&) = nullptr;
+};
+
+const std::vector<Section>& sections() {
+  static const std::vector<Section> s = {
+      {"allreduce_bench", "Allreduce (float32 sum, loopback)", "", allreduce_section},
+      {"fusion_bench", "Tensor fusion (whole gradient sets)", "", fusion_section},
+      {"model_bench", "Reference models (training throughput, batch 64)", "", model_section},
+      {"reader_bench", "Data layer", "Target: >= 20,000 images/s on Fashion-MNIST, batch 64, one core.", nullptr},
+      {"store_bench", "Store backends (control-plane latency)",
+       "Round trip of one operation from one client (`store_rtt`) and a rendezvous-shaped round of N workers "
+       "(`store_rendezvous`: the store's share of a rendezvous, not the whole elastic protocol).",
+       nullptr},
+      {"optimizer_bench", "Distributed optimizer overlap", "", optimizer_section},
+      {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
+      {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
+      {"netns_check", "Emulated links (netns + tc)",
+       "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
+      {"scaling_bench", "Scaling (FTlib benchmark reproduction)", "", scaling_section},
+      {"cluster_sim", "Cluster scheduling (Experiments 1 and 2)", "", cluster_section},
+      {"convergence", "Convergence under a changing worker count (Experiment 3)", "", convergence_section},
+  };
+  return s;
+}
+
+void write_section(std::ostream& md, const DataSet& d, Plots& plots, const Section& s) {
+  md << "\n## " << s.title << " (`" << s.name << "`)\n\n" << d.provenance(s.name) << "\n\n";
+  if (d.of(s.name).empty()) {
+    md << (d.status.count(s.name) ? "_No rows in this data set._\n" : "_No rows: not run in this data set._\n");
+    return;
+  }
+  if (!s.text.empty()) md << s.text << "\n";
+  if (s.render) {
+    s.render(md, d, plots);
+  } else {
+    generic_section(md, d.of(s.name));
+  }
+}
+
+}  // namespace
+
+void write_benchmarks(std::ostream& md, const DataSet& d, Plots& plots) {
+  md << "# EDL benchmarks\n\n"
+        "Generated by `scripts/run-benchmarks.sh` (experiments/benchmarks_doc.cc) from the JSON rows committed in "
+        "`docs/data/` (`<bench>.jsonl`, provenance in `status.tsv`); `scripts/check-docs.sh` checks that this file "
+        "still is what they give. Each section names the commit, start time (UTC), wall time, load average and "
+        "command of its own run: compare rows of one section, not across sections or data sets. Published numbers "
+        "of the seeds and reference figures measured elsewhere are labelled with where they come from.\n\n";
+  if (!d.machine.empty()) md << "Machine: " << d.machine << ". It is shared: other jobs ran beside the benches.\n";
+  std::set<std::string> known;
+  for (const Section& s : sections()) {
+    known.insert(s.name);
+    write_section(md, d, plots, s);
+  }
+  std::set<std::string> others;  // benches this file has no section for: rows or a status line
+  for (const auto& [name, rows] : d.rows) {
+    if (!known.count(name)) others.insert(name);
+  }
+  for (const auto& [name, st] : d.status) {
+    if (!known.count(name)) others.insert(name);
+  }
+  for (const auto& name : others) write_section(md, d, plots, {name, name, "", nullptr});
+}
+
+}  // namespace edl::docs
