@@ -140,6 +140,9 @@ ChaosJob::ChaosJob(const JobConfig& cfg) : cfg_(cfg), log_(cfg.dir + "/log") {
   if (pid_ == 0) {
     ::setpgid(0, 0);
     if (cfg.timeout_ms > 0) ::setenv("EDL_TIMEOUT_MS", std::to_string(cfg.timeout_ms).c_str(), 1);
+    // Commits are also persisted, as a production job would: a schedule that stops or sticks every
+    // member resumes from the checkpoint instead of failing with "all members lost".
+    ::setenv("EDL_CHECKPOINT_DIR", (cfg.dir + "/ckpt").c_str(), 1);
     int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);

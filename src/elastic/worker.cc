@@ -241,7 +241,15 @@ void Worker::check_lineage() {
   std::optional<std::string> cur = store_->get(k.lineage_of(view_.id));
   std::string agreed = cur ? *cur : verdict();
   if (!cur && !store_->compare_set(k.lineage_of(view_.id), std::nullopt, agreed, &cur) && cur) agreed = *cur;
-  if (!agreed.empty() && agreed[0] == '!') throw JobError(agreed.substr(1));
+  if (!agreed.empty() && agreed[0] == '!') {
+    // Final for the whole job: record it at <job>/failed so that edl-run fails the job (exit 3)
+    // instead of starting newcomers that would reach the same verdict again (a restart loop).
+    try {
+      membership_.mark_failed(agreed.substr(1));
+    } catch (const StoreError&) {
+    }
+    throw JobError(agreed.substr(1));
+  }
   if (agreed != state_lineage(*state_)) {
     EDL_LOG(2) << "edl: generation " << view_.id << " starts lineage " << agreed;
   }

@@ -46,6 +46,7 @@ struct Slot {
   bool stopping = false;     // we sent SIGTERM (scale-down or shutdown)
   bool evicted = false;      // not a member when the job finished: ended by us, its exit code ignored
   bool dropped = false;      // left out of a generation while alive (stuck, stopped): ended by us, a failure
+  Clock::time_point left_at{};  // when a generation left this live worker out (zero: it did not)
   Clock::time_point start_at{};  // earliest (re)start: the blacklist cooldown
   Clock::time_point started{};
   std::string worker_id;
@@ -100,6 +101,7 @@ class ElasticLauncher {
   void end_non_members();
   void on_generations();
   void end_dropped(const GenerationEvent& g);
+  void end_departed();
   // The reset limit as the workers count it (EDL_RESET_LIMIT): generations after the first one this
   // edl-run saw. Workers enforce it too; edl-run also covers --reset-limit 0, which they cannot express.
   void check_reset_limit(uint64_t gen);

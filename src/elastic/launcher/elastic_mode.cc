@@ -65,6 +65,7 @@ int ElasticLauncher::run() {
     on_generations();
     check_job_health();
     if (finishing_) end_non_members();
+    end_departed();
     poll_discovery();
     start_due_slots();
     escalate_kills();
@@ -193,6 +194,7 @@ void ElasticLauncher::start_due_slots() {
     argv[0] = program_;
     const std::vector<int> bound = cpus_for_slot(o_.bind_to, s.index, o_.max_np, cpus_);
     s.pid = sup_.start(argv, env, s.worker_id, bound);
+    s.left_at = {};
     s.started = now;
     s.stopping = false;
     slot_of_[s.pid] = s.index;

@@ -22,6 +22,7 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
   int code = exit_code_of(e.status);
   std::string who = "slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(e.pid);
   s.pid = -1;
+  s.left_at = {};
   write_pids();
   const bool dropped = s.dropped;  // ended by us because a generation left it out: a failure, never "finished"
   s.dropped = false;
@@ -31,7 +32,7 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
   }
   if (s.stopping || stopping_ || (dropped && finishing_)) {
     log("event=left " + who + " status=\"" + describe_status(e.status) + "\"" + (s.evicted ? " (evicted)" : ""));
-    if (finishing_ && code != 0 && final_code_ == 0 && !stopping_ && !s.evicted) final_code_ = code;
+    if (finishing_ && code != 0 && final_code_ == 0 && !stopping_ && !s.evicted && !dropped) final_code_ = code;
     s.evicted = false;
     return;
   }
@@ -132,6 +133,24 @@ void ElasticLauncher::end_dropped(const GenerationEvent& g) {
   }
 }
 
+// A local worker left out of the membership that still runs --grace-period later (its dropped
+// reason may not have been readable with the generation, or it left without one) is ended the same
+// way: a graceful leaver exits by itself well within that time.
+void ElasticLauncher::end_departed() {
+  if (stopping_ || finishing_) return;
+  const auto now = Clock::now();
+  for (auto& s : slots_) {
+    if (s.pid <= 0 || s.stopping || s.left_at == Clock::time_point{}) continue;
+    if (now - s.left_at < milliseconds(static_cast<int64_t>(o_.grace_s * 1000))) continue;
+    s.dropped = true;
+    s.left_at = {};
+    log("event=evict slot=" + std::to_string(s.index) + " worker=" + s.worker_id +
+        " reason=\"left out of the membership and still running after --grace-period\"");
+    stop_slot(s);
+    sup_.signal(s.pid, SIGCONT);
+  }
+}
+
 void ElasticLauncher::on_generations() {
   for (auto& g : watcher_->take_events()) {
     std::set<std::string> now(g.members.begin(), g.members.end());
@@ -155,6 +174,11 @@ void ElasticLauncher::on_generations() {
       }
     }
     log(line);
+    for (auto& s : slots_) {
+      if (s.pid <= 0) continue;
+      if (now.count(s.worker_id)) s.left_at = {};                        // (re)admitted
+      else if (members_.count(s.worker_id) && s.left_at == Clock::time_point{}) s.left_at = g.seen;  // left out
+    }
     end_dropped(g);
     check_reset_limit(g.gen);
     for (auto& s : slots_)
