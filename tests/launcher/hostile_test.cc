@@ -187,7 +187,9 @@ TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run 
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK(r.err.find("event=evict slot=2") != std::string::npos);
-  CHECK(count_of(r.out, "] done 120 ") == 2);
+  // The stopped worker is ended (left out of the membership for --grace-period, or at the end); its
+  // slot may be restarted meanwhile, so the survivors and possibly a replacement finish.
+  CHECK(count_of(r.out, "] done 120 ") >= 2);
   CHECK(kill(victim, 0) != 0);  // ended and reaped by edl-run
 }
 
