@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "store/loopback.h"
+
 #include <fstream>
 #include <random>
 #include <string>
@@ -21,18 +23,7 @@ namespace {
 
 namespace st = edl::store;
 
-int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+int connect_to(int port) { return edl::test::connect_loopback(port); }
 
 void send_all(int fd, const std::string& b) {
   size_t off = 0;

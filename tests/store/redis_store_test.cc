@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "store/loopback.h"
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -98,18 +100,7 @@ class RedisDropProxy {
   int drops() const { return drops_.load(); }
 
  private:
-  static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(port));
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-      close(fd);
-      return -1;
-    }
-    return fd;
-  }
+  static int dial(int port) { return edl::test::connect_loopback(port); }
   void accept_loop() {
     for (;;) {
       int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "store/loopback.h"
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -55,18 +57,7 @@ int listen_any(int* port) {
   return fd;
 }
 
-int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+int connect_to(int port) { return edl::test::connect_loopback(port); }
 
 std::string le32(uint32_t v) {
   std::string s(4, '\0');
