@@ -16,6 +16,8 @@ PACKAGES=(
   iproute2              # network namespaces for emulated-link benches
   libopenmpi-dev openmpi-bin  # -DEDL_BENCH_WITH_MPI=ON: Open MPI baseline rows of allreduce_bench
   clang libclang-rt-14-dev  # -DEDL_BUILD_FUZZ=ON: libFuzzer + ASan/UBSan runtimes (docs/fuzzing.md)
+  libtorch-dev          # edl::torch (src/torch, include/edl/torch.h, examples/torch)
+  prometheus            # observability test: a real Prometheus server scrapes edl-run --metrics-port
 )
 
 missing=()
