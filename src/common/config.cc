@@ -114,6 +114,10 @@ Config Config::from_env() {
   if (c.transport != "auto" && c.transport != "tcp" && c.transport != "shm")
     throw InvalidArgument("EDL_TRANSPORT='" + c.transport + "' is not one of auto, tcp, shm");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
+  c.timeline_path = env_str("EDL_TIMELINE", "");
+  if (!c.timeline_path.empty() && c.timeline_path.back() == '/')
+    throw InvalidArgument("EDL_TIMELINE='" + c.timeline_path + "' names a directory; it must name a file "
+                          "(edl-run --timeline DIR writes one file per worker)");
   return c;
 }
 

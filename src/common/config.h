@@ -60,6 +60,8 @@ struct Config {
 
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug
+  std::string timeline_path;        // EDL_TIMELINE: write a Chrome trace-event timeline here ("" = off;
+                                    //   edl-run --timeline DIR sets one file per worker)
 
   static Config from_env();
 };
