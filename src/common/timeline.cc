@@ -331,14 +331,14 @@ void record(const Event* events, size_t n) {
 void record(const Event& e) { record(&e, 1); }
 
 int64_t to_us(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(t - g_origin).count();
+  return g_origin_unix_us + std::chrono::duration_cast<std::chrono::microseconds>(t - g_origin).count();
 }
 
 int64_t now_us() { return to_us(Clock::now()); }
 
 int64_t steady_seconds_to_us(double s) {
   const double origin_s = std::chrono::duration<double>(g_origin.time_since_epoch()).count();
-  return static_cast<int64_t>((s - origin_s) * 1e6);
+  return g_origin_unix_us + static_cast<int64_t>((s - origin_s) * 1e6);
 }
 
 uint64_t next_collective_id() { return g_collective_ids.fetch_add(1, std::memory_order_relaxed) + 1; }

@@ -15,8 +15,9 @@
 // and chrome://tracing accept the unterminated array; strict parsers need a "]" appended.
 //
 // Clocks: ts is microseconds of the steady clock since the timeline module was loaded (about the
-// process start); metadata event "edl_timeline" carries the wall clock of that origin
-// (start_unix_us) so files of different workers can be aligned.
+// process start), plus the wall clock (Unix microseconds) of that origin, which metadata event
+// "edl_timeline" also carries (start_unix_us): monotonic within a process, and the files of
+// different workers line up when merged (as well as the hosts' clocks agree).
 // Lanes (Chrome "threads"): "elastic", "optimizer", "negotiation", "collectives", then one lane
 // per tensor name (events labelled with it), all named by thread_name metadata events.
 //
@@ -102,7 +103,7 @@ EDL_API Stats stats();
 EDL_API void record(const Event& e);
 EDL_API void record(const Event* events, size_t n);
 
-// Microseconds since the timeline origin.
+// Timeline microseconds: steady clock since the origin + the origin's Unix time.
 EDL_API int64_t now_us();
 EDL_API int64_t to_us(std::chrono::steady_clock::time_point t);
 // The steady clock as double seconds since its epoch (the optimizer's clock) -> timeline us.

@@ -190,6 +190,7 @@ void ElasticLauncher::start_due_slots() {
          "EDL_RENDEZVOUS_TIMEOUT_MS=" + std::to_string(static_cast<int64_t>(o_.rendezvous_timeout_s * 1000))},
         worker_env_removals());
     add_policy_env(&env);
+    set_timeline_env(&env, o_, o_.hostname + "-" + std::to_string(s.index) + "-" + std::to_string(s.incarnation));
     std::vector<std::string> argv = o_.command;
     argv[0] = program_;
     const std::vector<int> bound = cpus_for_slot(o_.bind_to, s.index, o_.max_np, cpus_);

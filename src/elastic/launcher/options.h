@@ -32,8 +32,13 @@ struct LaunchOptions {
   std::string bind_to = "none";      // --bind-to none|core|auto: CPU binding of worker slots (binding.h)
   bool retry_user_errors = false;    // --retry-user-errors: EDL_RETRY_USER_ERRORS=1; exit code 3 is restarted
   bool allow_restart_from_scratch = false;  // --allow-restart-from-scratch: EDL_ALLOW_RESTART_FROM_SCRATCH=1
+  std::string timeline_dir;          // --timeline DIR: each worker writes DIR/worker-<host>-<slot>[-<n>].json
   std::vector<std::string> command;  // PROGRAM ARGS...
 };
+
+// With --timeline: sets EDL_TIMELINE=<timeline_dir>/worker-<name>.json in a worker's environment
+// (replacing an inherited EDL_TIMELINE). Without it the environment is left as it is.
+void set_timeline_env(std::vector<std::string>* env, const LaunchOptions& o, const std::string& name);
 
 // Bad command line: message for the user; edl-run prints it with the usage and exits 2.
 class UsageError : public std::runtime_error {

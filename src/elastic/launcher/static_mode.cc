@@ -28,6 +28,7 @@ int run_static(const LaunchOptions& o, Job& job) {
          "EDL_RANK=" + std::to_string(r), "EDL_SIZE=" + std::to_string(o.np), "EDL_LOCAL_RANK=" + std::to_string(r),
          "EDL_LOCAL_SIZE=" + std::to_string(o.np), "EDL_WORKER_ID=" + o.hostname + ":" + std::to_string(r)},
         {"EDL_ELASTIC", "EDL_MIN_NP", "EDL_MAX_NP"});
+    set_timeline_env(&env, o, o.hostname + "-" + std::to_string(r));
     const std::vector<int> bound = cpus_for_slot(o.bind_to, r, o.np, cpus);
     pid_t pid = sup.start(argv, env, std::to_string(r), bound);
     rank_of[pid] = r;
