@@ -144,6 +144,27 @@ void optimizer_section(std::ostream& md, const DataSet& d, Plots&) {
         body);
 }
 
+void timeline_section(std::ostream& md, const DataSet& d, Plots&) {
+  const Rows& rows = d.of("timeline_bench");
+  md << "Target: the timeline (`EDL_TIMELINE`, docs/observability.md) costs a ResNet20 training step at most 2%. "
+        "Workload: ResNet20 (batch 32 per rank, one compute thread) on 2 thread-ranks, every gradient an asynchronous "
+        "allreduce through the collective engine (per-tensor negotiation and fusion: the heaviest use of the "
+        "timeline). On and off alternate in blocks within one run; `step_ms` is the median of rank 0's timed steps, "
+        "`block_min_ms` / `block_max_ms` the spread of the per-block medians, `wrong` counts summed gradients that "
+        "were not ranks x their own value.\n";
+  table(md, having(rows, "timeline"),
+        {"timeline", "ranks", "batch", "step_ms", "p10_ms", "p90_ms", "block_min_ms", "block_max_ms", "blocks",
+         "steps", "events_per_step", "dropped", "wrong"});
+  for (const Json& r : having(rows, "overhead_pct")) {
+    const double pct = num(r, "overhead_pct");
+    md << "\nOverhead (median on / median off - 1): **" << fixed(pct, 2) << "%** — "
+       << (pct <= num(r, "target_pct", 2.0) ? "meets" : "misses") << " the target of <= " << fixed(num(r, "target_pct", 2.0), 0)
+       << "%"
+       << (std::fabs(pct) < 1.0 ? " (within the noise of this shared machine: compare it with the block spread)" : "")
+       << ".\n";
+  }
+}
+
 void elastic_section(std::ostream& md, const DataSet& d, Plots& plots) {
   const Rows& rows = d.of("elastic_bench");
   Rows events, rdv;
@@ -364,6 +385,7 @@ const std::vector<Section>& sections() {
        "(`store_rendezvous`: the store's share of a rendezvous, not the whole elastic protocol).",
        nullptr},
       {"optimizer_bench", "Distributed optimizer overlap", "", optimizer_section},
+      {"timeline_bench", "Timeline overhead (ResNet20 step, timeline on / off)", "", timeline_section},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
       {"netns_check", "Emulated links (netns + tc)",
