@@ -1,12 +1,12 @@
 // timeline_bench: what the timeline (EDL_TIMELINE, docs/observability.md) costs a training step.
 //
-//   timeline_bench [--ranks 2] [--batch 32] [--steps 8] [--warmup 2] [--repeats 6] [--dir /tmp] [--json PATH]
+//   timeline_bench [--ranks 2] [--batch 32] [--steps 8] [--warmup 2] [--repeats 8] [--dir /tmp] [--json PATH]
 //
 // Workload: the reference ResNet20 (models/resnet20, CIFAR shape, one compute thread per rank),
 // `--ranks` ranks as threads of this process, each with its own TCP communicator and collective
 // engine. A step is forward + backward, where every parameter's gradient is handed to the engine as
 // a named asynchronous allreduce as soon as backward reports it final (Horovod's per-tensor path:
-// 65 tensors negotiated and fused each step, the heaviest use of the timeline: three events per
+// 59 tensors negotiated and fused each step, the heaviest use of the timeline: three events per
 // tensor plus one per negotiation round and per fused collective), then the wait for all of them
 // and an SGD-momentum update.
 //
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
       ("batch", "images per rank and step", cxxopts::value<int>()->default_value("32"))
       ("steps", "timed steps per block", cxxopts::value<int>()->default_value("8"))
       ("warmup", "untimed steps per block", cxxopts::value<int>()->default_value("2"))
-      ("repeats", "pairs of blocks (one on, one off)", cxxopts::value<int>()->default_value("6"))
+      ("repeats", "pairs of blocks (one on, one off)", cxxopts::value<int>()->default_value("8"))
       ("dir", "directory of the timeline file written while on", cxxopts::value<std::string>()->default_value("/tmp"))
       ("json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))
       ("h,help", "print this help");
