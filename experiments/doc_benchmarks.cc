@@ -164,6 +164,12 @@ void timeline_section(std::ostream& md, const DataSet& d, Plots&) {
        << fixed(num(r, "paired_p75_pct"), 2) << "%) — " << (pct <= target && paired <= target ? "meets" : "misses")
        << " the target of <= " << fixed(target, 0)
        << "%. A negative value means the difference is below the noise of this shared machine.\n";
+    if (r.contains("cpu_overhead_pct"))
+      md << "\nCPU cost measured directly (not blurred by that noise): recording " << fixed(num(r, "record_ns_per_event"), 0)
+         << " ns per event on the recording thread, writing " << fixed(num(r, "writer_ns_per_event"), 0)
+         << " ns per event on the writer thread; at " << fixed(num(r, "events_per_step"), 0)
+         << " events per step (all ranks) that is **" << fixed(num(r, "cpu_overhead_pct"), 3)
+         << "%** of the ranks' CPU time per step.\n";
   }
 }
 
