@@ -133,7 +133,7 @@ TEST_CASE("timeline: many threads recording while the writer drains lose nothing
   std::remove(path.c_str());
 }
 
-TEST_CASE("timeline: a killed process leaves a file that parses once ']' is appended", "[timeline]") {
+TEST_CASE("timeline: a killed process leaves a file that parses once the array is closed", "[timeline]") {
   const std::string path = temp_path("killed");
   pid_t child = fork();
   REQUIRE(child >= 0);
