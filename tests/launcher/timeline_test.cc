@@ -2,6 +2,7 @@
 // the worker's rendezvous, commits and allreduces; bad --timeline values exit 2 naming the flag.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "common/timeline_file.h"
@@ -53,6 +54,25 @@ TEST_CASE("edl-run --timeline: one timeline per worker with its generations and 
     CHECK(metadata(all, "edl_timeline_stats")["args"]["dropped"] == 0);
   }
   CHECK(pids.size() == 2);  // one Chrome process per worker: the files merge cleanly
+}
+
+TEST_CASE("edl-run --timeline: static workers get one EDL_TIMELINE each, replacing an inherited one",
+          "[launcher][timeline]") {
+  char tmpl[] = "/tmp/edl_tl_dirXXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = std::string(tmpl) + "/new";  // created by edl-run
+  auto r = run_edl({"-np", "2", "--hostname", "hostB", "--timeline", dir, EDL_LAUNCHER_HELPER, "env"}, 20s,
+                   {"EDL_TIMELINE=/tmp/inherited.json"});
+  REQUIRE(r.code == 0);
+  std::map<std::string, std::string> got;
+  for (const auto& line : edl::test::lines_of(r.out)) {
+    const auto p = line.find("] EDL_TIMELINE=");
+    if (p != std::string::npos) got[line.substr(1, p - 1)] = line.substr(p + 15);
+  }
+  CHECK(got == std::map<std::string, std::string>{{"0", dir + "/worker-hostB-0.json"},
+                                                  {"1", dir + "/worker-hostB-1.json"}});
+  CHECK(std::filesystem::is_directory(dir));
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST_CASE("edl-run --timeline: bad values exit 2 naming the flag", "[launcher][timeline]") {
