@@ -1,6 +1,7 @@
 // Timeline: the process-wide bounded event queue and its JSON writer thread (see timeline.h).
 #include "common/timeline.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -269,9 +270,24 @@ struct Global {
   bool atexit_registered = false;
 };
 
+std::atomic<Global*> g_global{nullptr};
+
+// A forked child (benches and tests fork workers) starts without a timeline: the parent's writer
+// thread does not exist there and its locks may have been held at the fork. The parent's Global is
+// abandoned (never touched again) and the child gets a fresh one.
+void after_fork_in_child() {
+  detail::g_on.store(false);
+  g_global.store(new Global);
+}
+
 Global& global() {
-  static Global* g = new Global;
-  return *g;
+  static const bool once = [] {
+    g_global.store(new Global);
+    pthread_atfork(nullptr, nullptr, after_fork_in_child);
+    return true;
+  }();
+  (void)once;
+  return *g_global.load();
 }
 
 std::atomic<uint64_t> g_collective_ids{0};

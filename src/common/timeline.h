@@ -22,7 +22,8 @@
 // per tensor name (events labelled with it), all named by thread_name metadata events.
 //
 // Thread-safety: every function may be called from any thread. start()/stop() serialise with each
-// other and with record(); an event recorded while no timeline runs is ignored.
+// other and with record(); an event recorded while no timeline runs is ignored. A forked child
+// starts without a timeline (the parent's writer stays the parent's); it may start its own.
 #pragma once
 
 #include <atomic>

@@ -215,3 +215,37 @@ TEST_CASE("timeline: EDL_TIMELINE with edl::init() writes the process's file, sh
   CHECK(metadata(all, "process_name")["args"]["name"].get<std::string>().find("rank 0") != std::string::npos);
   std::remove(path.c_str());
 }
+
+TEST_CASE("timeline: a forked child starts without the parent's timeline and may start its own", "[timeline]") {
+  const std::string parent_path = temp_path("parent"), child_path = temp_path("child");
+  timeline::start(options(parent_path));
+  timeline::record(timeline::Event(timeline::Lane::kElastic, "before fork"));
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int rc = timeline::on() ? 10 : 0;  // the parent's timeline is not the child's
+    timeline::record(timeline::Event(timeline::Lane::kElastic, "child, no timeline"));  // ignored
+    timeline::start(options(child_path + ".tmp"));
+    timeline::record(timeline::Event(timeline::Lane::kElastic, "child event"));
+    timeline::stop();
+    std::rename((child_path + ".tmp").c_str(), child_path.c_str());
+    _exit(rc);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  timeline::record(timeline::Event(timeline::Lane::kElastic, "after fork"));
+  timeline::stop();
+  auto parent = read_timeline(parent_path);
+  CHECK(events_named(parent, "before fork").size() == 1);
+  CHECK(events_named(parent, "after fork").size() == 1);
+  CHECK(events_named(parent, "child event").empty());
+  CHECK(events_named(parent, "child, no timeline").empty());
+  bool closed = false;
+  auto mine = read_timeline(child_path, &closed);
+  CHECK(closed);
+  CHECK(events_named(mine, "child event").size() == 1);
+  std::remove(parent_path.c_str());
+  std::remove(child_path.c_str());
+}
