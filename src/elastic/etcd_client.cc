@@ -158,7 +158,10 @@ void EtcdClient::release(size_t member, std::unique_ptr<httplib::Client> c) {
 }
 
 milliseconds EtcdClient::attempt_limit() const {
-  return std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(10000));
+  // A healthy member answers in milliseconds, and one without a leader answers once a leader is
+  // elected; a member that does not answer at all (its host crashed or is cut off: no RST) must not
+  // hold an operation — or a worker's heartbeat — longer than a small part of a lease.
+  return std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(2000));
 }
 
 EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock::time_point deadline) {
