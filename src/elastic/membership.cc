@@ -222,10 +222,6 @@ void Membership::loop() {
 // own expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
 // communicator is being built, when its liveness probe is refused (the process died).
 void Membership::check_peers(const Watch& w) {
-  if (w.epoch != silence_epoch_) {
-    silence_.reset();  // a new generation: its members are judged afresh
-    silence_epoch_ = w.epoch;
-  }
   std::vector<std::optional<std::string>> leases;
   std::map<std::string, std::string> beats;
   for (const auto& m : w.view.members) {
@@ -233,7 +229,14 @@ void Membership::check_peers(const Watch& w) {
     if (leases.back() && m.id != opt_.worker_id) beats[m.id] = *leases.back();
   }
   std::map<std::string, milliseconds> silent;
-  for (auto& [id, quiet] : silence_.observe(beats, Clock::now())) silent[id] = quiet;
+  {
+    std::lock_guard<std::mutex> lock(silence_mu_);
+    if (w.epoch != silence_epoch_) {
+      silence_.reset();  // a new generation: its members are judged afresh
+      silence_epoch_ = w.epoch;
+    }
+    for (auto& [id, quiet] : silence_.observe(beats, Clock::now())) silent[id] = quiet;
+  }
   for (size_t r = 0; r < w.view.members.size(); ++r) {
     const auto& m = w.view.members[r];
     const auto& lease = leases[r];
@@ -549,7 +552,8 @@ void Membership::decide_next(uint64_t round) {
   auto arrived = arrived_ids();
   // A missing member is dead when its lease is gone (expired, or removed by the launcher when the
   // process exited), its liveness probe is refused, or its beat did not change for `stale` while we
-  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours).
+  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours) — from
+  // when our lease thread first read that beat, if it did (a member judged silent is dropped at once).
   const milliseconds stale = opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(30);
   std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
   for (;;) {
@@ -561,7 +565,14 @@ void Membership::decide_next(uint64_t round) {
       auto beat = store_->get(keys_.lease(id));
       auto now = Clock::now();
       auto it = seen.find(id);
-      if (it == seen.end() || it->second.first != beat) seen[id] = {beat, now};
+      if (it == seen.end() || it->second.first != beat) {
+        Clock::time_point since = now;
+        if (it == seen.end() && beat) {  // our lease thread may have watched this very beat for a while
+          std::lock_guard<std::mutex> lock(silence_mu_);
+          since = silence_.first_seen(id, *beat).value_or(now);
+        }
+        seen[id] = {beat, since};
+      }
       bool dead = !beat || now - seen[id].second >= stale || probe_refused(parse_lease(*beat), opt_.hostname);
       if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";

@@ -27,6 +27,13 @@ std::vector<std::pair<std::string, milliseconds>> SilenceTracker::observe(const 
   return silent;
 }
 
+std::optional<SilenceTracker::Clock::time_point> SilenceTracker::first_seen(const std::string& id,
+                                                                           const std::string& value) const {
+  auto it = seen_.find(id);
+  if (it == seen_.end() || it->second.value != value) return std::nullopt;
+  return it->second.since;
+}
+
 void SilenceTracker::reset() {
   seen_.clear();
   last_round_.reset();

@@ -13,7 +13,7 @@
 //      member whose heartbeats failed through the same outage thus gets `recovery` after it to get a
 //      beat through, instead of being judged by time it could not use.
 // A wall-clock stamp is never compared; no value is interpreted beyond "changed or not".
-// Thread-safety: none (one lease thread owns it).
+// Thread-safety: none (its owner serializes the calls).
 #pragma once
 
 #include <chrono>
@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "edl/export.h"
 
 namespace edl::elastic {
 
@@ -30,7 +32,7 @@ struct SilenceOptions {
   std::chrono::milliseconds recovery{1500};  // after an interruption, at least this long before judging
 };
 
-class SilenceTracker {
+class EDL_API SilenceTracker {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -41,6 +43,11 @@ class SilenceTracker {
   // Returns the members judged silent, each with how long its value has been unchanged.
   std::vector<std::pair<std::string, std::chrono::milliseconds>> observe(
       const std::map<std::string, std::string>& values, Clock::time_point end);
+
+  // When this observer first saw `value` as the member's lease value (nullopt: it never saw it, or
+  // saw another value last): lets a rendezvous decider judge a missing member by what its lease
+  // thread already watched instead of starting to watch it only then.
+  std::optional<Clock::time_point> first_seen(const std::string& id, const std::string& value) const;
 
   // Forgets every member (a new generation is watched: its members are judged afresh).
   void reset();
