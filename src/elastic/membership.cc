@@ -52,7 +52,7 @@ Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
     : store_(std::move(store)),
       opt_(std::move(options)),
       keys_(opt_.job_id),
-      silence_(SilenceOptions{opt_.lease, 2 * opt_.heartbeat, std::max(2 * opt_.heartbeat, opt_.lease / 2)}) {
+      silence_(SilenceOptions{opt_.lease, 2 * opt_.heartbeat, std::max(2 * opt_.heartbeat, opt_.lease / 3)}) {
   EDL_CHECK(store_ != nullptr, InvalidArgument, "elastic: no store");
   EDL_CHECK(valid_worker_id(opt_.worker_id), InvalidArgument,
             "elastic: worker id '" + opt_.worker_id + "' is empty or has characters outside [A-Za-z0-9._:@-]");

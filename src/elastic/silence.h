@@ -29,7 +29,7 @@ namespace edl::elastic {
 struct SilenceOptions {
   std::chrono::milliseconds lease{3000};     // EDL_LEASE_MS: unchanged this long = silent
   std::chrono::milliseconds max_gap{1000};   // rounds further apart than this = an interruption (2 x heartbeat)
-  std::chrono::milliseconds recovery{1500};  // after an interruption, at least this long before judging
+  std::chrono::milliseconds recovery{1000};  // after an interruption, at least this long before judging (max(2 x heartbeat, lease / 3))
 };
 
 class EDL_API SilenceTracker {

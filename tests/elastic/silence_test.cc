@@ -73,7 +73,7 @@ MembershipOptions opts(const std::string& id) {
   o.min_np = 2;
   o.max_np = 2;
   o.heartbeat = 100ms;
-  o.lease = 3000ms;  // recovery after an interruption: max(2 heartbeats, lease / 2) = 1.5 s
+  o.lease = 3000ms;  // recovery after an interruption: max(2 heartbeats, lease / 3) = 1 s
   o.rendezvous_timeout = 5000ms;
   o.start_window = 100ms;
   return o;
@@ -146,7 +146,7 @@ TEST_CASE("a stopped member is reported by its beats although the store keeps it
     std::this_thread::sleep_for(7000ms);  // over 2 leases without a beat reaching the store
     store->hold(false);
     auto fut = reason.get_future();
-    // After the outage b's beats get through at once; a gives it the recovery time (1.5 s) first.
+    // After the outage b's beats get through at once; a gives it the recovery time (1 s) first.
     CHECK(fut.wait_for(3000ms) == std::future_status::timeout);
     b.freeze();  // now b really stops: reported by its beats (its lease lives 60 s in the store)
     REQUIRE(fut.wait_for(15s) == std::future_status::ready);
