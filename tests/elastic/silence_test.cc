@@ -114,7 +114,7 @@ TEST_CASE("silence: after an interruption of the observer's own rounds every mem
   CHECK(ids(s) == std::vector<std::string>{"a"});
 }
 
-TEST_CASE("silence: a member that leaves the read set and comes back is judged afresh; reset forgets", "[liveness][silence]") {
+TEST_CASE("silence: a member that leaves the read set and comes back is judged afresh, and reset forgets", "[liveness][silence]") {
   SilenceTracker t(SilenceOptions{1000ms, 500ms, 700ms});
   auto t0 = Clock::now();
   CHECK(t.observe({{"a", "1"}}, t0).empty());
