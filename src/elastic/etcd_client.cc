@@ -18,6 +18,11 @@ using std::chrono::milliseconds;
 // canceled": the request may or may not have been applied; try again (on another member).
 bool retriable_code(int code) { return code == 1 || code == 4 || code == 8 || code == 14; }
 
+// A TCP connect answers within a round trip; a member whose host crashed or is cut off never
+// answers: one attempt gives up on it after this and tries the next member (the operation's deadline
+// still allows every member many attempts).
+constexpr milliseconds kAttemptConnectLimit{500};
+
 milliseconds ms_until(Clock::time_point t) {
   return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(t - Clock::now()));
 }
@@ -158,7 +163,10 @@ void EtcdClient::release(size_t member, std::unique_ptr<httplib::Client> c) {
 }
 
 milliseconds EtcdClient::attempt_limit() const {
-  return std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(10000));
+  // A healthy member answers in milliseconds, and one without a leader answers once a leader is
+  // elected; a member that does not answer at all (its host crashed or is cut off: no RST) must not
+  // hold an operation — or a worker's heartbeat — longer than a small part of a lease.
+  return std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(2000));
 }
 
 EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock::time_point deadline) {
@@ -169,7 +177,7 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   // One attempt may not use the whole deadline: a hung member must leave time for the others.
   milliseconds limit = std::min(attempt_limit(), ms_until(deadline));
   auto cli = acquire(m);
-  cli->set_connection_timeout(std::min(limit, connect_timeout_));
+  cli->set_connection_timeout(std::min({limit, connect_timeout_, kAttemptConnectLimit}));
   cli->set_read_timeout(limit);
   cli->set_write_timeout(limit);
   std::string tok = path == "/v3/auth/authenticate" ? std::string() : token();
@@ -267,7 +275,7 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   httplib::Client cli(ep.host, ep.port);  // a connection of its own: the stream blocks it
   cli.set_tcp_nodelay(true);
   milliseconds limit = ms_until(deadline);
-  cli.set_connection_timeout(std::min(limit, connect_timeout_));
+  cli.set_connection_timeout(std::min({limit, connect_timeout_, kAttemptConnectLimit}));
   cli.set_read_timeout(limit);
   cli.set_write_timeout(limit);
   httplib::Request req;

@@ -72,7 +72,7 @@ class EtcdClient {
   ~EtcdClient();
 
   const std::string& url() const { return url_; }
-  // How long one attempt may wait for its answer: request_timeout / 4, clamped to 1..10 s.
+  // How long one attempt (connect included) may wait for its answer: request_timeout / 4, clamped to 1..2 s.
   std::chrono::milliseconds attempt_limit() const;
   // How long an operation retries lost connections: reconnect_timeout, at least one attempt_limit().
   std::chrono::milliseconds retry_window() const { return std::max(reconnect_timeout_, attempt_limit()); }

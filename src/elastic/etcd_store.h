@@ -32,7 +32,7 @@ namespace edl::store {
 // rejects `user` with options.secret as password (user "" = no authentication), InvalidArgument for a
 // user without a secret. Every operation retries lost connections (failover to the next member,
 // backoff) for options.reconnect_timeout (EDL_STORE_TIMEOUT_MS); one attempt waits at most
-// options.request_timeout / 4 (1..10 s) for its answer.
+// options.request_timeout / 4 (1..2 s) for its answer.
 std::shared_ptr<Store> connect_etcd_store(const std::string& url, std::vector<EtcdEndpoint> endpoints,
                                           const std::string& user, const StoreOptions& options);
 

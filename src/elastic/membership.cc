@@ -49,7 +49,10 @@ milliseconds left_until(Clock::time_point t) {
 }  // namespace
 
 Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
-    : store_(std::move(store)), opt_(std::move(options)), keys_(opt_.job_id) {
+    : store_(std::move(store)),
+      opt_(std::move(options)),
+      keys_(opt_.job_id),
+      silence_(SilenceOptions{opt_.lease, 2 * opt_.heartbeat, std::max(2 * opt_.heartbeat, opt_.lease / 3)}) {
   EDL_CHECK(store_ != nullptr, InvalidArgument, "elastic: no store");
   EDL_CHECK(valid_worker_id(opt_.worker_id), InvalidArgument,
             "elastic: worker id '" + opt_.worker_id + "' is empty or has characters outside [A-Za-z0-9._:@-]");
@@ -214,21 +217,40 @@ void Membership::loop() {
   }
 }
 
+// One read per member per round: its lease value. A member is reported when its lease is gone (the
+// store expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's
+// own expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
+// communicator is being built, when its liveness probe is refused (the process died).
 void Membership::check_peers(const Watch& w) {
-  auto live = live_workers();
-  std::set<std::string> alive(live.begin(), live.end());
+  std::vector<std::optional<std::string>> leases;
+  std::map<std::string, std::string> beats;
+  for (const auto& m : w.view.members) {
+    leases.push_back(store_->get(keys_.lease(m.id)));
+    if (leases.back() && m.id != opt_.worker_id) beats[m.id] = *leases.back();
+  }
+  std::map<std::string, milliseconds> silent;
+  {
+    std::lock_guard<std::mutex> lock(silence_mu_);
+    if (w.epoch != silence_epoch_) {
+      silence_.reset();  // a new generation: its members are judged afresh
+      silence_epoch_ = w.epoch;
+    }
+    for (auto& [id, quiet] : silence_.observe(beats, Clock::now())) silent[id] = quiet;
+  }
   for (size_t r = 0; r < w.view.members.size(); ++r) {
     const auto& m = w.view.members[r];
-    // While the communicator is being built, a member whose process died (probe refused) is
-    // reported at once rather than when its lease expires.
-    bool refused = alive.count(m.id) && w.building && m.id != opt_.worker_id && provably_dead(m.id);
-    if (alive.count(m.id) && !refused) continue;
+    const auto& lease = leases[r];
+    bool refused = lease && w.building && m.id != opt_.worker_id && probe_refused(parse_lease(*lease), opt_.hostname);
+    bool quiet = silent.count(m.id) > 0;
+    if (lease && !refused && !quiet) continue;
     if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
     if (store_->get(keys_.finished())) return;               // the job is over; leases go away
+    std::string why = refused ? "died: its liveness probe was refused"
+                      : !lease ? "stopped heartbeating: its lease expired"
+                               : "stopped heartbeating: its lease expired (no new beat for " +
+                                     std::to_string(silent[m.id].count()) + " ms as seen by worker " + opt_.worker_id + ")";
     std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
-                         std::to_string(w.view.id) + ") " +
-                         (refused ? "died: its liveness probe was refused"
-                                  : "stopped heartbeating: its lease expired");
+                         std::to_string(w.view.id) + ") " + why;
     announce_abort(w.view.id, reason);
     report_failure(w.epoch, reason);
     return;
@@ -530,7 +552,8 @@ void Membership::decide_next(uint64_t round) {
   auto arrived = arrived_ids();
   // A missing member is dead when its lease is gone (expired, or removed by the launcher when the
   // process exited), its liveness probe is refused, or its beat did not change for `stale` while we
-  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours).
+  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours) — from
+  // when our lease thread first read that beat, if it did (a member judged silent is dropped at once).
   const milliseconds stale = opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(30);
   std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
   for (;;) {
@@ -542,7 +565,14 @@ void Membership::decide_next(uint64_t round) {
       auto beat = store_->get(keys_.lease(id));
       auto now = Clock::now();
       auto it = seen.find(id);
-      if (it == seen.end() || it->second.first != beat) seen[id] = {beat, now};
+      if (it == seen.end() || it->second.first != beat) {
+        Clock::time_point since = now;
+        if (it == seen.end() && beat) {  // our lease thread may have watched this very beat for a while
+          std::lock_guard<std::mutex> lock(silence_mu_);
+          since = silence_.first_seen(id, *beat).value_or(now);
+        }
+        seen[id] = {beat, since};
+      }
       bool dead = !beat || now - seen[id].second >= stale || probe_refused(parse_lease(*beat), opt_.hostname);
       if (dead) {
         EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";

@@ -26,6 +26,7 @@
 #include "edl/store.h"
 #include "elastic/keys.h"
 #include "elastic/member_list.h"
+#include "elastic/silence.h"
 
 namespace edl::elastic {
 
@@ -180,6 +181,11 @@ class EDL_API Membership {
   uint64_t cleanup_below_ = 0;  // generations below this may be deleted (rank 0 only)
   uint64_t cleaned_below_ = 1;
   Watch watch_;
+  // Silence by observed beats: the lease thread observes, the rendezvous decider reads first_seen();
+  // reset whenever another watch epoch is checked. Guarded by silence_mu_.
+  std::mutex silence_mu_;
+  SilenceTracker silence_;
+  uint64_t silence_epoch_ = 0;
   std::atomic<bool> pending_{false};
   // Progress (guarded by mu_): last batch boundary by this worker's monotonic clock, armed by the
   // first progress() of a watch, and the longest batch seen (for the automatic deadline).

@@ -1,5 +1,6 @@
 #include "elastic/launcher/store_watcher.h"
 
+#include <condition_variable>
 #include <sstream>
 
 #include "edl/error.h"
@@ -27,50 +28,86 @@ std::vector<std::string> member_ids(const std::string& text) {
 
 }  // namespace
 
+// What the watcher's thread reads and writes: owned jointly by the watcher and its thread.
+struct StoreWatcher::State {
+  explicit State(StoreWatcherOptions o, std::shared_ptr<Store> st) : opt(std::move(o)), store(std::move(st)) {}
+  const StoreWatcherOptions opt;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};  // the thread has left its loop
+  std::atomic<int> live{-1};
+  std::atomic<bool> finished{false};
+  std::atomic<bool> unreachable{false};
+  mutable std::mutex mu;
+  std::condition_variable done_cv;
+  std::shared_ptr<Store> store;
+  std::vector<GenerationEvent> events;
+  std::string job_error, job_failed, last_error;
+  // The end of the last round that reached the store: the store counts as lost lost_after later
+  // (not after the first error: a silently cut link first shows as a request that times out).
+  std::chrono::steady_clock::time_point last_ok = std::chrono::steady_clock::now();
+};
+
 StoreWatcher::StoreWatcher(std::shared_ptr<Store> store, StoreWatcherOptions options)
-    : opt_(std::move(options)), store_(std::move(store)) {
-  thread_ = std::thread([this] { loop(); });
+    : s_(std::make_shared<State>(std::move(options), std::move(store))) {
+  thread_ = std::thread([s = s_] { loop(s); });
 }
 
 StoreWatcher::~StoreWatcher() {
-  stop_ = true;
-  thread_.join();
+  s_->stop = true;
+  // A round that reaches the store ends within its 500 ms wait; one hanging on an unreachable store
+  // may take a request timeout: that is not waited for (edl-run is exiting), the thread ends alone.
+  std::unique_lock<std::mutex> lock(s_->mu);
+  auto bound = s_->unreachable ? std::chrono::milliseconds(0) : std::chrono::milliseconds(1000);
+  bool done = s_->done_cv.wait_for(lock, bound, [&] { return s_->done.load(); });
+  lock.unlock();
+  if (done) thread_.join();
+  else thread_.detach();
 }
 
 std::vector<GenerationEvent> StoreWatcher::take_events() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::move(events_);
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return std::move(s_->events);
 }
 
+int StoreWatcher::live_workers() const { return s_->live.load(); }
+bool StoreWatcher::finished() const { return s_->finished.load(); }
+bool StoreWatcher::unreachable() const { return s_->unreachable.load(); }
+
 std::string StoreWatcher::job_error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return job_error_;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->job_error;
 }
 
 std::string StoreWatcher::job_failed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return job_failed_;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->job_failed;
 }
 
 std::string StoreWatcher::store_lost() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return store_lost_;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (!s_->unreachable || std::chrono::steady_clock::now() - s_->last_ok < s_->opt.lost_after) return "";
+  return "the store " + s_->opt.url + " has been unreachable for more than " + std::to_string(s_->opt.lost_after.count()) +
+         " ms (EDL_STORE_TIMEOUT_MS): " + s_->last_error;
 }
 
 std::shared_ptr<Store> StoreWatcher::store() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return store_;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->store;
 }
 
 // One round: generations, job error / failure, lease count, finished; then waits for <job>/gen.
-void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* reported) {
-  std::shared_ptr<Store> s = store();
-  if (!s) {
-    s = opt_.connect();
-    std::lock_guard<std::mutex> lock(mu_);
-    store_ = s;
+void StoreWatcher::poll_once(State& st, std::optional<std::string>* known, uint64_t* reported) {
+  std::shared_ptr<Store> s;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    s = st.store;
   }
-  elastic::Keys keys(opt_.job_id);
+  if (!s) {
+    s = st.opt.connect();
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.store = s;
+  }
+  elastic::Keys keys(st.opt.job_id);
   const std::string error_tag = elastic::kJobErrorTag;
   auto cur = s->get(keys.gen());
   uint64_t g = parse_gen(cur);
@@ -81,57 +118,57 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
       const std::string prefix = keys.dropped(g, "");
       for (const auto& k : s->keys(prefix))
         if (auto why = s->get(k)) e.dropped[k.substr(prefix.size())] = *why;
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(e));
+      std::lock_guard<std::mutex> lock(st.mu);
+      st.events.push_back(std::move(e));
       *reported = g;
     }
   }
   auto next = s->get(keys.members(g + 1));
-  auto failed = s->get(opt_.job_id + "/failed");  // written by a worker with a non-retryable error
+  auto failed = s->get(st.opt.job_id + "/failed");  // written by a worker with a non-retryable error
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (next && next->rfind(error_tag, 0) == 0) job_error_ = next->substr(error_tag.size());
-    if (failed) job_failed_ = failed->empty() ? "(no reason given)" : *failed;
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (next && next->rfind(error_tag, 0) == 0) st.job_error = next->substr(error_tag.size());
+    if (failed) st.job_failed = failed->empty() ? "(no reason given)" : *failed;
   }
-  live_ = static_cast<int>(s->keys(keys.lease_prefix()).size());
-  finished_ = s->get(keys.finished()).has_value();
-  if (unreachable_.exchange(false)) log_event("store " + opt_.url + " answers again");
+  st.live = static_cast<int>(s->keys(keys.lease_prefix()).size());
+  st.finished = s->get(keys.finished()).has_value();
   *known = cur;
   s->wait_change(keys.gen(), *known, std::chrono::milliseconds(500));
 }
 
-void StoreWatcher::on_error(const std::string& what, std::chrono::steady_clock::time_point* since) {
-  auto now = std::chrono::steady_clock::now();
-  if (!unreachable_.exchange(true)) {
-    log_event("warning: cannot reach the store " + opt_.url + ": " + what + " (reconnecting; the job fails after " +
-              std::to_string(opt_.lost_after.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
+void StoreWatcher::on_error(State& st, const std::string& what) {
+  if (!st.unreachable.exchange(true)) {
+    log_event("warning: cannot reach the store " + st.opt.url + ": " + what + " (reconnecting; the job fails after " +
+              std::to_string(st.opt.lost_after.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    store_.reset();  // reconnect on the next round
-    if (now - *since >= opt_.lost_after && store_lost_.empty())
-      store_lost_ = "the store " + opt_.url + " has been unreachable for more than " +
-                    std::to_string(opt_.lost_after.count()) + " ms (EDL_STORE_TIMEOUT_MS): " + what;
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.store.reset();  // reconnect on the next round
+    st.last_error = what;
   }
-  for (int i = 0; i < 2 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 2 && !st.stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
-void StoreWatcher::loop() {
+void StoreWatcher::loop(const std::shared_ptr<State>& s) {
   std::optional<std::string> known;
   uint64_t reported = 0;
-  // The store counts as lost EDL_STORE_TIMEOUT_MS after the last round that reached it (not after
-  // the first error: a silently cut link first shows as a request that times out).
-  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
-  while (!stop_) {
+  while (!s->stop) {
     try {
-      poll_once(&known, &reported);
-      since = std::chrono::steady_clock::now();
+      poll_once(*s, &known, &reported);
+      {
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->last_ok = std::chrono::steady_clock::now();
+      }
+      if (s->unreachable.exchange(false)) log_event("store " + s->opt.url + " answers again");
     } catch (const Error& e) {
-      on_error(e.what(), &since);
+      on_error(*s, e.what());
     } catch (const std::exception& e) {
-      on_error(e.what(), &since);
+      on_error(*s, e.what());
     }
   }
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->done = true;
+  s->done_cv.notify_all();
 }
 
 }  // namespace edl::launcher

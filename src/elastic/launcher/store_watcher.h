@@ -5,9 +5,11 @@
 // decision. It blocks in wait_change() on <job>/gen (at most 500 ms at a time) — no busy polling.
 //
 // Store loss: when a request fails, the watcher reconnects (through `connect`) every 100 ms;
-// unreachable for longer than `lost_after` (EDL_STORE_TIMEOUT_MS) makes store_lost() return the
-// reason, naming the store URL. The launcher fails the job with it.
-// Thread-safety: every public method from any thread.
+// once a request has failed, `lost_after` (EDL_STORE_TIMEOUT_MS) after the last round that reached
+// the store store_lost() returns the reason, naming the store URL — on time, even while a request
+// or a reconnect of the watcher is still hanging. The launcher fails the job with it.
+// Thread-safety: every public method from any thread. The destructor does not wait for a request
+// hanging on an unreachable store: the thread is left to finish it on its own (its state is shared).
 #pragma once
 
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,30 +49,24 @@ class StoreWatcher {
   ~StoreWatcher();
 
   std::vector<GenerationEvent> take_events();
-  int live_workers() const { return live_.load(); }  // -1 until the first count
-  bool finished() const { return finished_.load(); }
+  int live_workers() const;  // -1 until the first count
+  bool finished() const;
   std::string job_error() const;     // "!job-error" of the runtime, "" = none
   std::string job_failed() const;    // value of <job>/failed, "" = none
-  bool unreachable() const { return unreachable_.load(); }  // the last request failed
-  std::string store_lost() const;    // "" while the store answers within lost_after
+  bool unreachable() const;          // the last request failed
+  // "" unless a request failed and no round reached the store for lost_after: then the reason.
+  std::string store_lost() const;
 
   // The store connection of the watcher (null while reconnecting): for one-off reads by the loop.
   std::shared_ptr<Store> store() const;
 
  private:
-  void loop();
-  void poll_once(std::optional<std::string>* known, uint64_t* reported);
-  void on_error(const std::string& what, std::chrono::steady_clock::time_point* since);  // since: last round that reached the store
+  struct State;  // everything the thread touches: shared with it, so that it may outlive the watcher
+  static void loop(const std::shared_ptr<State>& s);
+  static void poll_once(State& s, std::optional<std::string>* known, uint64_t* reported);
+  static void on_error(State& s, const std::string& what);
 
-  StoreWatcherOptions opt_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> live_{-1};
-  std::atomic<bool> finished_{false};
-  std::atomic<bool> unreachable_{false};
-  mutable std::mutex mu_;
-  std::shared_ptr<Store> store_;
-  std::vector<GenerationEvent> events_;
-  std::string job_error_, job_failed_, store_lost_;
+  std::shared_ptr<State> s_;
   std::thread thread_;
 };
 
