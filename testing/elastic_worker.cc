@@ -11,8 +11,15 @@
 // membership) or the failure to the end of rendezvous + sync in the new generation.
 //
 //   elastic_worker --steps N --step-ms MS --params P --log PATH [--throw-at STEP] [--stall-at STEP --stall-ms MS]
+//                  [--slow-ms MS [--slow-worker ID]] [--batch N] [--step-ms-by-size K:MS,...]
 // --stall-at: the first time the worker reaches that step it sleeps --stall-ms inside the batch
 // (alive and heartbeating: a rank stuck in user code).
+// --slow-ms MS [--slow-worker ID]: sleep MS more per step before the step's collective (the
+// "compute" part: a straggler), in every worker or only in the one whose EDL_WORKER_ID is ID (a
+// restarted incarnation has a new id, so it is not slow).
+// --batch N: tell the runtime the local batch size (edl::elastic::set_local_batch_size).
+// --step-ms-by-size K:MS,...: the step takes MS at world size K (a scripted throughput per size;
+// sizes not listed use --step-ms).
 // --throw-at: the user's function throws at that step (a deterministic user error): the job fails
 // (JobFailed) and the worker exits with edl::elastic::kJobFailedExitCode.
 #include <fcntl.h>
@@ -23,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -64,6 +72,10 @@ int main(int argc, char** argv) {
   int64_t throw_at = -1;
   int64_t stall_at = -1;
   double stall_ms = 0;
+  double slow_ms = 0;
+  std::string slow_worker;
+  int64_t batch = 0;
+  std::map<int, double> step_ms_by_size;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--steps") steps = std::stoll(argv[i + 1]);
@@ -73,6 +85,22 @@ int main(int argc, char** argv) {
     else if (a == "--throw-at") throw_at = std::stoll(argv[i + 1]);
     else if (a == "--stall-at") stall_at = std::stoll(argv[i + 1]);
     else if (a == "--stall-ms") stall_ms = std::stod(argv[i + 1]);
+    else if (a == "--slow-ms") slow_ms = std::stod(argv[i + 1]);
+    else if (a == "--slow-worker") slow_worker = argv[i + 1];
+    else if (a == "--batch") batch = std::stoll(argv[i + 1]);
+    else if (a == "--step-ms-by-size") {
+      std::string list = argv[i + 1];
+      for (size_t p = 0; p < list.size();) {
+        size_t comma = list.find(',', p), colon = list.find(':', p);
+        if (comma == std::string::npos) comma = list.size();
+        if (colon == std::string::npos || colon > comma) {
+          std::fprintf(stderr, "elastic_worker: --step-ms-by-size wants K:MS,... got %s\n", list.c_str());
+          return 2;
+        }
+        step_ms_by_size[std::stoi(list.substr(p, colon - p))] = std::stod(list.substr(colon + 1, comma - colon - 1));
+        p = comma + 1;
+      }
+    }
     else {
       std::fprintf(stderr, "elastic_worker: unknown flag %s\n", a.c_str());
       return 2;
@@ -84,6 +112,8 @@ int main(int argc, char** argv) {
   log_line("start " + g_id + " " + std::to_string(::getpid()) + " " + fmt(now_ms()));
   try {
     edl::init();
+    if (batch > 0) edl::elastic::set_local_batch_size(batch);
+    const bool slow = slow_ms > 0 && (slow_worker.empty() || slow_worker == g_id);
     std::vector<float> w(params), grad(params);
     for (size_t i = 0; i < params; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
     int64_t hist = 0;
@@ -106,10 +136,13 @@ int main(int argc, char** argv) {
           stall_at = -1;
           std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(stall_ms * 1000)));
         }
+        if (slow) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(slow_ms * 1000)));
         int rank = edl::rank();
         for (size_t i = 0; i < params; ++i)
           grad[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(state.step) + 1e-4 * i)) * (rank + 1);
-        auto t_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(step_ms * 1000));
+        auto by_size = step_ms_by_size.find(edl::size());
+        const double this_step_ms = by_size != step_ms_by_size.end() ? by_size->second : step_ms;
+        auto t_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(this_step_ms * 1000));
         edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
         for (size_t i = 0; i < params; ++i) w[i] -= 0.01f * grad[i];
         hist = static_cast<int64_t>(static_cast<uint64_t>(hist) * 1000003u + static_cast<uint64_t>(state.step + 1));

@@ -1,6 +1,7 @@
 // The elastic retry loop (docs/elastic.md, "The run loop").
 #include "elastic/worker.h"
 
+#include <algorithm>
 #include <random>
 
 #include "common/logging.h"
@@ -55,7 +56,11 @@ Group* current_group() { return t_group; }
 void set_current_group(Group* g) { t_group = g; }
 
 Worker::Worker(std::shared_ptr<Store> store, WorkerOptions options, GroupFactory factory)
-    : store_(store), opt_(std::move(options)), factory_(std::move(factory)), membership_(store, opt_.membership) {
+    : store_(store),
+      opt_(std::move(options)),
+      factory_(std::move(factory)),
+      membership_(store, opt_.membership),
+      observer_(opt_.stragglers) {
   EDL_CHECK(factory_ != nullptr, InvalidArgument, "elastic: no group factory");
   EDL_CHECK(opt_.commit_every >= 1, InvalidArgument, "elastic: commit_every must be >= 1");
 }
@@ -107,6 +112,7 @@ void Worker::install(const GenerationView& v) {
   view_ = v;
   leave_announced_ = false;
   flag_wait_ = nullptr;  // an agreement of the previous generation is void
+  observer_.new_generation(v.size);
   failed_.store(false);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -373,9 +379,13 @@ void Worker::run(State& state, const std::function<void()>& fn) {
         state.commit();
         since_commit_ = 0;
         if (leave_announced_) {
-          EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step;
+          EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step
+                     << (evicted_ ? " (evicted as a straggler)" : "");
           membership_.unwatch();
           membership_.stop();
+          if (evicted_)
+            throw StragglerEvicted("edl: worker " + opt_.membership.worker_id + " was evicted as a straggler at step " +
+                                   std::to_string(state.step) + " (EDL_EVICT_STRAGGLERS / edl-run --evict-stragglers)");
           return;
         }
         count_reset(why);
@@ -421,6 +431,7 @@ void Worker::notify_batch_end() {
             "edl::notify_batch_end() must be called inside edl::elastic::run");
   if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
   state_->step += 1;
+  const int64_t compute_us = observer_.measure_compute_us();
   membership_.progress();
   fault_point("batch_end");
   // The batch-boundary agreement: one 8-byte max-allreduce of the pending bits, started at this
@@ -431,19 +442,79 @@ void Worker::notify_batch_end() {
     membership_.announce_leave(view_.id);
     leave_announced_ = true;
   }
+  // The same request carries every member's step time (slot 1 + rank): all members then see the same
+  // vector at the same boundary and reach the same straggler verdict.
   if (flag_wait_) {
     auto wait = std::move(flag_wait_);
     flag_wait_ = nullptr;
     wait();
-    if (flag_ != 0)
+    const int64_t flag = agreement_[0];
+    on_step_times(std::vector<int64_t>(agreement_.begin() + 1, agreement_.end()));
+    if (flag != 0)
       throw MembershipChanged(std::string("membership change at step ") + std::to_string(state_->step) + ": " +
-                              ((flag_ & 2) ? "a worker leaves" : "a worker joins"));
+                              ((flag & 2) ? "a worker leaves" : "a worker joins"));
   }
-  flag_ = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
-  flag_wait_ = group()->allreduce_max_async(&flag_);
+  agreement_.assign(1 + static_cast<size_t>(view_.size), 0);
+  agreement_[0] = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
+  agreement_[1 + view_.rank] = compute_us;
+  flag_wait_ = group()->allreduce_max_async(agreement_.data(), agreement_.size());
+  if (view_.rank == 0) publish_throughput();
   if (++since_commit_ >= opt_.commit_every) {
     state_->commit();
     since_commit_ = 0;
+  }
+}
+
+// The straggler verdict of one boundary (identical on every member: the same gathered vector).
+// Rank 0 reports new stragglers (log + <job>/straggler/<worker>); a worker to evict records why
+// (<job>/g<G+1>/dropped/<me>, read by edl-run) and leaves at this boundary like a graceful leave, so
+// every member changes membership at the next one.
+void Worker::on_step_times(const std::vector<int64_t>& compute_us) {
+  const StepObserver::Verdict v = observer_.observe(state_->step, compute_us, opt_.membership.min_np);
+  const bool evicting = !v.evict.empty();
+  if (view_.rank == 0) {
+    for (const auto& r : v.reports) {
+      const std::string who = r.rank < static_cast<int>(view_.members.size()) ? view_.members[r.rank].id : "?";
+      const bool out = std::find(v.evict.begin(), v.evict.end(), r.rank) != v.evict.end();
+      const std::string text = describe_straggler(r, view_.id, who, observer_.options(), out ? "evict" : "report");
+      EDL_LOG(1) << "edl: straggler " << text;
+      try {
+        store_->set(membership_.keys().straggler(who), text);
+      } catch (const Error& e) {
+        EDL_LOG(1) << "edl: could not record the straggler report in the store: " << e.what();
+      }
+    }
+  }
+  if (!evicting || leave_announced_) return;
+  if (std::find(v.evict.begin(), v.evict.end(), view_.rank) == v.evict.end()) return;
+  StragglerReport me;
+  me.rank = view_.rank;
+  me.step = state_->step;
+  me.step_s = static_cast<double>(compute_us[view_.rank]) / 1e6;
+  StragglerStats st = observer_.stats();
+  me.median_s = st.median_s;
+  me.consecutive = observer_.options().steps;
+  const std::string why = "straggler: " + describe_straggler(me, view_.id, opt_.membership.worker_id,
+                                                             observer_.options(), "evict");
+  EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " leaves as a " << why;
+  try {
+    store_->set(membership_.keys().dropped(view_.id + 1, opt_.membership.worker_id), why);
+  } catch (const Error& e) {
+    EDL_LOG(1) << "edl: could not record the eviction in the store: " << e.what();
+  }
+  membership_.announce_leave(view_.id);
+  leave_announced_ = true;
+  evicted_ = true;
+}
+
+// Rank 0: the throughput of the current generation for edl-run's autoscaling advice.
+void Worker::publish_throughput() {
+  auto sample = observer_.throughput_sample(view_.id, view_.size, local_batch_.load());
+  if (!sample) return;
+  try {
+    store_->set(membership_.keys().throughput(), *sample);
+  } catch (const Error& e) {
+    EDL_LOG(2) << "edl: could not publish the throughput sample: " << e.what();
   }
 }
 

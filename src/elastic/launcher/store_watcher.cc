@@ -57,6 +57,16 @@ std::string StoreWatcher::store_lost() const {
   return store_lost_;
 }
 
+std::string StoreWatcher::throughput() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return throughput_;
+}
+
+std::map<std::string, std::string> StoreWatcher::stragglers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stragglers_;
+}
+
 std::shared_ptr<Store> StoreWatcher::store() const {
   std::lock_guard<std::mutex> lock(mu_);
   return store_;
@@ -88,8 +98,14 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
   }
   auto next = s->get(keys.members(g + 1));
   auto failed = s->get(opt_.job_id + "/failed");  // written by a worker with a non-retryable error
+  auto throughput = s->get(keys.throughput());
+  std::map<std::string, std::string> stragglers;
+  for (const auto& k : s->keys(keys.straggler_prefix()))
+    if (auto v = s->get(k)) stragglers[k.substr(keys.straggler_prefix().size())] = *v;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (throughput) throughput_ = *throughput;
+    stragglers_ = std::move(stragglers);
     if (next && next->rfind(error_tag, 0) == 0) job_error_ = next->substr(error_tag.size());
     if (failed) job_failed_ = failed->empty() ? "(no reason given)" : *failed;
   }

@@ -2,7 +2,8 @@
 // worker-side runtime writes (src/elastic/keys.h, docs/elastic.md): <job>/gen and
 // <job>/g<G>/members for generations, <job>/lease/* for the live worker count, <job>/finished,
 // <job>/failed (a worker hit a non-retryable error: the value is the reason) and a "!job-error"
-// decision. It blocks in wait_change() on <job>/gen (at most 500 ms at a time) — no busy polling.
+// decision; and, for the observability rules, <job>/throughput and <job>/straggler/*. It blocks in
+// wait_change() on <job>/gen (at most 500 ms at a time) — no busy polling.
 //
 // Store loss: when a request fails, the watcher reconnects (through `connect`) every 100 ms;
 // unreachable for longer than `lost_after` (EDL_STORE_TIMEOUT_MS) makes store_lost() return the
@@ -53,6 +54,11 @@ class StoreWatcher {
   bool unreachable() const { return unreachable_.load(); }  // the last request failed
   std::string store_lost() const;    // "" while the store answers within lost_after
 
+  // Observability (docs/observability.md): rank 0's latest <job>/throughput value ("" = none yet)
+  // and the straggler reports, <job>/straggler/<worker> -> report.
+  std::string throughput() const;
+  std::map<std::string, std::string> stragglers() const;
+
   // The store connection of the watcher (null while reconnecting): for one-off reads by the loop.
   std::shared_ptr<Store> store() const;
 
@@ -70,6 +76,8 @@ class StoreWatcher {
   std::shared_ptr<Store> store_;
   std::vector<GenerationEvent> events_;
   std::string job_error_, job_failed_, store_lost_;
+  std::string throughput_;
+  std::map<std::string, std::string> stragglers_;
   std::thread thread_;
 };
 
