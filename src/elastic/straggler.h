@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "edl/export.h"
+
 namespace edl::elastic {
 
 struct StragglerOptions {
@@ -34,7 +36,7 @@ struct StragglerReport {
   int consecutive = 0;      // slow boundaries in a row
 };
 
-class StragglerDetector {
+class EDL_API StragglerDetector {
  public:
   explicit StragglerDetector(StragglerOptions o = {});
 
@@ -71,7 +73,7 @@ struct StragglerStats {
 
 // "gen=G step=S rank=R worker=W step_ms=X median_ms=Y factor=F steps=N action=A": the value of
 // <job>/straggler/<worker> and of the event-log line edl-run prints for it.
-std::string describe_straggler(const StragglerReport& r, uint64_t gen, const std::string& worker,
+EDL_API std::string describe_straggler(const StragglerReport& r, uint64_t gen, const std::string& worker,
                                const StragglerOptions& o, const char* action);
 
 }  // namespace edl::elastic

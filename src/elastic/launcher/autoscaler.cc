@@ -78,6 +78,7 @@ Recommendation Autoscaler::decide(const ThroughputSample& s) const {
   const std::string S = fmt(o_.threshold);
   if (k - d >= lo && known(k - d)) {
     const double e = efficiency(r.at(k - d), r.at(k), k - d, d);
+    rec.efficiency = e;  // kept when nothing else decides
     if (e <= o_.threshold) {
       rec.world_size = k - d;
       rec.efficiency = e;

@@ -52,7 +52,7 @@ struct Recommendation {
   int world_size = 0;        // 0 = no decision yet
   int current = 0;           // the size it was decided at
   uint64_t gen = 0;          // the generation it was decided in
-  double efficiency = -1;    // the s_{k,d} that decided it (-1: none, e.g. a probe or no data)
+  double efficiency = -1;    // the s_{k,d} that decided it, or the s_{k-d,d} checked when staying (-1: none)
   std::string reason;        // for the event log
 };
 
