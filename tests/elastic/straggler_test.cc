@@ -92,7 +92,7 @@ TEST_CASE("straggler rule: eviction keeps the job at its minimum size, slowest f
   CHECK(report_only.to_evict(1).empty());
 }
 
-TEST_CASE("straggler rule: reset forgets every run; bad options are refused", "[straggler]") {
+TEST_CASE("straggler rule: reset forgets every run, bad options are refused", "[straggler]") {
   StragglerDetector d(opts(1.5, 2));
   d.observe(1, {0.1, 0.1, 0.3});
   d.reset(2);
