@@ -111,6 +111,7 @@ void Worker::count_reset(const std::string& why) {
 void Worker::install(const GenerationView& v) {
   view_ = v;
   leave_announced_ = false;
+  evicted_ = false;  // an eviction announced in an earlier generation that then failed is void
   flag_wait_ = nullptr;  // an agreement of the previous generation is void
   observer_.new_generation(v.size);
   failed_.store(false);

@@ -285,11 +285,11 @@ TEST_CASE("edl-run elastic: --evict-stragglers removes a slowed worker, its slot
 
 TEST_CASE("edl-run elastic: --autoscale follows the scripted throughput, out to a probe and back in",
           "[launcher][autoscale]") {
-  // Steps take 20 ms at 1 and 2 workers and 60 ms at 3: R_2 = 2 R_1 (s_{1,1} = 1 > 0.7), R_3 = R_1
-  // (s_{2,1} = -1): probe 2, probe 3, back to 2.
+  // Steps take 40 ms at 1 worker, 20 ms at 2 and 120 ms at 3: R_2 = 4 R_1 (s_{1,1} = 3 > 0.7), R_3 =
+  // R_2 / 4 (s_{2,1} = -1.5): probe 2, probe 3, back to 2 — wide margins for a loaded machine.
   auto r = run_edl({"--hostname", "t", "--min-np", "1", "--max-np", "3", "-np", "1", "--autoscale",
-                    "--scaling-interval", "10", "--grace-period", "5", kWorker, "--steps", "300", "--step-ms", "20",
-                    "--step-ms-by-size", "3:60", "--batch", "8", "--params", "1024"},
+                    "--scaling-interval", "10", "--grace-period", "5", kWorker, "--steps", "300", "--step-ms", "40",
+                    "--step-ms-by-size", "2:20,3:120", "--batch", "8", "--params", "1024"},
                    120s);
   INFO(r.err);
   CHECK(r.code == 0);
