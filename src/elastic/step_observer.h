@@ -15,11 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "edl/export.h"
 #include "elastic/straggler.h"
 
 namespace edl::elastic {
 
-class StepObserver {
+class EDL_API StepObserver {
  public:
   explicit StepObserver(StragglerOptions o) : detector_(o) {}
 

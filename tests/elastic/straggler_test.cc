@@ -1,8 +1,14 @@
 // The straggler rule (src/elastic/straggler.h, docs/observability.md "Stragglers"): factor x median,
-// consecutive boundaries, the lower median, unknown times, the 1 ms gap, eviction within --min-np.
+// consecutive boundaries, the lower median, unknown times, the 1 ms gap, eviction within --min-np;
+// and the worker's StepObserver (verdicts, counters, rank 0's throughput window).
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <sstream>
+#include <thread>
+
 #include "edl/error.h"
+#include "elastic/step_observer.h"
 #include "elastic/straggler.h"
 
 using edl::elastic::StragglerDetector;
@@ -101,4 +107,45 @@ TEST_CASE("straggler rule: reset forgets every run, bad options are refused", "[
   CHECK(d.observe(3, {0.1, 0.3}).size() == 1);
   CHECK_THROWS_AS(StragglerDetector(opts(1.0, 5)), edl::InvalidArgument);
   CHECK_THROWS_AS(StragglerDetector(opts(1.5, 0)), edl::InvalidArgument);
+}
+
+TEST_CASE("step observer: verdicts, counters and the throughput window", "[straggler]") {
+  StragglerOptions o = opts(1.5, 2, /*evict=*/true);
+  edl::elastic::StepObserver obs(o);
+  obs.new_generation(3);
+  CHECK(obs.measure_compute_us() == 0);  // the first boundary of a generation: unknown
+  CHECK(obs.measure_compute_us() >= 1);
+  const std::vector<int64_t> us{100000, 100000, 300000};
+  auto v = obs.observe(1, us, 2);
+  CHECK(v.reports.empty());
+  CHECK(v.evict.empty());
+  v = obs.observe(2, us, 2);
+  REQUIRE(v.reports.size() == 1);
+  CHECK(v.reports[0].rank == 2);
+  CHECK(v.evict == std::vector<int>{2});
+  obs.observe(3, us, 2);  // still to evict at the next boundary: counted once
+  auto st = obs.stats();
+  CHECK(st.reports == 1);
+  CHECK(st.evictions == 1);
+  CHECK(st.step_s == std::vector<double>{0.1, 0.1, 0.3});
+  CHECK(st.median_s == Approx(0.1));
+  obs.new_generation(2);
+  CHECK(obs.observe(4, {100000, 300000}, 2).evict.empty());  // at the minimum: never evicted
+  // Rank 0's throughput window: opened by the first boundary, published at most every 250 ms.
+  CHECK_FALSE(obs.throughput_sample(7, 2, 32).has_value());
+  CHECK_FALSE(obs.throughput_sample(7, 2, 32).has_value());  // far less than 250 ms later
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto s = obs.throughput_sample(7, 2, 32);
+  REQUIRE(s.has_value());
+  std::istringstream in(*s);
+  uint64_t gen = 0;
+  int size = 0;
+  int64_t steps = 0, batch = 0;
+  double seconds = 0;
+  in >> gen >> size >> steps >> seconds >> batch;
+  CHECK(gen == 7);
+  CHECK(size == 2);
+  CHECK(steps == 2);
+  CHECK(seconds >= 0.3);
+  CHECK(batch == 32);
 }
