@@ -1,12 +1,13 @@
 // edl-run's observability rules (docs/observability.md): the Autoscaler's s_{k,d} and schedule
 // (pure, hand-computed cases), the new flags and variables, and end-to-end jobs of the synthetic
 // elastic worker (testing/elastic_worker.cc): a slowed worker is reported, or evicted with
-// --evict-stragglers (exactly-once steps, identical parameters), and --autoscale moves the local
+// --evict-stragglers (exactly-once steps and data, identical parameters), and --autoscale moves the local
 // slots after a scripted throughput per world size.
 #include <catch2/catch.hpp>
 
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -83,17 +84,33 @@ std::map<std::string, std::string> done_lines(const std::string& err) {
   return m;
 }
 
-// Every finishing worker ran all `steps` exactly once (the step-history hash) with the same parameters.
-void check_exactly_once(const std::string& err, int64_t steps, size_t min_finishers) {
+// Every finishing worker holds the same parameters, applied every step exactly once (the step-history
+// hash of its final step) and, with --records, trained every record exactly once (its "audit" line).
+void check_exactly_once(const std::string& err, size_t min_finishers, uint64_t records) {
   auto done = done_lines(err);
   CHECK(done.size() >= min_finishers);
   std::set<std::string> finals;
   for (const auto& [w, v] : done) finals.insert(v);
   CHECK(finals.size() == 1);
   for (const auto& v : finals) {
-    CHECK(v.rfind(std::to_string(steps) + " ", 0) == 0);
+    const int64_t steps = std::stoll(v.substr(0, v.find(' ')));
+    CHECK(steps > 0);
     CHECK(v.substr(v.rfind(' ') + 1) == std::to_string(reference_hist(steps)));
   }
+  size_t audits = 0;
+  for (const auto& line : lines_of(err)) {
+    auto p = line.find("] audit ");
+    if (p == std::string::npos) continue;
+    ++audits;
+    std::istringstream in(line.substr(p + 8));
+    std::string worker;
+    uint64_t once = 0, total = 0;
+    in >> worker >> once >> total;
+    INFO(line);
+    CHECK(total == records);
+    CHECK(once == records);
+  }
+  CHECK(audits == done.size());
 }
 
 }  // namespace
@@ -253,8 +270,8 @@ TEST_CASE("edl-run: bad values of the observability flags and variables exit 2 n
 
 TEST_CASE("edl-run elastic: a slowed worker is reported as a straggler", "[launcher][straggler]") {
   auto r = run_edl({"--hostname", "t", "--min-np", "2", "--max-np", "3", "-np", "3", "--straggler-steps", "5",
-                    kWorker, "--steps", "60", "--step-ms", "10", "--params", "1024", "--slow-worker", "t:2.0",
-                    "--slow-ms", "40"},
+                    kWorker, "--steps", "100000", "--step-ms", "10", "--params", "1024", "--records", "720",
+                    "--slow-worker", "t:2.0", "--slow-ms", "40"},
                    120s);
   INFO(r.err);
   CHECK(r.code == 0);
@@ -262,14 +279,14 @@ TEST_CASE("edl-run elastic: a slowed worker is reported as a straggler", "[launc
   CHECK(r.err.find(" worker=t:2.0 step_ms=") != std::string::npos);  // its rank depends on the arrival order
   CHECK(r.err.find("steps=5 action=report") != std::string::npos);
   CHECK(count_of(r.err, "event=evict") == 0);
-  check_exactly_once(r.err, 60, 3);
+  check_exactly_once(r.err, 3, 720);
 }
 
 TEST_CASE("edl-run elastic: --evict-stragglers removes a slowed worker, its slot cools down and rejoins",
           "[launcher][straggler]") {
   auto r = run_edl({"--hostname", "t", "--min-np", "2", "--max-np", "3", "-np", "3", "--straggler-steps", "5",
-                    "--evict-stragglers", "--blacklist-cooldown-range", "1,1", kWorker, "--steps", "150", "--step-ms",
-                    "10", "--params", "1024", "--slow-worker", "t:2.0", "--slow-ms", "40"},
+                    "--evict-stragglers", "--blacklist-cooldown-range", "1,1", kWorker, "--steps", "100000", "--step-ms",
+                    "10", "--params", "1024", "--records", "1200", "--slow-worker", "t:2.0", "--slow-ms", "40"},
                    120s);
   INFO(r.err);
   CHECK(r.code == 0);
@@ -280,7 +297,7 @@ TEST_CASE("edl-run elastic: --evict-stragglers removes a slowed worker, its slot
   CHECK(r.err.find("worker=t:2.1") != std::string::npos);                      // restarted after the cooldown
   auto done = done_lines(r.err);
   CHECK(done.count("t:2.0") == 0);  // the straggler did not finish
-  check_exactly_once(r.err, 150, 2);
+  check_exactly_once(r.err, 2, 1200);
 }
 
 TEST_CASE("edl-run elastic: --autoscale follows the scripted throughput, out to a probe and back in",
