@@ -159,6 +159,7 @@ TEST_CASE("autoscaler: probes out while s_{k,d} > S, then scales back in", "[aut
   CHECK(a.last().reason.find("scale in") != std::string::npos);
   CHECK_FALSE(a.observe(sample(4, 2, 10, 1.1)));    // back at 2: s_{2,1} = 0.2 -> stay (unchanged)
   CHECK(a.recommended_world_size() == 2);
+  CHECK(a.last().decision == 4);                     // every decision is numbered, changed or not
   CHECK(a.last().reason.find("stay") != std::string::npos);
 }
 

@@ -121,6 +121,7 @@ bool Autoscaler::observe(const ThroughputSample& s) {
   if (s.steps < next->second) return false;
   while (next->second <= s.steps) next->second += o_.interval;
   Recommendation rec = decide(s);
+  rec.decision = rec_.decision + 1;
   const bool changed = rec.world_size != rec_.world_size;
   rec_ = rec;
   return changed;

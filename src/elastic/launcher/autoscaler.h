@@ -54,6 +54,7 @@ struct Recommendation {
   uint64_t gen = 0;          // the generation it was decided in
   double efficiency = -1;    // the s_{k,d} that decided it, or the s_{k-d,d} checked when staying (-1: none)
   std::string reason;        // for the event log
+  uint64_t decision = 0;     // 1, 2, ...: how many decisions were taken up to this one
 };
 
 class Autoscaler {

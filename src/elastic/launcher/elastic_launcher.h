@@ -146,6 +146,9 @@ class ElasticLauncher {
   std::future<DiscoveryResult> discovery_;  // the discovery run in flight (declared after its flag)
   int interrupted_by_ = 0;
   Autoscaler autoscaler_;
+  uint64_t last_gen_ = 0;                             // the latest generation logged (on_generations)
+  uint64_t applied_gen_ = 0;                          // the generation whose decision moved the slots last
+  uint64_t decisions_seen_ = 0;                       // Recommendation::decision last handled
   std::string last_throughput_;                       // the <job>/throughput value fed last
   std::map<std::string, std::string> stragglers_seen_;  // worker -> report already logged
   std::atomic<uint64_t> straggler_reports_{0};
