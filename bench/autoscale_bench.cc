@@ -9,9 +9,15 @@
 //      s_{k,d} > S, back in when the last worker is not worth it); the recommendation is the last
 //      `event=autoscale recommended=` of edl-run's event log, with the R_k table it was computed from.
 // Check: the recommended world size's images/s (fixed runs) is within --tolerance (5%) of the best.
+// The live run's S is --threshold, default 0.1: the check asks for the best images/s, i.e. scaling
+// while an added worker brings more than noise. edl-run's default S = 0.7 stops earlier by design
+// (at the size where the next worker brings less than 0.7 of a worker's throughput); the summary
+// also gives what the same schedule recommends at S = 0.7 (--compare-threshold) on the fixed runs'
+// R_k table (the Autoscaler replayed offline from 1 worker, probes allowed).
 //
 //   autoscale_bench [--max-np 4] [--batch 32] [--steps 12] [--warmup 3] [--repeats 3] [--interval 10]
-//                   [--threshold 0.7] [--autoscale-steps 90] [--tolerance 0.05] [--json PATH]
+//                   [--threshold 0.1] [--compare-threshold 0.7] [--autoscale-steps 90] [--tolerance 0.05]
+//                   [--json PATH]
 // Rows: {"bench":"autoscale_bench","workers":k,"images_per_s":..,"step_ms":..,"runs":..,"autoscale_rate":..}
 // (autoscale_rate: R_k as edl-run measured it in the autoscale run, when it ran at k), then
 // {"bench":"autoscale_bench","recommended":k,"best":k,"ok":..,"path":"1,2,3,2",...}.
@@ -37,6 +43,7 @@
 #include <edl/optim.h>
 
 #include "common/bench_util.h"
+#include "elastic/launcher/autoscaler.h"
 #include "models/resnet20/resnet20.h"
 #include "testing/process.h"
 
@@ -166,6 +173,34 @@ Advice parse_advice(const std::string& log) {
   return adv;
 }
 
+// The Autoscaler's schedule replayed on a table of measured rates, from 1 worker with probes
+// allowed: each visited size contributes one window of `interval` steps at its measured rate.
+// Returns the sizes recommended in order (the last one is the recommendation).
+std::vector<int> replay(const std::map<int, double>& rates, double threshold, int interval, int max_np, int batch) {
+  edl::launcher::AutoscaleOptions o;
+  o.threshold = threshold;
+  o.interval = interval;
+  o.max_np = max_np;
+  o.probe = true;
+  edl::launcher::Autoscaler as(o);
+  std::vector<int> path{1};
+  int k = 1;
+  for (uint64_t gen = 1; gen <= 16 && rates.count(k); ++gen) {
+    edl::launcher::ThroughputSample s;
+    s.gen = gen;
+    s.size = k;
+    s.steps = interval;
+    s.local_batch = batch;
+    s.seconds = static_cast<double>(interval) * k * batch / rates.at(k);
+    as.observe(s);
+    const int next = as.recommended_world_size();
+    if (next == k) break;  // settled
+    k = next;
+    path.push_back(k);
+  }
+  return path;
+}
+
 std::string join(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -243,10 +278,19 @@ int run_driver(const cxxopts::ParseResult& a) {
   if (fixed.count(adv.recommended) && best > 0)
     summary["recommended_share_of_best"] =
         fixed[adv.recommended].at("images_per_s").get<double>() / fixed[best].at("images_per_s").get<double>();
+  std::map<int, double> table;
+  for (const auto& [k, r] : fixed) table[k] = r.at("images_per_s").get<double>();
+  const double cmp = a["compare-threshold"].as<double>();
+  const std::vector<int> offline = replay(table, cmp, a["interval"].as<int>(), max_np, a["batch"].as<int>());
+  summary["compare_threshold"] = cmp;
+  summary["replay_path"] = join(offline);
+  summary["replay_recommended"] = offline.back();
+  if (best > 0 && table.count(offline.back())) summary["replay_share_of_best"] = table[offline.back()] / table[best];
   json.write(summary);
   std::cout << "recommended " << adv.recommended << " workers (path " << join(adv.path) << "), best measured "
             << best << ": " << (ok ? "ok" : "NOT within tolerance") << "\n"
-            << "last advice: " << adv.last_line << "\n";
+            << "last advice: " << adv.last_line << "\n"
+            << "the same schedule at S = " << cmp << " on the fixed runs' table: path " << join(offline) << "\n";
   std::filesystem::remove_all(dir);
   return ok ? 0 : 1;
 }
@@ -262,7 +306,8 @@ int main(int argc, char** argv) {
       ("steps", "timed steps of a fixed run (worker: total steps)", cxxopts::value<int>()->default_value("12"))
       ("warmup", "untimed steps per generation", cxxopts::value<int>()->default_value("3"))
       ("interval", "--scaling-interval K of the autoscale run", cxxopts::value<int>()->default_value("10"))
-      ("threshold", "--scaling-threshold S of the autoscale run", cxxopts::value<double>()->default_value("0.7"))
+      ("threshold", "--scaling-threshold S of the autoscale run", cxxopts::value<double>()->default_value("0.1"))
+      ("compare-threshold", "S of the offline replay on the fixed runs' table", cxxopts::value<double>()->default_value("0.7"))
       ("repeats", "rounds of fixed runs (alternating order); the median round per size counts",
        cxxopts::value<int>()->default_value("3"))
       ("autoscale-steps", "steps of the autoscale run", cxxopts::value<int>()->default_value("90"))

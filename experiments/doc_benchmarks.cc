@@ -180,7 +180,11 @@ void autoscale_section(std::ostream& md, const DataSet& d, Plots&) {
         "at each size (median of the rounds); `autoscale_rate`: R_k as edl-run measured it while the autoscale run "
         "was at that size (samples/s; probes are short, so it is noisier).\n";
   table(md, sizes, {"model", "workers", "batch", "images_per_s", "step_ms", "runs", "autoscale_rate"});
-  table(md, summary, {"recommended", "best", "recommended_share_of_best", "ok", "path", "threshold", "interval"});
+  md << "The live run's S is the bench's `--threshold` (default 0.1: the target asks for the best images/s); "
+        "`replay_*`: the same schedule at `compare_threshold` (edl-run's default S = 0.7) replayed on the fixed "
+        "runs' table, which stops at the efficient size rather than the fastest.\n";
+  table(md, summary, {"recommended", "best", "recommended_share_of_best", "ok", "path", "threshold", "interval",
+                      "compare_threshold", "replay_path", "replay_share_of_best"});
 }
 
 void scaling_section(std::ostream& md, const DataSet& d, Plots& plots) {
