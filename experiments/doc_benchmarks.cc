@@ -200,6 +200,22 @@ void elastic_section(std::ostream& md, const DataSet& d, Plots& plots) {
                   "re-rendezvous time vs ranks");
 }
 
+void autoscale_section(std::ostream& md, const DataSet& d, Plots&) {
+  const Rows& rows = d.of("autoscale_bench");
+  Rows sizes, summary;
+  for (const Json& r : rows) (r.contains("recommended") ? summary : sizes).push_back(r);
+  md << "Target (issue 14): `edl-run --autoscale` (s_{k,d} heuristic, docs/observability.md \"Autoscaling\") "
+        "recommends a world size whose images/s is within 5% of the best measured one. `images_per_s`: fixed runs "
+        "at each size (median of the rounds); `autoscale_rate`: R_k as edl-run measured it while the autoscale run "
+        "was at that size (samples/s; probes are short, so it is noisier).\n";
+  table(md, sizes, {"model", "workers", "batch", "images_per_s", "step_ms", "runs", "autoscale_rate"});
+  md << "The live run's S is the bench's `--threshold` (default 0.1: the target asks for the best images/s); "
+        "`replay_*`: the same schedule at `compare_threshold` (edl-run's default S = 0.7) replayed on the fixed "
+        "runs' table, which stops at the efficient size rather than the fastest.\n";
+  table(md, summary, {"recommended", "best", "recommended_share_of_best", "ok", "path", "threshold", "interval",
+                      "compare_threshold", "replay_path", "replay_share_of_best"});
+}
+
 void scaling_section(std::ostream& md, const DataSet& d, Plots& plots) {
   const Rows& rows = d.of("scaling_bench");
   md << "Seeds (FTlib benchmark, CPU cluster, 4 CPUs per worker, batch 64): ResNet50 26.7 img/s at 1 worker, "
@@ -395,6 +411,7 @@ const std::vector<Section>& sections() {
       {"optimizer_bench", "Distributed optimizer overlap", "", optimizer_section},
       {"timeline_bench", "Timeline overhead (ResNet20 step, timeline on / off)", "", timeline_section},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
+      {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},

@@ -9,7 +9,7 @@
 #   --out DIR     results: <bench>.jsonl, <bench>.log, status.tsv, machine.txt, series/ (default: DIR/bench-results)
 #   --only LIST   run only these benches (the others keep their rows and provenance in docs/data/)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
-#                 chaos_bench, controlplane_bench)
+#                 chaos_bench, controlplane_bench, autoscale_bench)
 #   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
 #   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
 #
@@ -121,7 +121,9 @@ if [ $DOC_ONLY -eq 0 ]; then
     CHAOS_ARGS=(--trials 20)
     MTBF_ARGS=(--mtbf-run-s 30 --pairs 1)
     CONTROLPLANE_ARGS=(--runs 1)
+    AUTOSCALE_ARGS=(--repeats 1)
   else
+    AUTOSCALE_ARGS=()
     CONTROLPLANE_ARGS=()
     SCALING_ARGS=()
     ELASTIC_ARGS=()
@@ -144,6 +146,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench optimizer_bench 1200 "$B/optimizer_bench"
   run_bench timeline_bench 900 "$B/timeline_bench"
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
+  run_bench autoscale_bench 1800 "$B/autoscale_bench" "${AUTOSCALE_ARGS[@]}"
   run_bench shard_audit 900 "$B/shard_audit"
   run_bench chaos_bench 1800 "$B/chaos_bench" --faults "$CHAOS_FAULTS" "${CHAOS_ARGS[@]}"
   run_bench chaos_mtbf 1800 "$B/chaos_bench" --mtbf-s 10 "${MTBF_ARGS[@]}"

@@ -11,23 +11,38 @@
 // membership) or the failure to the end of rendezvous + sync in the new generation.
 //
 //   elastic_worker --steps N --step-ms MS --params P --log PATH [--throw-at STEP] [--stall-at STEP --stall-ms MS]
+//                  [--slow-ms MS [--slow-worker ID]] [--batch N] [--step-ms-by-size K:MS,...] [--records N]
 // --stall-at: the first time the worker reaches that step it sleeps --stall-ms inside the batch
 // (alive and heartbeating: a rank stuck in user code).
+// --slow-ms MS [--slow-worker ID]: sleep MS more per step before the step's collective (the
+// "compute" part: a straggler), in every worker or only in the one whose EDL_WORKER_ID is ID (a
+// restarted incarnation has a new id, so it is not slow).
+// --batch N: tell the runtime the local batch size (edl::elastic::set_local_batch_size).
+// --step-ms-by-size K:MS,...: the step takes MS at world size K (a scripted throughput per size;
+// sizes not listed use --step-ms).
+// --records N: train on N records through the shard generator (edl/data.h; 16 records per shard,
+// 4 per worker per step, one epoch; the run ends with the data, --steps stays a cap): every step
+// sum-allreduces marks of the records it trained into per-record counters in the State, and the
+// worker logs "audit <worker> <records trained exactly once> <N>" at the end (exactly-once data).
 // --throw-at: the user's function throws at that step (a deterministic user error): the job fails
 // (JobFailed) and the worker exits with edl::elastic::kJobFailedExitCode.
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "edl/data.h"
 #include "edl/edl.h"
 #include "edl/elastic.h"
 
@@ -64,6 +79,11 @@ int main(int argc, char** argv) {
   int64_t throw_at = -1;
   int64_t stall_at = -1;
   double stall_ms = 0;
+  double slow_ms = 0;
+  std::string slow_worker;
+  int64_t batch = 0;
+  uint64_t records = 0;
+  std::map<int, double> step_ms_by_size;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--steps") steps = std::stoll(argv[i + 1]);
@@ -73,6 +93,23 @@ int main(int argc, char** argv) {
     else if (a == "--throw-at") throw_at = std::stoll(argv[i + 1]);
     else if (a == "--stall-at") stall_at = std::stoll(argv[i + 1]);
     else if (a == "--stall-ms") stall_ms = std::stod(argv[i + 1]);
+    else if (a == "--slow-ms") slow_ms = std::stod(argv[i + 1]);
+    else if (a == "--slow-worker") slow_worker = argv[i + 1];
+    else if (a == "--batch") batch = std::stoll(argv[i + 1]);
+    else if (a == "--records") records = std::stoull(argv[i + 1]);
+    else if (a == "--step-ms-by-size") {
+      std::string list = argv[i + 1];
+      for (size_t p = 0; p < list.size();) {
+        size_t comma = list.find(',', p), colon = list.find(':', p);
+        if (comma == std::string::npos) comma = list.size();
+        if (colon == std::string::npos || colon > comma) {
+          std::fprintf(stderr, "elastic_worker: --step-ms-by-size wants K:MS,... got %s\n", list.c_str());
+          return 2;
+        }
+        step_ms_by_size[std::stoi(list.substr(p, colon - p))] = std::stod(list.substr(colon + 1, comma - colon - 1));
+        p = comma + 1;
+      }
+    }
     else {
       std::fprintf(stderr, "elastic_worker: unknown flag %s\n", a.c_str());
       return 2;
@@ -84,12 +121,27 @@ int main(int argc, char** argv) {
   log_line("start " + g_id + " " + std::to_string(::getpid()) + " " + fmt(now_ms()));
   try {
     edl::init();
+    if (batch > 0) edl::elastic::set_local_batch_size(batch);
+    const bool slow = slow_ms > 0 && (slow_worker.empty() || slow_worker == g_id);
     std::vector<float> w(params), grad(params);
     for (size_t i = 0; i < params; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
     int64_t hist = 0;
     edl::elastic::State state;
     state.register_tensor("w", w.data(), w.size(), edl::DataType::kFloat32);
     state.register_scalar("hist", &hist);
+    std::unique_ptr<edl::data::ShardGenerator> shards;
+    std::vector<int32_t> counts(records, 0), marks(records, 0);
+    if (records > 0) {
+      edl::data::ShardOptions so;
+      so.records = records;
+      so.records_per_shard = 16;
+      so.batch_size = 4;
+      so.epochs = 1;
+      so.seed = 3;
+      shards = std::make_unique<edl::data::ShardGenerator>(so);
+      state.register_tensor("counts", counts.data(), counts.size(), edl::DataType::kInt32);
+      state.register_component("shards", shards.get());
+    }
     uint64_t generation = 0;
     double boundary_t = now_ms();
     state.on_generation([&](const edl::elastic::GenerationInfo& g) {
@@ -106,10 +158,21 @@ int main(int argc, char** argv) {
           stall_at = -1;
           std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(stall_ms * 1000)));
         }
+        if (shards) {
+          edl::data::StepRecords rec = shards->next();  // every member calls it once per step
+          if (rec.end_of_data) break;
+          std::fill(marks.begin(), marks.end(), 0);
+          for (uint64_t r : rec.records) marks[r] += 1;
+          edl::allreduce(marks.data(), marks.size(), edl::DataType::kInt32, edl::ReduceOp::kSum, "marks");
+          for (size_t i = 0; i < counts.size(); ++i) counts[i] += marks[i];
+        }
+        if (slow) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(slow_ms * 1000)));
         int rank = edl::rank();
         for (size_t i = 0; i < params; ++i)
           grad[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(state.step) + 1e-4 * i)) * (rank + 1);
-        auto t_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(step_ms * 1000));
+        auto by_size = step_ms_by_size.find(edl::size());
+        const double this_step_ms = by_size != step_ms_by_size.end() ? by_size->second : step_ms;
+        auto t_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(this_step_ms * 1000));
         edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
         for (size_t i = 0; i < params; ++i) w[i] -= 0.01f * grad[i];
         hist = static_cast<int64_t>(static_cast<uint64_t>(hist) * 1000003u + static_cast<uint64_t>(state.step + 1));
@@ -122,6 +185,10 @@ int main(int argc, char** argv) {
     });
     uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(w.data()), static_cast<uInt>(w.size() * sizeof(float)));
     log_line("done " + g_id + " " + std::to_string(state.step) + " " + std::to_string(crc) + " " + std::to_string(hist));
+    if (records > 0) {
+      const auto once = std::count(counts.begin(), counts.end(), 1);
+      log_line("audit " + g_id + " " + std::to_string(once) + " " + std::to_string(records));
+    }
     edl::shutdown();
   } catch (const edl::elastic::JobFailed& e) {  // final: edl-run must not restart anyone
     log_line("error " + g_id + " " + e.what());

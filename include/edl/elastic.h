@@ -30,6 +30,7 @@
 // Thread-safety: run() and notify_batch_end() from the training thread only.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <string>
@@ -61,12 +62,26 @@ class EDL_API JobFailed : public JobError {
   std::exception_ptr cause_;
 };
 
+// This worker was evicted as a straggler (EDL_EVICT_STRAGGLERS, edl-run --evict-stragglers): it left
+// the job at a batch boundary after committing; the others go on without it. A JobError, so a
+// worker process exits non-zero and edl-run restarts its slot after the slot's cooldown, as after a
+// failure (docs/observability.md, "Stragglers").
+class EDL_API StragglerEvicted : public JobError {
+ public:
+  using JobError::JobError;
+};
+
 // The retry loop of an elastic job (see above). Without EDL_ELASTIC=1 (a static world) it syncs the
 // state from rank 0 and calls fn once: failures propagate.
 EDL_API void run(State& state, const std::function<void()>& fn);
 
 // Asks this worker to leave at the next batch boundary (what SIGTERM does in an elastic job).
 EDL_API void request_leave();
+
+// Samples this worker processes per batch (its local batch size). Optional: rank 0 publishes the
+// job's measured throughput for edl-run's autoscaling advice (docs/observability.md, "Autoscaling"),
+// in samples/s when this is set and in batches x workers / s when it is not (0, the default).
+EDL_API void set_local_batch_size(int64_t samples);
 
 }  // namespace elastic
 

@@ -2,14 +2,19 @@
 // engine of the current generation; blocking calls are the asynchronous call plus wait() (which
 // tells the engine not to wait for more requests: the round starts at once).
 // Also the world accessors of collective/world.h.
+#include <chrono>
+
 #include "collective/engine.h"
 #include "collective/world.h"
 #include "collective/runtime_state.h"
+#include "collective/wait_time.h"
 #include "edl/collectives.h"
 #include "edl/error.h"
 
 namespace edl {
 namespace {
+
+thread_local uint64_t t_blocked_ns = 0;  // collective/wait_time.h
 
 std::shared_ptr<detail::Generation> current() {
   auto g = detail::Runtime::instance().generation();
@@ -26,6 +31,15 @@ bool Handle::poll() const {
 
 void Handle::wait() const {
   EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::wait() on an empty handle");
+  if (state_->finished()) return state_->wait();  // rethrows its error; no time blocked
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Count {
+    std::chrono::steady_clock::time_point t0;
+    ~Count() {
+      t_blocked_ns += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    }
+  } count{t0};
   state_->wait();
 }
 
@@ -66,6 +80,8 @@ void barrier() {
 }
 
 namespace collective {
+
+uint64_t thread_blocked_ns() { return t_blocked_ns; }
 
 std::shared_ptr<Store> world_store() {
   auto s = detail::Runtime::instance().store();

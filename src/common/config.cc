@@ -100,6 +100,12 @@ Config Config::from_env() {
   c.progress_timeout_ms = static_cast<int>(env_int("EDL_PROGRESS_TIMEOUT_MS", 0, -1, 86400000));
   c.retry_user_errors = env_bool("EDL_RETRY_USER_ERRORS", false);
   c.allow_restart_from_scratch = env_bool("EDL_ALLOW_RESTART_FROM_SCRATCH", false);
+  c.straggler_factor = env_double("EDL_STRAGGLER_FACTOR", c.straggler_factor, 1.0, 1e6);
+  if (!(c.straggler_factor > 1.0))
+    throw InvalidArgument("environment variable EDL_STRAGGLER_FACTOR='" + env_str("EDL_STRAGGLER_FACTOR", "") +
+                          "' must be greater than 1");
+  c.straggler_steps = static_cast<int>(env_int("EDL_STRAGGLER_STEPS", c.straggler_steps, 1, 1 << 30));
+  c.evict_stragglers = env_bool("EDL_EVICT_STRAGGLERS", false);
   c.test_clock_offset_ms = static_cast<int>(env_int("EDL_TEST_CLOCK_OFFSET_MS", 0, -86400000, 86400000));
   c.test_kill_at = env_str("EDL_TEST_KILL_AT", "");
 

@@ -44,6 +44,9 @@ struct Config {
   bool retry_user_errors = false;   // EDL_RETRY_USER_ERRORS: retry user/mismatch/data errors in place
   bool allow_restart_from_scratch = false;  // EDL_ALLOW_RESTART_FROM_SCRATCH: all members lost and no
                                             //   checkpoint: start over instead of JobError
+  double straggler_factor = 1.5;    // EDL_STRAGGLER_FACTOR: slow = step time > factor x median (> 1)
+  int straggler_steps = 20;         // EDL_STRAGGLER_STEPS: slow this many boundaries in a row = straggler
+  bool evict_stragglers = false;    // EDL_EVICT_STRAGGLERS: remove stragglers at a batch boundary
   int test_clock_offset_ms = 0;     // EDL_TEST_CLOCK_OFFSET_MS: test hook, skews this worker's wall clock
   std::string test_kill_at;         // EDL_TEST_KILL_AT: test hook, SIGKILL self at this elastic protocol
                                     //   point (e.g. "rendezvous:arrived"); "" = never

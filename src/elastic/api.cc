@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 
 #include "collective/engine.h"
@@ -35,8 +36,8 @@ class RuntimeGroup final : public Group {
                   std::vector<size_t>* counts) override {
     gen_->engine->allgather(in, n, t, &out, counts, "edl.elastic.allgather", true).wait();
   }
-  std::function<void()> allreduce_max_async(int64_t* value) override {
-    Handle h = gen_->engine->allreduce(value, 1, DataType::kInt64, ReduceOp::kMax, "edl.elastic.flag");
+  std::function<void()> allreduce_max_async(int64_t* values, size_t count) override {
+    Handle h = gen_->engine->allreduce(values, count, DataType::kInt64, ReduceOp::kMax, "edl.elastic.flag");
     return [h] { h.wait(); };
   }
   void abort(const std::string& reason) override { gen_->comm->abort(reason); }
@@ -51,6 +52,7 @@ std::shared_ptr<Worker> g_worker;
 State* g_static_state = nullptr;  // static (non-elastic) world: the State inside run()
 int g_static_since_commit = 0;
 int g_commit_every = 1;
+std::atomic<int64_t> g_local_batch{0};  // set_local_batch_size, for a Worker created later
 
 std::shared_ptr<Worker> worker() {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -94,6 +96,9 @@ WorkerOptions worker_options_from(const Config& c) {
   o.reset_limit = c.reset_limit;
   o.commit_every = c.commit_every;
   o.checkpoint_dir = c.checkpoint_dir;
+  o.stragglers.factor = c.straggler_factor;
+  o.stragglers.steps = c.straggler_steps;
+  o.stragglers.evict = c.evict_stragglers;
   return o;
 }
 
@@ -109,6 +114,7 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
     return std::make_shared<RuntimeGroup>(gen);
   };
   auto w = std::make_shared<Worker>(std::move(store), worker_options_from(config), factory);
+  w->set_local_batch_size(g_local_batch.load());
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_worker = w;
@@ -160,6 +166,13 @@ void run(State& state, const std::function<void()>& fn) {
 
 void request_leave() {
   if (auto w = worker()) w->request_leave();
+}
+
+void set_local_batch_size(int64_t samples) {
+  EDL_CHECK(samples >= 0, InvalidArgument,
+            "edl::elastic::set_local_batch_size: samples must not be negative, got " + std::to_string(samples));
+  g_local_batch.store(samples);
+  if (auto w = worker()) w->set_local_batch_size(samples);
 }
 
 }  // namespace edl::elastic

@@ -32,10 +32,10 @@ class EDL_API Group {
   virtual void allgatherv(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
                           std::vector<size_t>* counts) = 0;
   virtual void abort(const std::string& reason) = 0;
-  // Starts a max-allreduce of one int64 in place; the returned function waits for it (rethrowing its
-  // error). The default runs it at once; the runtime's group overlaps it with the next batch.
-  virtual std::function<void()> allreduce_max_async(int64_t* value) {
-    allreduce(value, 1, DataType::kInt64, ReduceOp::kMax);
+  // Starts a max-allreduce of `count` int64 in place; the returned function waits for it (rethrowing
+  // its error). The default runs it at once; the runtime's group overlaps it with the next batch.
+  virtual std::function<void()> allreduce_max_async(int64_t* values, size_t count) {
+    allreduce(values, count, DataType::kInt64, ReduceOp::kMax);
     return [] {};
   }
   // The underlying communicator (tests and thread-ranks run their own collectives on it).

@@ -17,7 +17,9 @@
 //   <job>/g<G>/left/<worker>   <worker> leaves gracefully at the agreed batch boundary of G
 //   <job>/g<G>/c/...           the Communicator's bootstrap keys for G
 //   <job>/g<G>/lineage         the lineage agreed by the members of G when G starts a new one
-//   <job>/g<G>/dropped/<w>     why member <w> of G-1 was left out of G (dead, or alive but stuck)
+//   <job>/g<G>/dropped/<w>     why member <w> of G-1 was left out of G (dead, or alive but stuck, or a straggler)
+//   <job>/throughput           "<G> <size> <steps> <seconds> <local batch>": rank 0's measured rate in G
+//   <job>/straggler/<w>        the latest straggler report about worker <w> (straggler.h), rank 0 writes
 // Thread-safety: immutable value.
 #pragma once
 
@@ -50,6 +52,9 @@ class Keys {
   std::string comm_prefix(uint64_t gen) const { return g(gen) + "c/"; }
   std::string lineage_of(uint64_t gen) const { return g(gen) + "lineage"; }
   std::string dropped(uint64_t gen, const std::string& w) const { return g(gen) + "dropped/" + w; }
+  std::string throughput() const { return j_ + "throughput"; }
+  std::string straggler_prefix() const { return j_ + "straggler/"; }
+  std::string straggler(const std::string& w) const { return straggler_prefix() + w; }
 
  private:
   std::string j_;

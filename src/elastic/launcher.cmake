@@ -10,6 +10,8 @@ add_executable(edl-run
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/static_mode.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/elastic_mode.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/elastic_policy.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/launcher/elastic_observe.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/launcher/autoscaler.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/discovery.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/store_watcher.cc
   ${PROJECT_SOURCE_DIR}/src/common/config.cc)

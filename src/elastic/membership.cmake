@@ -6,5 +6,8 @@ target_sources(edl PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/liveness.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/silence.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/membership.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/straggler.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/step_observer.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/worker.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/worker_observe.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/api.cc)

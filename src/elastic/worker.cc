@@ -56,7 +56,11 @@ Group* current_group() { return t_group; }
 void set_current_group(Group* g) { t_group = g; }
 
 Worker::Worker(std::shared_ptr<Store> store, WorkerOptions options, GroupFactory factory)
-    : store_(store), opt_(std::move(options)), factory_(std::move(factory)), membership_(store, opt_.membership) {
+    : store_(store),
+      opt_(std::move(options)),
+      factory_(std::move(factory)),
+      membership_(store, opt_.membership),
+      observer_(opt_.stragglers) {
   EDL_CHECK(factory_ != nullptr, InvalidArgument, "elastic: no group factory");
   EDL_CHECK(opt_.commit_every >= 1, InvalidArgument, "elastic: commit_every must be >= 1");
 }
@@ -107,7 +111,9 @@ void Worker::count_reset(const std::string& why) {
 void Worker::install(const GenerationView& v) {
   view_ = v;
   leave_announced_ = false;
+  evicted_ = false;  // an eviction announced in an earlier generation that then failed is void
   flag_wait_ = nullptr;  // an agreement of the previous generation is void
+  observer_.new_generation(v.size);
   failed_.store(false);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -390,9 +396,13 @@ void Worker::run(State& state, const std::function<void()>& fn) {
         commit();
         since_commit_ = 0;
         if (leave_announced_) {
-          EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step;
+          EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step
+                     << (evicted_ ? " (evicted as a straggler)" : "");
           membership_.unwatch();
           membership_.stop();
+          if (evicted_)
+            throw StragglerEvicted("edl: worker " + opt_.membership.worker_id + " was evicted as a straggler at step " +
+                                   std::to_string(state.step) + " (EDL_EVICT_STRAGGLERS / edl-run --evict-stragglers)");
           return;
         }
         count_reset(why);
@@ -438,6 +448,7 @@ void Worker::notify_batch_end() {
             "edl::notify_batch_end() must be called inside edl::elastic::run");
   if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
   state_->step += 1;
+  const int64_t compute_us = observer_.measure_compute_us();
   membership_.progress();
   fault_point("batch_end");
   // The batch-boundary agreement: one 8-byte max-allreduce of the pending bits, started at this
@@ -448,16 +459,23 @@ void Worker::notify_batch_end() {
     membership_.announce_leave(view_.id);
     leave_announced_ = true;
   }
+  // The same request carries every member's step time (slot 1 + rank): all members then see the same
+  // vector at the same boundary and reach the same straggler verdict.
   if (flag_wait_) {
     auto wait = std::move(flag_wait_);
     flag_wait_ = nullptr;
     wait();
-    if (flag_ != 0)
+    const int64_t flag = agreement_[0];
+    on_step_times(std::vector<int64_t>(agreement_.begin() + 1, agreement_.end()));
+    if (flag != 0)
       throw MembershipChanged(std::string("membership change at step ") + std::to_string(state_->step) + ": " +
-                              ((flag_ & 2) ? "a worker leaves" : "a worker joins"));
+                              ((flag & 2) ? "a worker leaves" : "a worker joins"));
   }
-  flag_ = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
-  flag_wait_ = group()->allreduce_max_async(&flag_);
+  agreement_.assign(1 + static_cast<size_t>(view_.size), 0);
+  agreement_[0] = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
+  agreement_[1 + view_.rank] = compute_us;
+  flag_wait_ = group()->allreduce_max_async(agreement_.data(), agreement_.size());
+  if (view_.rank == 0) publish_throughput();
   if (++since_commit_ >= opt_.commit_every) {
     commit();
     since_commit_ = 0;

@@ -19,6 +19,8 @@
 #include "edl/store.h"
 #include "elastic/group.h"
 #include "elastic/membership.h"
+#include "elastic/step_observer.h"
+#include "elastic/straggler.h"
 
 namespace edl::elastic {
 
@@ -35,6 +37,8 @@ struct WorkerOptions {
   // last generation is lost and no checkpoint of the job's lineage can be loaded, start a new
   // lineage from the initial state instead of failing with JobError.
   bool allow_restart_from_scratch = false;
+  // EDL_STRAGGLER_FACTOR / EDL_STRAGGLER_STEPS / EDL_EVICT_STRAGGLERS (docs/observability.md).
+  StragglerOptions stragglers;
 };
 
 class EDL_API Worker {
@@ -59,6 +63,10 @@ class EDL_API Worker {
   const GenerationView& view() const { return view_; }
   int resets() const { return resets_; }
   Membership& membership() { return membership_; }
+  // Straggler counters and the latest gathered step times (any thread; for a metrics exporter).
+  StragglerStats straggler_stats() const { return observer_.stats(); }
+  // Samples per batch of this worker (edl::elastic::set_local_batch_size); 0 = unknown.
+  void set_local_batch_size(int64_t samples) { local_batch_.store(samples); }
 
   // Test hook: behave like a process that just died — heartbeats stop (the lease expires), the
   // communicator is aborted, and run() throws AbortedError without rejoining.
@@ -77,6 +85,10 @@ class EDL_API Worker {
   void on_comm_failure(const std::string& why);
   void check_lineage();
   void record_checkpoint(const Keys& k, int64_t step, const std::string& lineage);
+  // Batch-boundary observability: straggler verdicts on the gathered step times, rank 0's reports
+  // and throughput samples in the store (docs/observability.md).
+  void on_step_times(const std::vector<int64_t>& compute_us);
+  void publish_throughput();
 
   std::shared_ptr<Store> store_;
   WorkerOptions opt_;
@@ -91,7 +103,12 @@ class EDL_API Worker {
   int resets_ = 0;
   int since_commit_ = 0;
   bool leave_announced_ = false;
-  int64_t flag_ = 0;                     // the batch-boundary agreement in flight (see notify_batch_end)
+  // The batch-boundary agreement in flight (see notify_batch_end): [0] = the pending bits, [1 + r] =
+  // the compute time of rank r's last step in microseconds (max-allreduce of one-hot entries).
+  std::vector<int64_t> agreement_;
+  StepObserver observer_;
+  std::atomic<int64_t> local_batch_{0};
+  bool evicted_ = false;                 // this worker leaves as a straggler (run() throws StragglerEvicted)
   std::function<void()> flag_wait_;
   std::atomic<bool> leave_requested_{false};
   std::atomic<bool> in_run_{false};

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic/launcher/autoscaler.h"
 #include "elastic/launcher/binding.h"
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/launcher.h"
@@ -54,13 +55,18 @@ struct Slot {
 
 class ElasticLauncher {
  public:
-  ElasticLauncher(const LaunchOptions& o, Job& job) : o_(o), job_(job) {
+  ElasticLauncher(const LaunchOptions& o, Job& job) : o_(o), job_(job), autoscaler_(autoscale_options(o)) {
     program_ = resolve_program(o.command[0]);
     t0_ = Clock::now();
   }
 
   int run();
   std::shared_ptr<Store> first_connect(const StoreWatcherOptions& wo);
+
+  // For a metrics exporter (any thread): the autoscaling advice (recommended_world_size(), rates())
+  // and the straggler reports seen so far (docs/observability.md).
+  const Autoscaler& autoscaler() const { return autoscaler_; }
+  uint64_t straggler_reports() const { return straggler_reports_.load(); }
 
  private:
   // elastic_mode.cc
@@ -90,6 +96,11 @@ class ElasticLauncher {
   void on_signal(int sig);
   void escalate_kills();
   bool done() const;
+
+  // elastic_observe.cc: straggler reports and the autoscaling advice from the store.
+  static AutoscaleOptions autoscale_options(const LaunchOptions& o);
+  void on_observations();
+  void apply_recommendation(const Recommendation& r);
 
   // elastic_policy.cc
   void on_exit(const ExitEvent& e);
@@ -134,6 +145,13 @@ class ElasticLauncher {
   std::atomic<bool> cancel_discovery_{false};  // set when the loop ends: kills a script still running
   std::future<DiscoveryResult> discovery_;  // the discovery run in flight (declared after its flag)
   int interrupted_by_ = 0;
+  Autoscaler autoscaler_;
+  uint64_t last_gen_ = 0;                             // the latest generation logged (on_generations)
+  uint64_t applied_gen_ = 0;                          // the generation whose decision moved the slots last
+  uint64_t decisions_seen_ = 0;                       // Recommendation::decision last handled
+  std::string last_throughput_;                       // the <job>/throughput value fed last
+  std::map<std::string, std::string> stragglers_seen_;  // worker -> report already logged
+  std::atomic<uint64_t> straggler_reports_{0};
 };
 
 }  // namespace edl::launcher::elastic_detail

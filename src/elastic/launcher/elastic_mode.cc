@@ -63,6 +63,7 @@ int ElasticLauncher::run() {
     for (int sig : signals) on_signal(sig);
     for (const auto& e : exits) on_exit(e);
     on_generations();
+    on_observations();
     check_job_health();
     if (finishing_) end_non_members();
     end_departed();
@@ -214,6 +215,9 @@ std::vector<std::string> ElasticLauncher::worker_env_removals() const {
   if (o_.reset_limit < 1) r.push_back("EDL_RESET_LIMIT");
   if (!o_.retry_user_errors) r.push_back("EDL_RETRY_USER_ERRORS");
   if (!o_.allow_restart_from_scratch) r.push_back("EDL_ALLOW_RESTART_FROM_SCRATCH");
+  if (o_.straggler_factor > 0) r.push_back("EDL_STRAGGLER_FACTOR");  // the flag wins over the environment
+  if (o_.straggler_steps > 0) r.push_back("EDL_STRAGGLER_STEPS");
+  if (o_.evict_stragglers) r.push_back("EDL_EVICT_STRAGGLERS");
   return r;
 }
 
@@ -221,6 +225,9 @@ void ElasticLauncher::add_policy_env(std::vector<std::string>* env) const {
   if (o_.reset_limit >= 1) env->push_back("EDL_RESET_LIMIT=" + std::to_string(o_.reset_limit));
   if (o_.retry_user_errors) env->push_back("EDL_RETRY_USER_ERRORS=1");
   if (o_.allow_restart_from_scratch) env->push_back("EDL_ALLOW_RESTART_FROM_SCRATCH=1");
+  if (o_.straggler_factor > 0) env->push_back("EDL_STRAGGLER_FACTOR=" + std::to_string(o_.straggler_factor));
+  if (o_.straggler_steps > 0) env->push_back("EDL_STRAGGLER_STEPS=" + std::to_string(o_.straggler_steps));
+  if (o_.evict_stragglers) env->push_back("EDL_EVICT_STRAGGLERS=1");
 }
 
 // The slot's next incarnation, unique across restarts of edl-run on this host: a counter in the

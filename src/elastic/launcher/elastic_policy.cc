@@ -184,6 +184,7 @@ void ElasticLauncher::on_generations() {
     for (auto& s : slots_)
       if (now.count(s.worker_id)) s.failures = 0;  // a successful join resets the cooldown growth
     members_ = std::move(now);
+    last_gen_ = g.gen;
   }
 }
 

@@ -90,6 +90,12 @@ int run_main(int argc, char** argv) {
     std::cerr << "edl-run: error: " << e.what() << "\n\n" << help;
     return 2;
   }
+  try {  // a malformed EDL_* variable (e.g. EDL_STRAGGLER_FACTOR) would fail every worker: say so now
+    (void)edl::Config::from_env();
+  } catch (const edl::InvalidArgument& e) {
+    std::cerr << "edl-run: error: " << e.what() << "\n";
+    return 2;
+  }
   try {  // --bind-to core with more worker slots than CPUs is a usage error
     (void)cpus_for_slot(options.bind_to, 0, options.elastic ? options.max_np : options.np, allowed_cpus());
   } catch (const std::invalid_argument& e) {

@@ -16,7 +16,9 @@ namespace {
 const std::set<std::string> kValued = {
     "-np", "--np", "-n", "--min-np", "--max-np", "--host-discovery-script", "--discovery-interval-ms",
     "--reset-limit", "--blacklist-cooldown-range", "--store", "--store-bind", "--store-port", "--secret",
-    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file", "--bind-to", "--timeline"};
+    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file", "--bind-to",
+    "--straggler-factor", "--straggler-steps", "--scaling-threshold", "--scaling-step", "--scaling-interval",
+    "--max-global-batch", "--timeline"};
 
 std::string local_hostname() {
   char buf[256] = {0};
@@ -34,6 +36,43 @@ void check_timeline_dir(const std::string& dir) {
     throw UsageError("--timeline '" + dir + "' is not a directory");
   if (access(dir.c_str(), W_OK | X_OK) != 0)
     throw UsageError("--timeline '" + dir + "': the directory is not writable: " + std::strerror(errno));
+}
+
+// --straggler-*, --evict-stragglers, --autoscale, --scaling-*, --max-global-batch.
+void parse_observability(const cxxopts::ParseResult& r, LaunchOptions* out) {
+  LaunchOptions& L = *out;
+  if (r.count("straggler-factor")) {
+    L.straggler_factor = r["straggler-factor"].as<double>();
+    if (!(L.straggler_factor > 1.0) || L.straggler_factor > 1e6)
+      throw UsageError("--straggler-factor must be greater than 1, got " + std::to_string(L.straggler_factor));
+  }
+  if (r.count("straggler-steps")) {
+    L.straggler_steps = r["straggler-steps"].as<int>();
+    if (L.straggler_steps < 1)
+      throw UsageError("--straggler-steps must be at least 1, got " + std::to_string(L.straggler_steps));
+  }
+  L.evict_stragglers = r.count("evict-stragglers") > 0;
+  L.autoscale = r.count("autoscale") > 0;
+  L.scaling_threshold = r["scaling-threshold"].as<double>();
+  if (!(L.scaling_threshold >= 0 && L.scaling_threshold <= 1))
+    throw UsageError("--scaling-threshold must be in [0, 1], got " + std::to_string(L.scaling_threshold));
+  L.scaling_step = r["scaling-step"].as<int>();
+  if (L.scaling_step < 1) throw UsageError("--scaling-step must be at least 1, got " + std::to_string(L.scaling_step));
+  L.scaling_interval = r["scaling-interval"].as<int>();
+  if (L.scaling_interval < 1)
+    throw UsageError("--scaling-interval must be at least 1, got " + std::to_string(L.scaling_interval));
+  L.max_global_batch = r["max-global-batch"].as<long long>();
+  if (L.max_global_batch < 0)
+    throw UsageError("--max-global-batch must not be negative, got " + std::to_string(L.max_global_batch));
+  const bool elastic_only = r.count("straggler-factor") || r.count("straggler-steps") || L.evict_stragglers ||
+                            L.autoscale || r.count("scaling-threshold") || r.count("scaling-step") ||
+                            r.count("scaling-interval") || r.count("max-global-batch");
+  if (elastic_only && !L.elastic)
+    throw UsageError("--straggler-*, --evict-stragglers, --autoscale, --scaling-* and --max-global-batch need "
+                     "elastic mode (--min-np/--max-np/--elastic)");
+  if (L.autoscale && r.count("host-discovery-script"))
+    throw UsageError("--autoscale sets the local slots itself: use -np with --min-np/--max-np, not "
+                     "--host-discovery-script");
 }
 
 }  // namespace
@@ -99,6 +138,16 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
                                      "survives (EDL_ALLOW_RESTART_FROM_SCRATCH=1)")
       ("timeline", "write a Chrome trace-event timeline per worker into DIR (EDL_TIMELINE; "
                    "docs/observability.md)", cxxopts::value<std::string>())
+      ("straggler-factor", "elastic: a worker whose step compute time exceeds this x the median is slow (> 1; "
+                           "default 1.5)", cxxopts::value<double>())
+      ("straggler-steps", "elastic: slow this many batches in a row = straggler (default 20)", cxxopts::value<int>())
+      ("evict-stragglers", "elastic: remove stragglers at a batch boundary; their slot cools down as after a failure")
+      ("autoscale", "elastic: apply the recommended world size (s_{k,d} heuristic) to the local slots")
+      ("scaling-threshold", "elastic: S, scale while s_{k,d} > S (0..1)", cxxopts::value<double>()->default_value("0.7"))
+      ("scaling-step", "elastic: d, workers added or removed per scaling decision", cxxopts::value<int>()->default_value("1"))
+      ("scaling-interval", "elastic: K, steps between scaling decisions", cxxopts::value<int>()->default_value("50"))
+      ("max-global-batch", "elastic: no scale-out past this global batch (workers x local batch)",
+       cxxopts::value<long long>()->default_value("0"))
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
   *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
@@ -145,6 +194,8 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   L.bind_to = r["bind-to"].as<std::string>();
   if (L.bind_to != "none" && L.bind_to != "core" && L.bind_to != "auto")
     throw UsageError("--bind-to must be none, core or auto, got '" + L.bind_to + "'");
+
+  parse_observability(r, &L);
 
   std::string range = r["blacklist-cooldown-range"].as<std::string>();
   size_t comma = range.find(',');

@@ -33,6 +33,16 @@ struct LaunchOptions {
   bool retry_user_errors = false;    // --retry-user-errors: EDL_RETRY_USER_ERRORS=1; exit code 3 is restarted
   bool allow_restart_from_scratch = false;  // --allow-restart-from-scratch: EDL_ALLOW_RESTART_FROM_SCRATCH=1
   std::string timeline_dir;          // --timeline DIR: each worker writes DIR/worker-<host>-<slot>[-<n>].json
+  // Stragglers and autoscaling (docs/observability.md). The straggler flags reach the workers as
+  // EDL_STRAGGLER_FACTOR / EDL_STRAGGLER_STEPS / EDL_EVICT_STRAGGLERS, only when given.
+  double straggler_factor = 0;       // --straggler-factor F (> 1; 0 = not given: the workers' default 1.5)
+  int straggler_steps = 0;           // --straggler-steps N (>= 1; 0 = not given: default 20)
+  bool evict_stragglers = false;     // --evict-stragglers
+  bool autoscale = false;            // --autoscale: apply the recommended world size to the local slots
+  double scaling_threshold = 0.7;    // --scaling-threshold S in [0, 1]
+  int scaling_step = 1;              // --scaling-step d >= 1
+  int scaling_interval = 50;         // --scaling-interval K >= 1 (steps)
+  long long max_global_batch = 0;    // --max-global-batch: cap on workers x local batch (0 = none)
   std::vector<std::string> command;  // PROGRAM ARGS...
 };
 

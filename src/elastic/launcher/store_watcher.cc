@@ -42,6 +42,8 @@ struct StoreWatcher::State {
   std::shared_ptr<Store> store;
   std::vector<GenerationEvent> events;
   std::string job_error, job_failed, last_error;
+  std::string throughput;                           // <job>/throughput, "" = none yet
+  std::map<std::string, std::string> stragglers;    // <job>/straggler/<worker> -> report
   // The end of the last round that reached the store: the store counts as lost lost_after later
   // (not after the first error: a silently cut link first shows as a request that times out).
   std::chrono::steady_clock::time_point last_ok = std::chrono::steady_clock::now();
@@ -90,6 +92,16 @@ std::string StoreWatcher::store_lost() const {
          " ms (EDL_STORE_TIMEOUT_MS): " + s_->last_error;
 }
 
+std::string StoreWatcher::throughput() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->throughput;
+}
+
+std::map<std::string, std::string> StoreWatcher::stragglers() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->stragglers;
+}
+
 std::shared_ptr<Store> StoreWatcher::store() const {
   std::lock_guard<std::mutex> lock(s_->mu);
   return s_->store;
@@ -125,8 +137,14 @@ void StoreWatcher::poll_once(State& st, std::optional<std::string>* known, uint6
   }
   auto next = s->get(keys.members(g + 1));
   auto failed = s->get(st.opt.job_id + "/failed");  // written by a worker with a non-retryable error
+  auto throughput = s->get(keys.throughput());
+  std::map<std::string, std::string> stragglers;
+  for (const auto& k : s->keys(keys.straggler_prefix()))
+    if (auto v = s->get(k)) stragglers[k.substr(keys.straggler_prefix().size())] = *v;
   {
     std::lock_guard<std::mutex> lock(st.mu);
+    if (throughput) st.throughput = *throughput;
+    st.stragglers = std::move(stragglers);
     if (next && next->rfind(error_tag, 0) == 0) st.job_error = next->substr(error_tag.size());
     if (failed) st.job_failed = failed->empty() ? "(no reason given)" : *failed;
   }

@@ -2,7 +2,8 @@
 // worker-side runtime writes (src/elastic/keys.h, docs/elastic.md): <job>/gen and
 // <job>/g<G>/members for generations, <job>/lease/* for the live worker count, <job>/finished,
 // <job>/failed (a worker hit a non-retryable error: the value is the reason) and a "!job-error"
-// decision. It blocks in wait_change() on <job>/gen (at most 500 ms at a time) — no busy polling.
+// decision; and, for the observability rules, <job>/throughput and <job>/straggler/*. It blocks in
+// wait_change() on <job>/gen (at most 500 ms at a time) — no busy polling.
 //
 // Store loss: when a request fails, the watcher reconnects (through `connect`) every 100 ms;
 // once a request has failed, `lost_after` (EDL_STORE_TIMEOUT_MS) after the last round that reached
@@ -56,6 +57,11 @@ class StoreWatcher {
   bool unreachable() const;          // the last request failed
   // "" unless a request failed and no round reached the store for lost_after: then the reason.
   std::string store_lost() const;
+
+  // Observability (docs/observability.md): rank 0's latest <job>/throughput value ("" = none yet)
+  // and the straggler reports, <job>/straggler/<worker> -> report.
+  std::string throughput() const;
+  std::map<std::string, std::string> stragglers() const;
 
   // The store connection of the watcher (null while reconnecting): for one-off reads by the loop.
   std::shared_ptr<Store> store() const;
