@@ -1,7 +1,9 @@
 // The collectives of TcpCommunicator: header exchange (with eager payload), mismatch detection,
 // direct-exchange allreduce, broadcast, allgatherv and barrier. The ring allreduce is in ring.cc.
+#include <algorithm>
 #include <cstring>
 
+#include "collective/hierarchy.h"
 #include "collective/reduce.h"
 #include "collective/shm_transport.h"
 #include "collective/tcp_internal.h"
@@ -155,6 +157,19 @@ std::string TcpCommunicator::mismatch(const std::vector<Header>& all) const {
   return "";
 }
 
+std::string TcpCommunicator::whole_mismatch(const std::vector<Header>& all) const {
+  // A hierarchical cross-host step (hierarchy.h): `reserved` is the element count of the whole
+  // buffer (the spans are a slice of it), or kHostMismatch from a host whose ranks disagreed.
+  for (int r = 0; r < size_; ++r)
+    if (all[r].reserved == kHostMismatch)
+      return "allreduce mismatch among the ranks of host " + std::to_string(r) + " (hierarchical local step)";
+  for (int r = 1; r < size_; ++r)
+    if (all[r].reserved != all[0].reserved)
+      return "allreduce count mismatch between hosts: host 0 has " + std::to_string(all[0].reserved) +
+             " elements, host " + std::to_string(r) + " has " + std::to_string(all[r].reserved);
+  return "";
+}
+
 void TcpCommunicator::drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what) {
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && all[p].payload > 0) q[p].recv.push_back(Xfer::drainer(all[p].payload));
@@ -163,7 +178,7 @@ void TcpCommunicator::drain_payloads(const std::vector<Header>& all, std::vector
 
 void TcpCommunicator::begin() {
   check_usable();
-  deadline_ = Clock::now() + options_.timeout;
+  deadline_ = std::min(Clock::now() + options_.timeout, outer_deadline_);
   ++seq_;
 }
 
@@ -204,7 +219,7 @@ void TcpCommunicator::allreduce(void* data, size_t count, DataType dtype, Reduce
   allreduce_spans({Span{data, count * dtype_size(dtype)}}, dtype, op);
 }
 
-void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType dt, ReduceOp op) {
+void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType dt, ReduceOp op, uint64_t whole_count) {
   const size_t es = dtype_size(dt);
   check_op(op);
   size_t bytes = 0;
@@ -226,15 +241,24 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
     });
     return;
   }
+  if (hier_) {
+    guarded([&] {
+      begin();
+      const bool sliced = hier_->allreduce(spans, count, dt, op, deadline_);
+      finish(!sliced, sliced);
+    });
+    return;
+  }
   guarded([&] {
     begin();
     const bool eager = bytes <= tuning_.eager_bytes;
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllreduce), static_cast<uint8_t>(dt), static_cast<uint8_t>(op),
-             0, -1, rank_, count, seq_, eager ? bytes : 0, 0};
+             0, -1, rank_, count, seq_, eager ? bytes : 0, whole_count};
     std::vector<PeerQueues> q(size_);
     std::vector<Header> all;
     exchange_headers(h, spans, all, q);
-    std::string mm = mismatch(all);
+    std::string mm = whole_mismatch(all);
+    if (mm.empty()) mm = mismatch(all);
     if (!mm.empty()) {
       drain_payloads(all, q, "allreduce");
       throw MismatchError(mm);

@@ -57,6 +57,8 @@ struct Config {
   double cycle_time_ms = 1.0;       // EDL_CYCLE_TIME_MS: engine cycle
   bool engine_tick = false;         // EDL_ENGINE_TICK: negotiate every cycle even when idle (Horovod's way)
   std::string transport = "auto";   // EDL_TRANSPORT: auto | tcp | shm (shared memory when all ranks share a host)
+  std::string hierarchical = "auto";  // EDL_HIERARCHICAL: auto | 0 | 1 (hierarchical allreduce across hosts;
+                                      // needs EDL_TRANSPORT=auto, see docs/collectives.md)
 
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug
