@@ -182,11 +182,54 @@ void TcpCommunicator::begin() {
   ++seq_;
 }
 
-void TcpCommunicator::finish(bool eager, bool ring) {
+void TcpCommunicator::finish(bool eager, bool ring, bool halving_doubling) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.collectives;
   if (eager) ++stats_.eager_allreduces;
   if (ring) ++stats_.ring_allreduces;
+  if (halving_doubling) ++stats_.halving_doubling_allreduces;
+}
+
+AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t) {
+  if (bytes <= t.eager_bytes) return AllreduceAlgorithm::kDirect;
+  if (ranks >= t.hd_min_ranks && bytes <= t.hd_max_bytes) return AllreduceAlgorithm::kHalvingDoubling;
+  return AllreduceAlgorithm::kRing;
+}
+
+const char* algorithm_name(AllreduceAlgorithm a) {
+  switch (a) {
+    case AllreduceAlgorithm::kDirect: return "direct";
+    case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
+    case AllreduceAlgorithm::kRing: return "ring";
+  }
+  return "?";
+}
+
+void TcpCommunicator::staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op,
+                                       AllreduceAlgorithm a) {
+  auto run = [&](const std::vector<Span>& s, DataType t) {
+    if (a == AllreduceAlgorithm::kHalvingDoubling) {
+      halving_doubling(s, count, t, op);
+    } else {
+      ring_allreduce(s, count, t, op);
+    }
+  };
+  if (!is_16bit_float(dt)) return run(spans, dt);
+  // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.
+  const size_t es = dtype_size(dt);
+  widened_.resize(count);
+  size_t at = 0;
+  for (const Span& s : spans) {
+    widen_to_float(s.data, widened_.data() + at, s.bytes / es, dt);
+    at += s.bytes / es;
+  }
+  run({Span{widened_.data(), count * sizeof(float)}}, DataType::kFloat32);
+  at = 0;
+  for (const Span& s : spans) {
+    narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
+    at += s.bytes / es;
+  }
+  if (widened_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(widened_);  // keep <= 64 MiB
 }
 
 template <typename Fn>
@@ -251,9 +294,10 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
   }
   guarded([&] {
     begin();
-    const bool eager = bytes <= tuning_.eager_bytes;
+    const AllreduceAlgorithm algo = choose_allreduce(bytes, size_, tuning_);
+    const bool eager = algo == AllreduceAlgorithm::kDirect;
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllreduce), static_cast<uint8_t>(dt), static_cast<uint8_t>(op),
-             0, -1, rank_, count, seq_, eager ? bytes : 0, whole_count};
+             static_cast<uint8_t>(algo), -1, rank_, count, seq_, eager ? bytes : 0, whole_count};
     std::vector<PeerQueues> q(size_);
     std::vector<Header> all;
     exchange_headers(h, spans, all, q);
@@ -264,10 +308,12 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
       throw MismatchError(mm);
     }
     for (int p = 0; p < size_; ++p)
-      if (all[p].payload != (eager ? bytes : 0))
-        throw CommError("allreduce on rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " sent " +
-                        std::to_string(all[p].payload) + " eager bytes where this rank expects " +
-                        std::to_string(eager ? bytes : 0) + " (eager_bytes tunings differ?)" + peer_text(p));
+      if (all[p].payload != (eager ? bytes : 0) || all[p].pad != h.pad)
+        throw CommError("allreduce on rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " chose " +
+                        algorithm_name(static_cast<AllreduceAlgorithm>(all[p].pad)) + " with " +
+                        std::to_string(all[p].payload) + " eager bytes where this rank chose " +
+                        algorithm_name(algo) + " with " + std::to_string(eager ? bytes : 0) +
+                        " (AlgorithmTuning differs between ranks?)" + peer_text(p));
     if (eager) {
       // Direct exchange: every rank has every contribution; reduce them in rank order.
       scratch_.resize(static_cast<size_t>(size_) * bytes);
@@ -284,26 +330,9 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
       }
     } else {
       run_queues(q, true, "allreduce");
-      if (is_16bit_float(dt)) {
-        // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.
-        widened_.resize(count);
-        size_t at = 0;
-        for (const Span& s : spans) {
-          widen_to_float(s.data, widened_.data() + at, s.bytes / es, dt);
-          at += s.bytes / es;
-        }
-        ring_allreduce({Span{widened_.data(), count * sizeof(float)}}, count, DataType::kFloat32, op);
-        at = 0;
-        for (const Span& s : spans) {
-          narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
-          at += s.bytes / es;
-        }
-        if (widened_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(widened_);  // keep <= 64 MiB
-      } else {
-        ring_allreduce(spans, count, dt, op);
-      }
+      staged_allreduce(spans, count, dt, op, algo);
     }
-    finish(eager, !eager);
+    finish(eager, algo == AllreduceAlgorithm::kRing, algo == AllreduceAlgorithm::kHalvingDoubling);
   });
 }
 

@@ -43,6 +43,8 @@ struct Span {
 // Tunables of the algorithms (defaults are what the benchmarks in docs/collectives.md measured).
 struct AlgorithmTuning {
   size_t eager_bytes = 64 << 10;       // allreduce payloads up to this go with the header (direct exchange)
+  size_t hd_max_bytes = 4 << 20;       // above eager_bytes and up to this: halving-doubling, else the ring
+  int hd_min_ranks = 3;                // ... at this many ranks or more (at 2 both move the same bytes)
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
@@ -54,10 +56,18 @@ struct AlgorithmTuning {
   size_t hier_slice_bytes = 64 << 10;
 };
 
+// The allreduce algorithms of the TCP path (docs/collectives.md, "Algorithms", with the measured
+// crossover points). Every rank picks from (bytes, ranks, tuning); the choice travels in the header
+// and ranks whose choices differ fail with CommError (their tunings differ).
+enum class AllreduceAlgorithm : uint8_t { kDirect = 0, kHalvingDoubling = 1, kRing = 2 };
+EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t);
+EDL_API const char* algorithm_name(AllreduceAlgorithm a);
+
 struct CommStats {
   uint64_t collectives = 0;
   uint64_t eager_allreduces = 0;
   uint64_t ring_allreduces = 0;
+  uint64_t halving_doubling_allreduces = 0;
   uint64_t bytes_sent = 0;
 };
 
@@ -137,7 +147,7 @@ class EDL_API TcpCommunicator final : public Communicator {
 
   // One collective, header first (see collectives.cc).
   void begin();
-  void finish(bool eager, bool ring);
+  void finish(bool eager, bool ring, bool halving_doubling = false);
   void exchange_headers(Header& mine, const std::vector<Span>& payload, std::vector<Header>& all,
                         std::vector<PeerQueues>& q);
   std::string mismatch(const std::vector<Header>& all) const;
@@ -146,6 +156,9 @@ class EDL_API TcpCommunicator final : public Communicator {
   void run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what);
   void ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
   void ring_window(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  void halving_doubling(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);  // halving_doubling.cc
+  // The non-eager allreduce after the header exchange: 16-bit widening, then the chosen algorithm.
+  void staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, AllreduceAlgorithm a);
   void shutdown_sockets();
 
   int rank_;
