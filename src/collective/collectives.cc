@@ -191,7 +191,8 @@ void TcpCommunicator::finish(bool eager, bool ring, bool halving_doubling) {
 }
 
 AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t) {
-  if (bytes <= t.eager_bytes) return AllreduceAlgorithm::kDirect;
+  if (bytes <= t.eager_bytes && bytes * static_cast<size_t>(ranks - 1) <= t.direct_total_bytes)
+    return AllreduceAlgorithm::kDirect;
   if (ranks >= t.hd_min_ranks && bytes <= t.hd_max_bytes) return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRing;
 }

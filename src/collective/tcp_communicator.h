@@ -42,9 +42,12 @@ struct Span {
 
 // Tunables of the algorithms (defaults are what the benchmarks in docs/collectives.md measured).
 struct AlgorithmTuning {
-  size_t eager_bytes = 64 << 10;       // allreduce payloads up to this go with the header (direct exchange)
-  size_t hd_max_bytes = 4 << 20;       // above eager_bytes and up to this: halving-doubling, else the ring
-  int hd_min_ranks = 3;                // ... at this many ranks or more (at 2 both move the same bytes)
+  // Allreduce algorithm of the TCP path by size and ranks (choose_allreduce; crossover points measured
+  // in docs/collectives.md, "Algorithms"):
+  size_t eager_bytes = 256 << 10;        // direct exchange (payload with the header) up to this size ...
+  size_t direct_total_bytes = 768 << 10;  // ... while every rank sends at most this much (bytes * (n-1))
+  size_t hd_max_bytes = 2 << 20;         // otherwise halving-doubling up to this size ...
+  int hd_min_ranks = 3;                  // ... at this many ranks or more (at 2 it is the ring); else the ring
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()

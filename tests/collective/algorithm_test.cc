@@ -70,6 +70,7 @@ bool close_enough(double got, double want, DataType dt) {
 
 AlgorithmTuning forcing(AlgorithmTuning t, AllreduceAlgorithm a) {
   t.eager_bytes = a == AllreduceAlgorithm::kDirect ? (size_t{1} << 30) : 0;
+  t.direct_total_bytes = t.eager_bytes * 8;
   t.hd_max_bytes = a == AllreduceAlgorithm::kHalvingDoubling ? (size_t{1} << 30) : 0;
   t.hd_min_ranks = 2;
   t.chunk_bytes = 4096;  // several ring chunks per segment
@@ -133,6 +134,10 @@ TEST_CASE("algorithms: the automatic choice by size and ranks", "[collective][al
   CHECK(collective::choose_allreduce(t.eager_bytes, 2, t) == A::kDirect);
   CHECK(collective::choose_allreduce(t.eager_bytes + 4, 2, t) == A::kRing);  // 2 ranks: the ring
   CHECK(collective::choose_allreduce(t.eager_bytes + 4, 3, t) == A::kHalvingDoubling);
+  // The direct exchange sends (n-1) copies: at many ranks it stops earlier.
+  CHECK(collective::choose_allreduce(t.direct_total_bytes / 3, 4, t) == A::kDirect);
+  CHECK(collective::choose_allreduce(t.direct_total_bytes / 3 + 4, 4, t) == A::kHalvingDoubling);
+  CHECK(collective::choose_allreduce(t.direct_total_bytes / 8, 16, t) == A::kHalvingDoubling);
   CHECK(collective::choose_allreduce(t.hd_max_bytes, 5, t) == A::kHalvingDoubling);
   CHECK(collective::choose_allreduce(t.hd_max_bytes + 4, 4, t) == A::kRing);
 }
