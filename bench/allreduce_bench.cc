@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
       "link", "emulated link (1gbit, 10gbit, ...+<ms>ms)", cxxopts::value<std::string>()->default_value("1gbit"))(
       "link-label", "(internal) the link actually emulated", cxxopts::value<std::string>()->default_value(""))(
       "suite", "run every comparison (local 2 and 4 ranks, MPI when built with it, emulated hosts)")(
+      "suite-repeats", "with --suite: run every configuration this many times", cxxopts::value<int>()->default_value("3"))(
+      "repeat-index", "(internal) the suite repetition of these rows", cxxopts::value<int>()->default_value("0"))(
       "chunk-kib", "EDL ring chunk (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
       "eager-kib", "EDL eager limit (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "spin-us", "EDL spin before blocking (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
@@ -131,7 +133,7 @@ int main(int argc, char** argv) {
     for (const char* f : {"min-bytes", "max-bytes", "factor"})
       if (args.count(f)) extra.push_back("--" + std::string(f) + "=" + std::to_string(args[f].as<size_t>()));
     if (args.count("iters")) extra.push_back("--iters=" + std::to_string(args["iters"].as<int>()));
-    return run_suite(args["json"].as<std::string>(), with_mpi, extra);
+    return run_suite(args["json"].as<std::string>(), with_mpi, extra, args["suite-repeats"].as<int>());
   }
   if (args["local-ranks"].as<int>() > 0 && args["emulated-hosts"].as<int>() > 0)
     return run_emulated_ranks(args["local-ranks"].as<int>(), args["emulated-hosts"].as<int>(),
@@ -268,7 +270,8 @@ int main(int argc, char** argv) {
           table.row({impl, std::to_string(n), std::to_string(bytes), fmt(r.time_us, 1), fmt(algbw, 3), fmt(busbw, 3),
                      std::to_string(r.wrong)});
           json.write(Json{{"impl", impl},          {"ranks", n},           {"hosts", hosts},
-                          {"link", link},          {"bytes", bytes},
+                          {"link", link},          {"repeat", args["repeat-index"].as<int>()},
+                          {"bytes", bytes},
                           {"count", count},        {"iters", iters},       {"time_us", r.time_us},
                           {"algbw_gbps", algbw},   {"busbw_gbps", busbw},  {"wrong", r.wrong}});
         }

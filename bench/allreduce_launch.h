@@ -124,40 +124,50 @@ inline bool have_program(const std::string& name) {
   return edl::testing::run_command({"sh", "-c", "command -v " + name + " >/dev/null"}).status == 0;
 }
 
-// The suite (see the header comment). `json` is the --json path; `with_mpi` whether this binary was
-// built with -DEDL_BENCH_WITH_MPI=ON; `extra` flags passed to every configuration (sizes, iters).
-inline int run_suite(const std::string& json, bool with_mpi, const std::vector<std::string>& extra) {
+// The suite (see the header comment), `repeats` times over (rows carry "repeat": k, so the doc
+// reports medians and spreads). `json` is the --json path; `with_mpi` whether this binary was built
+// with -DEDL_BENCH_WITH_MPI=ON; `extra` flags passed to every configuration (sizes, iterations).
+inline int run_suite(const std::string& json, bool with_mpi, const std::vector<std::string>& extra, int repeats) {
   const std::string exe = self_exe();
   int failures = 0;
   const bool mpi = with_mpi && have_program("mpirun");
-  for (int n : {2, 4}) {
-    std::vector<std::string> common = {"--json", json};
+  if (!mpi) std::cout << "allreduce_bench suite: no Open MPI rows (build with -DEDL_BENCH_WITH_MPI=ON, install openmpi-bin)"
+                      << std::endl;
+  bool sized = false;
+  for (const auto& e : extra) sized |= e.rfind("--max-bytes", 0) == 0;
+  for (int k = 0; k < repeats; ++k) {
+    std::vector<std::string> common = {"--json", json, "--repeat-index=" + std::to_string(k)};
     common.insert(common.end(), extra.begin(), extra.end());
-    if (mpi) {
-      for (const char* btl : {"self,vader", "self,tcp"}) {
-        std::vector<std::string> c = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                                      "-np", std::to_string(n), "--mca", "btl", btl};
-        if (std::string(btl) == "self,tcp") c.insert(c.end(), {"--mca", "btl_tcp_if_include", "lo"});
-        c.push_back(exe);
-        // EDL's rows once per n (with the vader run), MPI's from both.
-        c.insert(c.end(), {"--impl", std::string(btl) == "self,vader" ? "edl_shm,edl_tcp,mpi" : "mpi"});
-        c.insert(c.end(), common.begin(), common.end());
+    for (int n : {2, 4}) {
+      std::vector<std::string> sizes = common;
+      if (!sized) sizes.push_back("--max-bytes=67108864");  // the targets are over 4 KiB - 64 MiB
+      if (mpi) {
+        // The same processes run EDL's and Open MPI's rows, interleaved per iteration: EDL's
+        // shared-memory rows beside Open MPI's vader BTL, EDL's TCP rows beside its tcp BTL.
+        for (const char* btl : {"self,vader", "self,tcp"}) {
+          const bool tcp = std::string(btl) == "self,tcp";
+          std::vector<std::string> c = {"mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", std::to_string(n),
+                                        "--mca", "btl", btl};
+          // More ranks than cores: Open MPI then yields while it polls (as EDL does); else it busy-polls.
+          if (n > static_cast<int>(std::thread::hardware_concurrency())) c.insert(c.begin() + 1, "--oversubscribe");
+          if (tcp) c.insert(c.end(), {"--mca", "btl_tcp_if_include", "lo"});
+          c.insert(c.end(), {exe, "--impl", tcp ? "edl_tcp,mpi" : "edl_shm,mpi"});
+          c.insert(c.end(), sizes.begin(), sizes.end());
+          failures += run_config(c) != 0;
+        }
+      } else {
+        std::vector<std::string> c = {exe, "--local-ranks", std::to_string(n), "--impl", "edl_shm,edl_tcp"};
+        c.insert(c.end(), sizes.begin(), sizes.end());
         failures += run_config(c) != 0;
       }
-    } else {
-      std::vector<std::string> c = {exe, "--local-ranks", std::to_string(n), "--impl", "edl_shm,edl_tcp"};
-      c.insert(c.end(), common.begin(), common.end());
-      failures += run_config(c) != 0;
     }
+    // Two emulated hosts x 2 ranks on a 1 Gbit/s link: hierarchical vs the flat TCP allreduce.
+    std::vector<std::string> c = {exe, "--local-ranks", "4", "--emulated-hosts", "2", "--link", "1gbit",
+                                  "--impl", "edl_tcp,edl_hier"};
+    c.insert(c.end(), common.begin(), common.end());
+    if (!sized) c.insert(c.end(), {"--min-bytes=1048576", "--max-bytes=67108864"});  // bandwidth-bound sizes only
+    failures += run_config(c) != 0;
   }
-  // Two emulated hosts x 2 ranks on a 1 Gbit/s link: hierarchical vs the flat TCP allreduce.
-  std::vector<std::string> c = {exe,      "--local-ranks", "4",     "--emulated-hosts", "2",   "--link",
-                                "1gbit",  "--impl",        "edl_tcp,edl_hier", "--json", json};
-  c.insert(c.end(), extra.begin(), extra.end());
-  bool sized = false;
-  for (const auto& e : extra) sized |= e.rfind("--min-bytes", 0) == 0 || e.rfind("--max-bytes", 0) == 0;
-  if (!sized) c.insert(c.end(), {"--min-bytes=1048576", "--max-bytes=67108864"});  // bandwidth-bound sizes only
-  failures += run_config(c) != 0;
   return failures == 0 ? 0 : 1;
 }
 
