@@ -337,6 +337,32 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
   });
 }
 
+std::vector<Span> TcpCommunicator::shm_reduce_scatter(const std::vector<Span>& spans, DataType dt, ReduceOp op) {
+  size_t bytes = 0;
+  for (const Span& s : spans) bytes += s.bytes;
+  check_usable();
+  if (!shm_) throw InvalidArgument("shm_reduce_scatter: the communicator does not use shared memory");
+  std::vector<Span> mine;
+  guarded([&] {
+    begin();
+    mine = shm_->reduce_scatter(spans, bytes / dtype_size(dt), dt, op);
+    finish(false, false);
+  });
+  return mine;
+}
+
+void TcpCommunicator::shm_allgather_slices(const std::vector<Span>& spans, DataType dt) {
+  size_t bytes = 0;
+  for (const Span& s : spans) bytes += s.bytes;
+  check_usable();
+  if (!shm_) throw InvalidArgument("shm_allgather_slices: the communicator does not use shared memory");
+  guarded([&] {
+    begin();
+    shm_->allgather_slices(spans, bytes / dtype_size(dt), dt);
+    finish(false, false);
+  });
+}
+
 void TcpCommunicator::broadcast(void* data, size_t count, DataType dtype, int root) {
   check_dtype(dtype);
   EDL_CHECK(data != nullptr || count == 0, InvalidArgument, "broadcast: data is null but count is " + std::to_string(count));

@@ -145,9 +145,17 @@ bool Hierarchy::run(const std::vector<Span>& spans, size_t count, DataType dt, R
   const size_t es = dtype_size(dt);
   const int L = layout_.local_size;
   const ReduceOp level_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-  // 1. Every local rank gets the host's reduction.
+  const bool sliced = count >= static_cast<size_t>(L) && count * es >= tuning_.hier_slice_bytes;
+  const bool shm = std::string(local_->transport_name()) == "shm";
+  // 1. Local: sliced over shared memory, a reduce-scatter (this rank's slice of every staging
+  //    window); else an allreduce (every local rank holds the host's reduction).
+  std::vector<Span> part;
   try {
-    local_->allreduce_spans(spans, dt, level_op);
+    if (sliced && shm) {
+      part = local_->shm_reduce_scatter(spans, dt, level_op);
+    } else {
+      local_->allreduce_spans(spans, dt, level_op);
+    }
   } catch (const MismatchError&) {
     // The ranks of this host disagree: tell the other hosts through the cross step, which they
     // run next (so every rank of the job reports a MismatchError and all stay in step).
@@ -161,13 +169,13 @@ bool Hierarchy::run(const std::vector<Span>& spans, size_t count, DataType dt, R
   } catch (const Error&) {
     rethrow_in(where(false));
   }
-  // 2. Across hosts: the whole buffer, or this local rank's slice of L.
-  const bool sliced = count >= static_cast<size_t>(L) && count * es >= tuning_.hier_slice_bytes;
-  const size_t first = sliced ? count / L * layout_.local_rank + std::min<size_t>(layout_.local_rank, count % L) : 0;
-  const size_t len = sliced ? count / L + (static_cast<size_t>(layout_.local_rank) < count % L ? 1 : 0) : count;
+  // 2. Across hosts: the whole buffer, or this local rank's slices (every local rank drives its
+  //    own part of the links). The header carries the whole count (mismatches between hosts).
   SpanIndex index(spans);
-  std::vector<Span> part;
-  if (sliced) {
+  size_t first = 0, len = count;
+  if (sliced && !shm) {  // TCP between the local ranks: one contiguous slice of L
+    first = count / L * layout_.local_rank + std::min<size_t>(layout_.local_rank, count % L);
+    len = count / L + (static_cast<size_t>(layout_.local_rank) < count % L ? 1 : 0);
     index.for_each(first * es, len * es, [&](char* p, size_t take, size_t) { part.push_back(Span{p, take}); });
   }
   try {
@@ -175,31 +183,40 @@ bool Hierarchy::run(const std::vector<Span>& spans, size_t count, DataType dt, R
   } catch (const Error&) {
     rethrow_in(where(true));
   }
-  // 3. Sliced: gather the slices of the host's ranks (their concatenation is the whole buffer).
+  // 3. Sliced: gather the other local ranks' slices.
   if (sliced) {
-    const void* in = part.empty() ? nullptr : part[0].data;
-    if (part.size() > 1) {
-      slice_copy_.resize(len * es);
-      size_t at = 0;
-      for (const Span& s : part) std::memcpy(slice_copy_.data() + at, s.data, s.bytes), at += s.bytes;
-      in = slice_copy_.data();
-    }
     try {
-      local_->allgatherv(in, len, dt, gathered_);
+      if (shm) {
+        local_->shm_allgather_slices(spans, dt);
+      } else {
+        gather_over_tcp(spans, part, count, len, dt, index);
+      }
     } catch (const Error&) {
       rethrow_in(where(false));
     }
-    if (gathered_.size() != count * es)
-      throw CommError(where(false) + "the gathered slices hold " + std::to_string(gathered_.size()) + " bytes, not " +
-                      std::to_string(count * es));
-    index.for_each(0, count * es, [&](char* p, size_t take, size_t rel) {
-      std::memcpy(p, gathered_.data() + rel, take);
-    });
-    if (gathered_.capacity() > (size_t{64} << 20)) std::vector<uint8_t>().swap(gathered_);
   }
   if (op == ReduceOp::kAverage)
     for (const Span& s : spans) divide_inplace(s.data, s.bytes / es, dt, size_);
   return sliced;
+}
+
+void Hierarchy::gather_over_tcp(const std::vector<Span>& spans, const std::vector<Span>& part, size_t count,
+                                size_t len, DataType dt, const SpanIndex& index) {
+  const size_t es = dtype_size(dt);
+  const void* in = part.empty() ? nullptr : part[0].data;
+  if (part.size() > 1) {
+    slice_copy_.resize(len * es);
+    size_t at = 0;
+    for (const Span& s : part) std::memcpy(slice_copy_.data() + at, s.data, s.bytes), at += s.bytes;
+    in = slice_copy_.data();
+  }
+  local_->allgatherv(in, len, dt, gathered_);  // the slices in local-rank order: the whole buffer
+  if (gathered_.size() != count * es)
+    throw CommError(where(false) + "the gathered slices hold " + std::to_string(gathered_.size()) + " bytes, not " +
+                    std::to_string(count * es));
+  index.for_each(0, count * es, [&](char* p, size_t take, size_t rel) { std::memcpy(p, gathered_.data() + rel, take); });
+  if (gathered_.capacity() > (size_t{64} << 20)) std::vector<uint8_t>().swap(gathered_);
+  (void)spans;
 }
 
 }  // namespace edl::collective

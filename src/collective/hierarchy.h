@@ -9,11 +9,12 @@
 //    ("hier/local/<host>/", "hier/cross/<local rank>/"): the local one runs over shared memory
 //    (Transport kAuto on one host), the cross one over TCP. Like the parent they are immutable; they
 //    live and die with it.
-//  - allreduce: (1) local allreduce over shared memory: every local rank holds the host's
-//    reduction; (2) small buffers: the cross group allreduces the whole buffer (every local rank
-//    redundantly, no third step); large ones: local rank i allreduces only slice i of L over TCP
-//    with its cross group (all L ranks of a host drive the links at once), then (3) a local
-//    allgather of the slices over shared memory. kAverage runs as kSum and divides once at the end;
+//  - allreduce, small buffers (< tuning.hier_slice_bytes): (1) local allreduce over shared memory
+//    (every local rank holds the host's reduction), (2) the cross group allreduces the whole buffer
+//    (every local rank redundantly; no third step). Large buffers: (1) local reduce-scatter over
+//    shared memory (local rank i owns slice i of every staging window), (2) each local rank
+//    allreduces only its slices over TCP with its cross group (all L ranks of a host drive the links
+//    at once, each with 1/L of the bytes), (3) local allgather of the slices over shared memory. kAverage runs as kSum and divides once at the end;
 //    16-bit floats are widened to float32 first and rounded once at the end.
 //  - Failures: each child detects its own peers' death (EOF of the mesh socket, on shared memory as
 //    on TCP), deadline and abort. The parent turns any child error into its own poison and shuts the
@@ -47,6 +48,8 @@ struct EDL_API HostLayout {
   static HostLayout of(const std::vector<std::string>& host_of_rank, int rank);
 };
 
+class SpanIndex;
+
 class Hierarchy {
  public:
   // Connects the local and the cross communicator (blocks like TcpCommunicator::connect).
@@ -65,6 +68,9 @@ class Hierarchy {
  private:
   Hierarchy(HostLayout layout, int size) : layout_(std::move(layout)), size_(size) {}
   bool run(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  // Step 3 when the local communicator fell back to TCP: allgatherv of the contiguous slices.
+  void gather_over_tcp(const std::vector<Span>& spans, const std::vector<Span>& part, size_t count, size_t len,
+                       DataType dt, const SpanIndex& index);
   std::string where(bool cross) const;
 
   HostLayout layout_;

@@ -119,6 +119,11 @@ class EDL_API TcpCommunicator final : public Communicator {
   bool wait_incoming(int extra_fd, Clock::time_point until);
 
   void set_tuning(const AlgorithmTuning& t);  // also of the hierarchical children
+  // The halves of the shared-memory allreduce, for the hierarchical allreduce's local steps
+  // (hierarchy.h; only when transport_name() is "shm"): the first leaves this rank's slices reduced
+  // and returns them, the second gathers the other ranks' slices. Same error contract as allreduce.
+  std::vector<Span> shm_reduce_scatter(const std::vector<Span>& spans, DataType dt, ReduceOp op);
+  void shm_allgather_slices(const std::vector<Span>& spans, DataType dt);
   const AlgorithmTuning& tuning() const { return tuning_; }
   CommStats stats() const;
   // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), "hier"
