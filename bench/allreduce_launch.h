@@ -3,10 +3,10 @@
 //     testing/netns.h): rank r lives on host r / (N/H) (blocks, as edl-run places them), listens on
 //     that host's address and has EDL_HOSTNAME=host<h>; the store listens in the switch namespace.
 //   - run_suite: every comparison of docs/collectives.md in one invocation, appending to one JSON
-//     file: local ranks 2 and 4 (EDL's shared-memory and TCP rows; with Open MPI, the same processes
-//     under mpirun with the vader and with the tcp byte-transfer layer, giving mpi_shm / mpi_tcp rows
-//     beside EDL's), then 2 emulated hosts x 2 ranks on a 1 Gbit/s link (edl_hier vs the flat edl_tcp),
-//     when root.
+//     file: local ranks 2 and 4 (EDL's shared-memory and TCP rows and Gloo's ring; with Open MPI, the
+//     same processes under mpirun with the vader and with the tcp byte-transfer layer, giving mpi_shm /
+//     mpi_tcp rows beside EDL's), then 2 emulated hosts x 2 ranks on a 1 Gbit/s link (edl_hier vs the
+//     flat edl_tcp), when root.
 // Thread-safety: main-thread helpers.
 #pragma once
 
@@ -151,12 +151,12 @@ inline int run_suite(const std::string& json, bool with_mpi, const std::vector<s
           // More ranks than cores: Open MPI then yields while it polls (as EDL does); else it busy-polls.
           if (n > static_cast<int>(std::thread::hardware_concurrency())) c.insert(c.begin() + 1, "--oversubscribe");
           if (tcp) c.insert(c.end(), {"--mca", "btl_tcp_if_include", "lo"});
-          c.insert(c.end(), {exe, "--impl", tcp ? "edl_tcp,mpi" : "edl_shm,mpi"});
+          c.insert(c.end(), {exe, "--impl", tcp ? "edl_tcp,mpi,gloo_ring" : "edl_shm,mpi"});
           c.insert(c.end(), sizes.begin(), sizes.end());
           failures += run_config(c) != 0;
         }
       } else {
-        std::vector<std::string> c = {exe, "--local-ranks", std::to_string(n), "--impl", "edl_shm,edl_tcp"};
+        std::vector<std::string> c = {exe, "--local-ranks", std::to_string(n), "--impl", "edl_shm,edl_tcp,gloo_ring"};
         c.insert(c.end(), sizes.begin(), sizes.end());
         failures += run_config(c) != 0;
       }
