@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <string>
 
+#include "edl/export.h"
+
 namespace edl {
 
-struct Config {
+struct EDL_API Config {  // exported for the tests of its validation (tests/collective/hier_test.cc)
   // --- identity, set by edl-run ---------------------------------------------------------------
   bool launched = false;            // true when EDL_STORE is set (the process belongs to a job)
   std::string store_url;            // EDL_STORE: tcp://HOST:PORT | redis://HOST:PORT | memory://NAME

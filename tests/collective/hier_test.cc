@@ -9,6 +9,7 @@
 #include <map>
 
 #include "collective/hierarchy.h"
+#include "common/config.h"
 #include "harness.h"
 
 using namespace edl;
@@ -344,4 +345,29 @@ TEST_CASE("hier: abort() from another thread and the deadline end a blocked hier
   // Ranks 1 and 2 fail too: a lost peer (rank 0 shut its sockets) or the 1 s deadline (rank 3 absent).
   CHECK(got[1].find("Error: ") != std::string::npos);
   CHECK(got[2].find("Error: ") != std::string::npos);
+}
+
+TEST_CASE("hier: EDL_HIERARCHICAL is read and checked in the configuration", "[collective][hier]") {
+  auto with_env = [](const char* hier, const char* transport) {
+    setenv("EDL_HIERARCHICAL", hier, 1);
+    setenv("EDL_TRANSPORT", transport, 1);
+    std::string got;
+    try {
+      Config c = Config::from_env();
+      got = c.hierarchical;
+    } catch (const InvalidArgument& e) {
+      got = std::string("InvalidArgument: ") + e.what();
+    }
+    unsetenv("EDL_HIERARCHICAL");
+    unsetenv("EDL_TRANSPORT");
+    return got;
+  };
+  CHECK(with_env("auto", "auto") == "auto");
+  CHECK(with_env("0", "tcp") == "0");
+  CHECK(with_env("1", "auto") == "1");
+  CHECK(with_env("yes", "auto").find("EDL_HIERARCHICAL='yes' is not one of auto, 0, 1") != std::string::npos);
+  CHECK(with_env("1", "tcp").find("needs EDL_TRANSPORT=auto") != std::string::npos);
+  CHECK(collective::hierarchical_from_name("1") == Hierarchical::kOn);
+  CHECK(collective::hierarchical_from_name("0") == Hierarchical::kOff);
+  CHECK(collective::hierarchical_from_name("auto") == Hierarchical::kAuto);
 }
