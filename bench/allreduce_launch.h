@@ -146,8 +146,9 @@ inline int run_suite(const std::string& json, bool with_mpi, const std::vector<s
         // shared-memory rows beside Open MPI's vader BTL, EDL's TCP rows beside its tcp BTL.
         for (const char* btl : {"self,vader", "self,tcp"}) {
           const bool tcp = std::string(btl) == "self,tcp";
+          // pml ob1: the byte-transfer layer named is what moves the data (not UCX, when installed).
           std::vector<std::string> c = {"mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", std::to_string(n),
-                                        "--mca", "btl", btl};
+                                        "--mca", "pml", "ob1", "--mca", "btl", btl};
           // More ranks than cores: Open MPI then yields while it polls (as EDL does); else it busy-polls.
           if (n > static_cast<int>(std::thread::hardware_concurrency())) c.insert(c.begin() + 1, "--oversubscribe");
           if (tcp) c.insert(c.end(), {"--mca", "btl_tcp_if_include", "lo"});
