@@ -113,6 +113,8 @@ namespace {
     throw AbortedError(context + e.what());
   } catch (const CommError& e) {
     throw CommError(context + e.what());
+  } catch (...) {
+    throw;  // any other error: unchanged
   }
 }
 

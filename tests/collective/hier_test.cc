@@ -155,7 +155,7 @@ TEST_CASE("hier: the host layout groups ranks by host id, hosts by their lowest 
   CHECK(HostLayout::of({"a", "b"}, 0).problem.find("one rank") != std::string::npos);
 }
 
-TEST_CASE("hier: chosen for equal hosts under auto; 0, unequal hosts and differing settings", "[collective][hier]") {
+TEST_CASE("hier: chosen for equal hosts under auto, not under 0, unequal hosts or differing settings", "[collective][hier]") {
   auto names = [](int n, int hosts, Hierarchical h0, Hierarchical others) {
     std::vector<std::string> got(n);
     try {
@@ -218,7 +218,7 @@ TEST_CASE("hier: the engine's fused allreduce takes the hierarchical path unchan
   });
 }
 
-TEST_CASE("hier: mismatches inside a host and between hosts reach every rank; the communicator stays usable",
+TEST_CASE("hier: mismatches inside a host and between hosts reach every rank, the communicator stays usable",
           "[collective][hier]") {
   for (size_t base : {size_t{8}, size_t{100000}}) {  // whole and sliced
     std::vector<std::string> msgs(4);
