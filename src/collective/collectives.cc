@@ -193,7 +193,9 @@ void TcpCommunicator::finish(bool eager, bool ring, bool halving_doubling) {
 AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t) {
   if (bytes <= t.eager_bytes && bytes * static_cast<size_t>(ranks - 1) <= t.direct_total_bytes)
     return AllreduceAlgorithm::kDirect;
-  if (ranks >= t.hd_min_ranks && bytes <= t.hd_max_bytes) return AllreduceAlgorithm::kHalvingDoubling;
+  const bool power_of_two = (ranks & (ranks - 1)) == 0;
+  if (ranks >= t.hd_min_ranks && bytes <= (power_of_two ? t.hd_max_bytes : t.hd_max_bytes / 2))
+    return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRing;
 }
 

@@ -46,7 +46,8 @@ struct AlgorithmTuning {
   // in docs/collectives.md, "Algorithms"):
   size_t eager_bytes = 256 << 10;        // direct exchange (payload with the header) up to this size ...
   size_t direct_total_bytes = 768 << 10;  // ... while every rank sends at most this much (bytes * (n-1))
-  size_t hd_max_bytes = 2 << 20;         // otherwise halving-doubling up to this size ...
+  size_t hd_max_bytes = 4 << 20;         // otherwise halving-doubling up to this size (half of it when the
+                                         // rank count is not a power of two: the fold moves the buffer twice more) ...
   int hd_min_ranks = 3;                  // ... at this many ranks or more (at 2 it is the ring); else the ring
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size

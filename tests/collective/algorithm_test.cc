@@ -138,8 +138,10 @@ TEST_CASE("algorithms: the automatic choice by size and ranks", "[collective][al
   CHECK(collective::choose_allreduce(t.direct_total_bytes / 3, 4, t) == A::kDirect);
   CHECK(collective::choose_allreduce(t.direct_total_bytes / 3 + 4, 4, t) == A::kHalvingDoubling);
   CHECK(collective::choose_allreduce(t.direct_total_bytes / 8, 16, t) == A::kHalvingDoubling);
-  CHECK(collective::choose_allreduce(t.hd_max_bytes, 5, t) == A::kHalvingDoubling);
+  CHECK(collective::choose_allreduce(t.hd_max_bytes, 4, t) == A::kHalvingDoubling);
   CHECK(collective::choose_allreduce(t.hd_max_bytes + 4, 4, t) == A::kRing);
+  CHECK(collective::choose_allreduce(t.hd_max_bytes / 2, 5, t) == A::kHalvingDoubling);  // not a power of two
+  CHECK(collective::choose_allreduce(t.hd_max_bytes / 2 + 4, 5, t) == A::kRing);
 }
 
 TEST_CASE("algorithms: ranks whose tunings pick different algorithms fail with CommError", "[collective][algorithm]") {
