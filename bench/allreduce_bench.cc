@@ -8,6 +8,12 @@
 //   mpirun -np 2 --mca btl self,vader build/bench/allreduce_bench --impl edl_shm,mpi --json out.jsonl
 //       (-DEDL_BENCH_WITH_MPI=ON: Open MPI rows "mpi_shm"; with --mca btl self,tcp: "mpi_tcp")
 //
+//   build/bench/allreduce_bench --local-ranks 4 --emulated-hosts 2 --link 1gbit --impl edl_tcp,edl_hier
+//       (root: 2 emulated hosts x 2 ranks on network namespaces; edl_hier: the hierarchical allreduce)
+//   build/bench/allreduce_bench --suite --json out.jsonl   (every comparison in one run: allreduce_launch.h)
+//
+// Rows edl_tcp_direct / edl_tcp_hd / edl_tcp_ring force one algorithm of the TCP path (crossover
+// measurements, docs/collectives.md). Every row carries "hosts" and "link" (1 / "loopback" unless emulated).
 // busbw = algbw * 2(n-1)/n (docs/benchmarks.md). Rank 0 prints and writes the rows.
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
@@ -20,6 +26,7 @@
 #include <iostream>
 #include <memory>
 
+#include "allreduce_launch.h"
 #include "collective/world.h"
 #include "collective_common.h"
 #include "common/bench_util.h"
@@ -91,10 +98,19 @@ int main(int argc, char** argv) {
       "factor", "size step factor", cxxopts::value<size_t>()->default_value("4"))(
       "iters", "timed iterations per size (0 = auto: ~256 MiB of traffic, 5..200)",
       cxxopts::value<int>()->default_value("0"))("warmup", "untimed runs per size", cxxopts::value<int>()->default_value("2"))(
-      "impl", "comma list of edl,edl_tcp,edl_shm,gloo_ring,gloo_ring_chunked,gloo_halving_doubling,mpi (under mpirun)",
+      "impl",
+      "comma list of edl,edl_tcp,edl_shm,edl_hier,edl_tcp_direct,edl_tcp_hd,edl_tcp_ring,gloo_ring,gloo_ring_chunked,"
+      "gloo_halving_doubling,mpi (under mpirun)",
       cxxopts::value<std::string>()->default_value("edl_tcp,edl_shm,gloo_ring,gloo_ring_chunked,gloo_halving_doubling"))(
       "local-ranks", "spawn N local ranks with an embedded store (instead of edl-run)",
       cxxopts::value<int>()->default_value("0"))(
+      "emulated-hosts", "with --local-ranks: spread the ranks over H emulated hosts (root)",
+      cxxopts::value<int>()->default_value("0"))(
+      "link", "emulated link (1gbit, 10gbit, ...+<ms>ms)", cxxopts::value<std::string>()->default_value("1gbit"))(
+      "link-label", "(internal) the link actually emulated", cxxopts::value<std::string>()->default_value(""))(
+      "suite", "run every comparison (local 2 and 4 ranks, MPI when built with it, emulated hosts)")(
+      "suite-repeats", "with --suite: run every configuration this many times", cxxopts::value<int>()->default_value("3"))(
+      "repeat-index", "(internal) the suite repetition of these rows", cxxopts::value<int>()->default_value("0"))(
       "chunk-kib", "EDL ring chunk (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
       "eager-kib", "EDL eager limit (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "spin-us", "EDL spin before blocking (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
@@ -107,6 +123,21 @@ int main(int argc, char** argv) {
     std::cout << opts.help() << std::endl;
     return 0;
   }
+  if (args.count("suite")) {
+#ifdef EDL_BENCH_WITH_MPI
+    const bool with_mpi = true;
+#else
+    const bool with_mpi = false;
+#endif
+    std::vector<std::string> extra;  // size range and iterations given to the suite go to every configuration
+    for (const char* f : {"min-bytes", "max-bytes", "factor"})
+      if (args.count(f)) extra.push_back("--" + std::string(f) + "=" + std::to_string(args[f].as<size_t>()));
+    if (args.count("iters")) extra.push_back("--iters=" + std::to_string(args["iters"].as<int>()));
+    return run_suite(args["json"].as<std::string>(), with_mpi, extra, args["suite-repeats"].as<int>());
+  }
+  if (args["local-ranks"].as<int>() > 0 && args["emulated-hosts"].as<int>() > 0)
+    return run_emulated_ranks(args["local-ranks"].as<int>(), args["emulated-hosts"].as<int>(),
+                              args["link"].as<std::string>(), argc, argv);
   if (args["local-ranks"].as<int>() > 0) return run_local_ranks(args["local-ranks"].as<int>(), argc, argv);
 #ifdef EDL_BENCH_WITH_MPI
   std::unique_ptr<StoreServer> mpi_store;
@@ -130,8 +161,33 @@ int main(int argc, char** argv) {
     const std::string impls = "," + args["impl"].as<std::string>() + ",";
     auto want = [&](const char* impl) { return impls.find(std::string(",") + impl + ",") != std::string::npos; };
     // One communicator per transport row (every rank decides the same: the rows exist on all or none).
-    std::shared_ptr<collective::TcpCommunicator> comm_tcp, comm_shm;
+    std::shared_ptr<collective::TcpCommunicator> comm_tcp, comm_shm, comm_hier;
     if (want("edl_tcp")) comm_tcp = collective::make_world_communicator("allreduce_bench_tcp", Transport::kTcp);
+    if (want("edl_hier")) {
+      comm_hier = collective::make_world_communicator("allreduce_bench_hier", Transport::kAuto);
+      if (std::string(comm_hier->transport_name()) != "hier") {
+        if (rank == 0 && n > 1)
+          std::cerr << "allreduce_bench: the ranks do not span several hosts with equal rank counts, no edl_hier rows"
+                    << std::endl;
+        comm_hier.reset();
+      }
+    }
+    // Forced algorithms of the TCP path (crossover measurements).
+    std::vector<std::pair<std::string, std::shared_ptr<collective::TcpCommunicator>>> forced;
+    for (auto [name, algo] : {std::pair<const char*, collective::AllreduceAlgorithm>{"edl_tcp_direct",
+                                                                                      collective::AllreduceAlgorithm::kDirect},
+                              {"edl_tcp_hd", collective::AllreduceAlgorithm::kHalvingDoubling},
+                              {"edl_tcp_ring", collective::AllreduceAlgorithm::kRing}}) {
+      if (!want(name)) continue;
+      auto c = collective::make_world_communicator(std::string("allreduce_bench_") + name, Transport::kTcp);
+      collective::AlgorithmTuning t = tuning;
+      t.eager_bytes = algo == collective::AllreduceAlgorithm::kDirect ? (size_t{1} << 40) : 0;
+      t.direct_total_bytes = t.eager_bytes;
+      t.hd_max_bytes = algo == collective::AllreduceAlgorithm::kHalvingDoubling ? (size_t{1} << 40) : 0;
+      t.hd_min_ranks = 2;
+      c->set_tuning(t);
+      forced.emplace_back(name, c);
+    }
     if (want("edl_shm")) {
       comm_shm = collective::make_world_communicator("allreduce_bench_shm", Transport::kAuto);
       if (std::string(comm_shm->transport_name()) != "shm") {
@@ -139,8 +195,11 @@ int main(int argc, char** argv) {
         comm_shm.reset();
       }
     }
-    for (auto* c : {&comm_tcp, &comm_shm})
+    for (auto* c : {&comm_tcp, &comm_shm, &comm_hier})
       if (*c) (*c)->set_tuning(tuning);
+    const char* emulated = std::getenv("EDL_EMULATED_HOSTS");
+    const int hosts = emulated ? std::atoi(emulated) : 1;
+    const std::string link = args["link-label"].as<std::string>().empty() ? "loopback" : args["link-label"].as<std::string>();
 
     std::shared_ptr<gloo::rendezvous::Context> gctx;
     if (n > 1 && (want("gloo_ring") || want("gloo_ring_chunked") || want("gloo_halving_doubling"))) {
@@ -169,6 +228,12 @@ int main(int argc, char** argv) {
         runs.emplace_back("edl_tcp", [&] { comm_tcp->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
       if (comm_shm)
         runs.emplace_back("edl_shm", [&] { comm_shm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+      if (comm_hier)
+        runs.emplace_back("edl_hier", [&] { comm_hier->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+      for (auto& f : forced) {
+        auto* c = f.second.get();
+        runs.emplace_back(f.first, [&buf, count, c] { c->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+      }
 #ifdef EDL_BENCH_WITH_MPI
       if (mpi && want("mpi"))
         runs.emplace_back(mpi_row_name(), [&] {
@@ -204,7 +269,9 @@ int main(int argc, char** argv) {
         if (rank == 0) {
           table.row({impl, std::to_string(n), std::to_string(bytes), fmt(r.time_us, 1), fmt(algbw, 3), fmt(busbw, 3),
                      std::to_string(r.wrong)});
-          json.write(Json{{"impl", impl},          {"ranks", n},           {"bytes", bytes},
+          json.write(Json{{"impl", impl},          {"ranks", n},           {"hosts", hosts},
+                          {"link", link},          {"repeat", args["repeat-index"].as<int>()},
+                          {"bytes", bytes},
                           {"count", count},        {"iters", iters},       {"time_us", r.time_us},
                           {"algbw_gbps", algbw},   {"busbw_gbps", busbw},  {"wrong", r.wrong}});
         }
@@ -213,6 +280,8 @@ int main(int argc, char** argv) {
     comm->barrier();
     comm_tcp.reset();
     comm_shm.reset();
+    comm_hier.reset();
+    forced.clear();
     comm.reset();
     gctx.reset();
     edl::shutdown();

@@ -134,7 +134,10 @@ if [ $DOC_ONLY -eq 0 ]; then
   # The fault kinds the runtime handles today; add stuck,stopforever once the progress deadline and
   # edl-run's ending of evicted workers are in (chaos_bench's default is every kind).
   CHAOS_FAULTS="${CHAOS_FAULTS:-kill,kill2,stop,join,leave,flood,hostile}"
-  run_bench allreduce_bench 1200 "$B/allreduce_bench" --local-ranks 2
+  # Every allreduce comparison in one run (bench/allreduce_launch.h): 2 and 4 local ranks, Open MPI's
+  # shared-memory and TCP rows beside EDL's when the build has -DEDL_BENCH_WITH_MPI=ON (and mpirun),
+  # 2 emulated hosts x 2 ranks on a 1 Gbit/s link (root).
+  run_bench allreduce_bench 2400 "$B/allreduce_bench" --suite
   if [ -n "$EDL_RUN" ]; then
     run_bench fusion_bench 1200 "$EDL_RUN" -np 2 "$B/fusion_bench"
   else

@@ -35,6 +35,16 @@ namespace edl {
 // kAuto/kShm fails construction or the first collective with CommError).
 enum class Transport : uint8_t { kAuto = 0, kTcp = 1, kShm = 2 };
 
+// Hierarchical allreduce for communicators that span several hosts (docs/collectives.md,
+// "Hierarchical allreduce"): a shared-memory reduction among the ranks of each host, an exchange over
+// TCP among the ranks with the same local index on every host (each carries 1/L of the buffer), and
+// a shared-memory allgather. Considered only with Transport kAuto.
+//   kAuto: hierarchical when the ranks span >= 2 hosts and every host has the same number (>= 2).
+//   kOff:  never (flat TCP across hosts).
+//   kOn:   as kAuto, but construction fails with CommError when the layout does not allow it.
+// Every rank must use the same setting (else construction fails with CommError).
+enum class Hierarchical : uint8_t { kAuto = 0, kOff = 1, kOn = 2 };
+
 struct CommunicatorOptions {
   // Deadline of every collective, from the call until completion on this rank. Default 30 s (as
   // Gloo and Horovod); EDL_TIMEOUT_MS overrides it through Config.
@@ -64,6 +74,9 @@ struct CommunicatorOptions {
   // This rank's host, compared across ranks by kAuto / kShm. Default empty: gethostname(). The
   // runtime passes EDL_HOSTNAME.
   std::string host_id;
+  // Hierarchical allreduce across hosts (see Hierarchical); only with transport kAuto. Default kAuto;
+  // the runtime passes EDL_HIERARCHICAL.
+  Hierarchical hierarchical = Hierarchical::kAuto;
 };
 
 class EDL_API Communicator {

@@ -1,7 +1,9 @@
 // The collectives of TcpCommunicator: header exchange (with eager payload), mismatch detection,
 // direct-exchange allreduce, broadcast, allgatherv and barrier. The ring allreduce is in ring.cc.
+#include <algorithm>
 #include <cstring>
 
+#include "collective/hierarchy.h"
 #include "collective/reduce.h"
 #include "collective/shm_transport.h"
 #include "collective/tcp_internal.h"
@@ -155,6 +157,19 @@ std::string TcpCommunicator::mismatch(const std::vector<Header>& all) const {
   return "";
 }
 
+std::string TcpCommunicator::whole_mismatch(const std::vector<Header>& all) const {
+  // A hierarchical cross-host step (hierarchy.h): `reserved` is the element count of the whole
+  // buffer (the spans are a slice of it), or kHostMismatch from a host whose ranks disagreed.
+  for (int r = 0; r < size_; ++r)
+    if (all[r].reserved == kHostMismatch)
+      return "allreduce mismatch among the ranks of host " + std::to_string(r) + " (hierarchical local step)";
+  for (int r = 1; r < size_; ++r)
+    if (all[r].reserved != all[0].reserved)
+      return "allreduce count mismatch between hosts: host 0 has " + std::to_string(all[0].reserved) +
+             " elements, host " + std::to_string(r) + " has " + std::to_string(all[r].reserved);
+  return "";
+}
+
 void TcpCommunicator::drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what) {
   for (int p = 0; p < size_; ++p)
     if (p != rank_ && all[p].payload > 0) q[p].recv.push_back(Xfer::drainer(all[p].payload));
@@ -163,15 +178,61 @@ void TcpCommunicator::drain_payloads(const std::vector<Header>& all, std::vector
 
 void TcpCommunicator::begin() {
   check_usable();
-  deadline_ = Clock::now() + options_.timeout;
+  deadline_ = std::min(Clock::now() + options_.timeout, outer_deadline_);
   ++seq_;
 }
 
-void TcpCommunicator::finish(bool eager, bool ring) {
+void TcpCommunicator::finish(bool eager, bool ring, bool halving_doubling) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.collectives;
   if (eager) ++stats_.eager_allreduces;
   if (ring) ++stats_.ring_allreduces;
+  if (halving_doubling) ++stats_.halving_doubling_allreduces;
+}
+
+AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t) {
+  if (bytes <= t.eager_bytes && bytes * static_cast<size_t>(ranks - 1) <= t.direct_total_bytes)
+    return AllreduceAlgorithm::kDirect;
+  const bool power_of_two = (ranks & (ranks - 1)) == 0;
+  if (ranks >= t.hd_min_ranks && bytes <= (power_of_two ? t.hd_max_bytes : t.hd_max_bytes / 2))
+    return AllreduceAlgorithm::kHalvingDoubling;
+  return AllreduceAlgorithm::kRing;
+}
+
+const char* algorithm_name(AllreduceAlgorithm a) {
+  switch (a) {
+    case AllreduceAlgorithm::kDirect: return "direct";
+    case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
+    case AllreduceAlgorithm::kRing: return "ring";
+  }
+  return "?";
+}
+
+void TcpCommunicator::staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op,
+                                       AllreduceAlgorithm a) {
+  auto run = [&](const std::vector<Span>& s, DataType t) {
+    if (a == AllreduceAlgorithm::kHalvingDoubling) {
+      halving_doubling(s, count, t, op);
+    } else {
+      ring_allreduce(s, count, t, op);
+    }
+  };
+  if (!is_16bit_float(dt)) return run(spans, dt);
+  // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.
+  const size_t es = dtype_size(dt);
+  widened_.resize(count);
+  size_t at = 0;
+  for (const Span& s : spans) {
+    widen_to_float(s.data, widened_.data() + at, s.bytes / es, dt);
+    at += s.bytes / es;
+  }
+  run({Span{widened_.data(), count * sizeof(float)}}, DataType::kFloat32);
+  at = 0;
+  for (const Span& s : spans) {
+    narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
+    at += s.bytes / es;
+  }
+  if (widened_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(widened_);  // keep <= 64 MiB
 }
 
 template <typename Fn>
@@ -204,7 +265,7 @@ void TcpCommunicator::allreduce(void* data, size_t count, DataType dtype, Reduce
   allreduce_spans({Span{data, count * dtype_size(dtype)}}, dtype, op);
 }
 
-void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType dt, ReduceOp op) {
+void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType dt, ReduceOp op, uint64_t whole_count) {
   const size_t es = dtype_size(dt);
   check_op(op);
   size_t bytes = 0;
@@ -226,24 +287,36 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
     });
     return;
   }
+  if (hier_) {
+    guarded([&] {
+      begin();
+      const bool sliced = hier_->allreduce(spans, count, dt, op, deadline_);
+      finish(!sliced, sliced);
+    });
+    return;
+  }
   guarded([&] {
     begin();
-    const bool eager = bytes <= tuning_.eager_bytes;
+    const AllreduceAlgorithm algo = choose_allreduce(bytes, size_, tuning_);
+    const bool eager = algo == AllreduceAlgorithm::kDirect;
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllreduce), static_cast<uint8_t>(dt), static_cast<uint8_t>(op),
-             0, -1, rank_, count, seq_, eager ? bytes : 0, 0};
+             static_cast<uint8_t>(algo), -1, rank_, count, seq_, eager ? bytes : 0, whole_count};
     std::vector<PeerQueues> q(size_);
     std::vector<Header> all;
     exchange_headers(h, spans, all, q);
-    std::string mm = mismatch(all);
+    std::string mm = whole_mismatch(all);
+    if (mm.empty()) mm = mismatch(all);
     if (!mm.empty()) {
       drain_payloads(all, q, "allreduce");
       throw MismatchError(mm);
     }
     for (int p = 0; p < size_; ++p)
-      if (all[p].payload != (eager ? bytes : 0))
-        throw CommError("allreduce on rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " sent " +
-                        std::to_string(all[p].payload) + " eager bytes where this rank expects " +
-                        std::to_string(eager ? bytes : 0) + " (eager_bytes tunings differ?)" + peer_text(p));
+      if (all[p].payload != (eager ? bytes : 0) || all[p].pad != h.pad)
+        throw CommError("allreduce on rank " + std::to_string(rank_) + ": rank " + std::to_string(p) + " chose " +
+                        algorithm_name(static_cast<AllreduceAlgorithm>(all[p].pad)) + " with " +
+                        std::to_string(all[p].payload) + " eager bytes where this rank chose " +
+                        algorithm_name(algo) + " with " + std::to_string(eager ? bytes : 0) +
+                        " (AlgorithmTuning differs between ranks?)" + peer_text(p));
     if (eager) {
       // Direct exchange: every rank has every contribution; reduce them in rank order.
       scratch_.resize(static_cast<size_t>(size_) * bytes);
@@ -260,26 +333,35 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
       }
     } else {
       run_queues(q, true, "allreduce");
-      if (is_16bit_float(dt)) {
-        // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.
-        widened_.resize(count);
-        size_t at = 0;
-        for (const Span& s : spans) {
-          widen_to_float(s.data, widened_.data() + at, s.bytes / es, dt);
-          at += s.bytes / es;
-        }
-        ring_allreduce({Span{widened_.data(), count * sizeof(float)}}, count, DataType::kFloat32, op);
-        at = 0;
-        for (const Span& s : spans) {
-          narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
-          at += s.bytes / es;
-        }
-        if (widened_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(widened_);  // keep <= 64 MiB
-      } else {
-        ring_allreduce(spans, count, dt, op);
-      }
+      staged_allreduce(spans, count, dt, op, algo);
     }
-    finish(eager, !eager);
+    finish(eager, algo == AllreduceAlgorithm::kRing, algo == AllreduceAlgorithm::kHalvingDoubling);
+  });
+}
+
+std::vector<Span> TcpCommunicator::shm_reduce_scatter(const std::vector<Span>& spans, DataType dt, ReduceOp op) {
+  size_t bytes = 0;
+  for (const Span& s : spans) bytes += s.bytes;
+  check_usable();
+  if (!shm_) throw InvalidArgument("shm_reduce_scatter: the communicator does not use shared memory");
+  std::vector<Span> mine;
+  guarded([&] {
+    begin();
+    mine = shm_->reduce_scatter(spans, bytes / dtype_size(dt), dt, op);
+    finish(false, false);
+  });
+  return mine;
+}
+
+void TcpCommunicator::shm_allgather_slices(const std::vector<Span>& spans, DataType dt) {
+  size_t bytes = 0;
+  for (const Span& s : spans) bytes += s.bytes;
+  check_usable();
+  if (!shm_) throw InvalidArgument("shm_allgather_slices: the communicator does not use shared memory");
+  guarded([&] {
+    begin();
+    shm_->allgather_slices(spans, bytes / dtype_size(dt), dt);
+    finish(false, false);
   });
 }
 

@@ -8,6 +8,9 @@
 //   3. every rank sends every peer one status byte; the segment is used only if all are 1.
 // Every message is read whole before the next step, so the mesh's byte streams stay in sync
 // whichever transport results. Hosts differ, or setup fails somewhere: TCP (kAuto) or CommError (kShm).
+// Hosts differ under kAuto: every rank derives the same HostLayout from the hellos; when it allows
+// the hierarchical allreduce (and EDL_HIERARCHICAL is not 0) the children are built through the
+// store (hierarchy.h), EDL_HIERARCHICAL=1 with a layout that does not allow it is a CommError.
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "collective/hierarchy.h"
 #include "collective/shm_transport.h"
 #include "common/crypto.h"
 #include "common/logging.h"
@@ -34,7 +38,9 @@ constexpr size_t kHostMax = 200;
 struct Hello {
   uint64_t magic;
   uint32_t transport;
+  uint32_t hierarchical;
   uint32_t host_len;
+  uint32_t pad;
   char host[kHostMax];
 };
 struct Offer {
@@ -126,13 +132,20 @@ class ShmSetup {
     if (base_ && !adopted_) munmap(base_, layout_.total);
   }
 
-  void run() {
+  // Returns the host layout when the allreduce is to be hierarchical (its problem field empty).
+  HostLayout run() {
     const bool same = exchange_hellos();
     const bool forced = c_.options_.transport == Transport::kShm;
     if (!same) {
       if (forced) throw CommError(setup() + ": EDL_TRANSPORT=shm, but the ranks are on different hosts: " + hosts_);
-      return;
+      HostLayout l = HostLayout::of(host_of_, c_.rank_);
+      if (l.problem.empty() && c_.options_.hierarchical == Hierarchical::kOff) l.problem = "EDL_HIERARCHICAL=0";
+      if (!l.problem.empty() && c_.options_.hierarchical == Hierarchical::kOn)
+        throw CommError(setup() + ": EDL_HIERARCHICAL=1, but " + l.problem + ": " + hosts_);
+      return l;
     }
+    HostLayout none;
+    none.problem = "one host";
     layout_ = ShmLayout::make(c_.size_);
     const bool ok = c_.rank_ == 0 ? offer() : attach();
     std::string failed = agree(ok);
@@ -141,10 +154,11 @@ class ShmSetup {
                                   (why_.empty() ? "" : " (this rank: " + why_ + ")"));
       EDL_LOG(1) << setup() << ": shared-memory transport unavailable on rank(s) " << failed
                  << (why_.empty() ? "" : " (" + why_ + ")") << "; using TCP";
-      return;
+      return none;
     }
     c_.shm_ = std::make_unique<ShmTransport>(c_, base_, layout_);
     adopted_ = true;
+    return none;
   }
 
  private:
@@ -167,12 +181,14 @@ class ShmSetup {
     Hello mine{};
     mine.magic = kHelloMagic;
     mine.transport = static_cast<uint32_t>(c_.options_.transport);
+    mine.hierarchical = static_cast<uint32_t>(c_.options_.hierarchical);
     mine.host_len = static_cast<uint32_t>(host.size());
     std::memcpy(mine.host, host.data(), host.size());
     for (int p = 0; p < c_.size_; ++p)
       if (p != c_.rank_) send_to(p, &mine, sizeof(mine));
     bool same = true;
     hosts_ = "rank " + std::to_string(c_.rank_) + " on '" + host + "'";
+    host_of_.assign(c_.size_, host);
     for (int p = 0; p < c_.size_; ++p) {
       if (p == c_.rank_) continue;
       Hello h{};
@@ -181,7 +197,12 @@ class ShmSetup {
         throw CommError(setup() + ": rank " + std::to_string(p) +
                         " sent no transport hello (EDL_TRANSPORT=tcp on that rank and not on this one?)" +
                         c_.peer_text(p));
+      if (h.hierarchical != mine.hierarchical)
+        throw CommError(setup() + ": rank " + std::to_string(p) + " has another EDL_HIERARCHICAL setting (" +
+                        std::to_string(h.hierarchical) + ", this rank " + std::to_string(mine.hierarchical) +
+                        "; 0 auto, 1 off, 2 on)" + c_.peer_text(p));
       const std::string theirs(h.host, h.host_len);
+      host_of_[p] = theirs;
       if (theirs != host) {
         same = false;
         hosts_ += ", rank " + std::to_string(p) + " on '" + theirs + "'";
@@ -338,6 +359,7 @@ class ShmSetup {
   const Clock::time_point deadline_;
   ShmLayout layout_;
   std::string hosts_;
+  std::vector<std::string> host_of_;  // every rank's host id
   std::string why_;
   int listen_fd_ = -1;
   int mem_fd_ = -1;
@@ -345,10 +367,15 @@ class ShmSetup {
   bool adopted_ = false;
 };
 
-void TcpCommunicator::setup_transport() {
+void TcpCommunicator::setup_transport(const std::shared_ptr<Store>& store, const std::string& prefix) {
   try {
-    ShmSetup(*this).run();
+    HostLayout layout = ShmSetup(*this).run();
+    if (layout.problem.empty()) {
+      hier_ = Hierarchy::build(store, prefix, size_, options_, layout);
+      hier_->set_tuning(tuning_);
+    }
   } catch (...) {
+    hier_.reset();
     for (auto* fds : {&send_fd_, &recv_fd_})
       for (int& fd : *fds)
         if (fd >= 0) close(fd), fd = -1;

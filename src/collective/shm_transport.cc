@@ -261,6 +261,10 @@ std::vector<ShmTransport::Header> ShmTransport::exchange(const Header& mine) {
     std::string problem = header_problem(all[p], mine, p, c_.options_.max_gather_bytes);
     if (!problem.empty())
       throw CommError(std::string(what) + " on rank " + std::to_string(r_) + ": " + problem + " (shared memory)");
+    if (all[p].pad != mine.pad && all[p].kind == mine.kind)
+      throw CommError(std::string(what) + " on rank " + std::to_string(r_) + ": rank " + std::to_string(p) +
+                      " runs another part of the hierarchical allreduce (" + std::to_string(all[p].pad) +
+                      ", this rank " + std::to_string(mine.pad) + ")");
     if (all[p].reserved != mine.reserved)
       throw CommError(std::string(what) + " on rank " + std::to_string(r_) + ": rank " + std::to_string(p) +
                       " stages " + std::to_string(all[p].reserved) + " bytes per round, this rank " +
@@ -313,12 +317,19 @@ bool ShmTransport::allreduce(const std::vector<Span>& spans, size_t count, DataT
 //            order, into its buffer, copies the result into its slot, posts kReduced;
 //   gather:  copies every other rank's reduced slice from that rank's slot, posts kGathered.
 // Round k+1 is published before round k is reduced, so copying and reducing overlap across ranks.
-void ShmTransport::allreduce_rounds(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op) {
+// Reduce-scatter alone (phases 1, hierarchical allreduce) posts kReduced and kGathered right after
+// its reduction (nobody reads its slot afterwards); allgather alone (phases 2) first copies its own
+// slice into its slot (as "reduce" would) and posts kPublished and kReduced. Every round posts every
+// counter once, so mixed sequences of collectives keep the counters in step on all ranks.
+std::vector<Span> ShmTransport::allreduce_rounds(const std::vector<Span>& spans, size_t count, DataType dt,
+                                                 ReduceOp op, int phases) {
   const size_t es = dtype_size(dt);
   const size_t win = std::max<size_t>(static_cast<size_t>(n_), window_bytes() / es);  // elements per round
   const uint64_t rounds = (count + win - 1) / win;
   const uint64_t base = rounds_;
+  const bool scatter = phases & 1, gather = phases & 2;
   SpanIndex index(spans);
+  std::vector<Span> mine_spans;
   // Element range [first, first + len) of slice j in round k; the window's slices as even as possible.
   auto slice = [&](uint64_t k, int j, size_t* first, size_t* len) {
     const size_t w0 = k * win, wl = std::min(win, count - w0);
@@ -342,20 +353,31 @@ void ShmTransport::allreduce_rounds(const std::vector<Span>& spans, size_t count
   };
   std::vector<const void*> contrib(n_);
   for (uint64_t k = 0; k < rounds; ++k) {
-    if (k == 0) publish(0);
-    if (k + 1 < rounds) publish(k + 1);
     const size_t w0 = k * win;
-    wait_for(kPublished, base + k + 1, "allreduce");
     size_t first, len;
     slice(k, r_, &first, &len);
     uint8_t* mine = slot(r_, base + k) + (first - w0) * es;
-    index.for_each(first * es, len * es, [&](char* p, size_t take, size_t rel) {
-      for (int j = 0; j < n_; ++j)
-        contrib[j] = j == r_ ? static_cast<const void*>(p) : slot(j, base + k) + (first - w0) * es + rel;
-      reduce_ordered(p, contrib.data(), n_, take / es, dt, op, n_);
-      std::memcpy(mine + rel, p, take);
-    });
+    if (scatter) {
+      if (k == 0) publish(0);
+      if (k + 1 < rounds) publish(k + 1);
+      wait_for(kPublished, base + k + 1, "allreduce");
+      index.for_each(first * es, len * es, [&](char* p, size_t take, size_t rel) {
+        for (int j = 0; j < n_; ++j)
+          contrib[j] = j == r_ ? static_cast<const void*>(p) : slot(j, base + k) + (first - w0) * es + rel;
+        reduce_ordered(p, contrib.data(), n_, take / es, dt, op, n_);
+        if (gather) std::memcpy(mine + rel, p, take);
+      });
+    } else {
+      if (k >= kSlots) wait_for(kGathered, base + k + 1 - kSlots, "allgather");
+      index.for_each(first * es, len * es, [&](char* p, size_t take, size_t rel) { std::memcpy(mine + rel, p, take); });
+      post(kPublished, base + k + 1);
+    }
     post(kReduced, base + k + 1);
+    if (!gather) {
+      index.for_each(first * es, len * es, [&](char* p, size_t take, size_t) { mine_spans.push_back(Span{p, take}); });
+      post(kGathered, base + k + 1);
+      continue;
+    }
     wait_for(kReduced, base + k + 1, "allreduce");
     for (int j = 0; j < n_; ++j) {
       if (j == r_) continue;
@@ -366,6 +388,22 @@ void ShmTransport::allreduce_rounds(const std::vector<Span>& spans, size_t count
     post(kGathered, base + k + 1);
   }
   rounds_ += rounds;
+  return mine_spans;
+}
+
+std::vector<Span> ShmTransport::reduce_scatter(const std::vector<Span>& spans, size_t count, DataType dt,
+                                               ReduceOp op) {
+  Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllreduce), static_cast<uint8_t>(dt), static_cast<uint8_t>(op),
+           1, -1, r_, count, c_.seq_, 0, window_bytes()};
+  exchange(h);
+  return allreduce_rounds(spans, count, dt, op, 1);
+}
+
+void ShmTransport::allgather_slices(const std::vector<Span>& spans, size_t count, DataType dt) {
+  Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllreduce), static_cast<uint8_t>(dt), 0, 2, -1, r_, count,
+           c_.seq_, 0, window_bytes()};
+  exchange(h);
+  allreduce_rounds(spans, count, dt, ReduceOp::kSum, 2);
 }
 
 void ShmTransport::broadcast(void* data, size_t count, DataType dt, int root) {

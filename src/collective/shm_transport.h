@@ -73,6 +73,12 @@ class ShmTransport {
   void allgatherv(const void* in, size_t count, DataType dt, std::vector<uint8_t>& out,
                   std::vector<size_t>* counts_out);
   void barrier();
+  // The two halves of allreduce() for the hierarchical allreduce (hierarchy.h), over the same window
+  // geometry: reduce_scatter leaves this rank's slice of every window reduced (in the spans) and
+  // returns those slices; allgather then copies every other rank's slices into the spans. Both are
+  // collectives of their own (header exchange, mismatch check; `op` unused by allgather).
+  std::vector<Span> reduce_scatter(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  void allgather_slices(const std::vector<Span>& spans, size_t count, DataType dt);
   // TcpCommunicator::wait_incoming for this transport: a peer entered a later collective.
   bool wait_incoming(int extra_fd, Clock::time_point until);
 
@@ -99,7 +105,10 @@ class ShmTransport {
   // Publishes `mine` (eager payload already in place), waits for all headers, validates them and
   // throws the common MismatchError. Returns every rank's header.
   std::vector<Header> exchange(const Header& mine);
-  void allreduce_rounds(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  // Reduce-scatter + allgather in rounds (both halves, or only the first or second: `phases` bit 1 /
+  // bit 2). Returns this rank's slices when the gather is left out.
+  std::vector<Span> allreduce_rounds(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op,
+                                     int phases = 3);
   size_t window_bytes() const;
 
   TcpCommunicator& c_;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "collective/hierarchy.h"
 #include "collective/shm_transport.h"
 #include "collective/tcp_internal.h"
 #include "common/logging.h"
@@ -36,6 +37,7 @@ TcpCommunicator::TcpCommunicator(int rank, int size, const CommunicatorOptions& 
 }
 
 TcpCommunicator::~TcpCommunicator() {
+  hier_.reset();
   shm_.reset();
   for (int fd : send_fd_)
     if (fd >= 0) close(fd);
@@ -54,7 +56,7 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
   if (size > 1) {
     if (!store) throw InvalidArgument("Communicator::create needs a store for size > 1");
     c->build_mesh(*store, prefix);
-    if (options.transport != Transport::kTcp) c->setup_transport();
+    if (options.transport != Transport::kTcp) c->setup_transport(store, prefix);
   }
   return c;
 }
@@ -64,6 +66,12 @@ void TcpCommunicator::shutdown_sockets() {
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
   for (int fd : recv_fd_)
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
+  if (hier_) hier_->shutdown();
+}
+
+void TcpCommunicator::set_tuning(const AlgorithmTuning& t) {
+  tuning_ = t;
+  if (hier_) hier_->set_tuning(t);
 }
 
 void TcpCommunicator::abort(const std::string& reason) {
@@ -76,6 +84,7 @@ void TcpCommunicator::abort(const std::string& reason) {
   uint64_t one = 1;
   ssize_t ignored = write(event_fd_, &one, sizeof(one));
   (void)ignored;
+  if (hier_) hier_->abort(reason);
   shutdown_sockets();  // peers blocked on us see EOF (PeerLostError) instead of waiting for their deadline
 }
 

@@ -42,27 +42,49 @@ struct Span {
 
 // Tunables of the algorithms (defaults are what the benchmarks in docs/collectives.md measured).
 struct AlgorithmTuning {
-  size_t eager_bytes = 64 << 10;       // allreduce payloads up to this go with the header (direct exchange)
+  // Allreduce algorithm of the TCP path by size and ranks (choose_allreduce; crossover points measured
+  // in docs/collectives.md, "Algorithms"):
+  size_t eager_bytes = 256 << 10;        // direct exchange (payload with the header) up to this size ...
+  size_t direct_total_bytes = 768 << 10;  // ... while every rank sends at most this much (bytes * (n-1))
+  size_t hd_max_bytes = 4 << 20;         // otherwise halving-doubling up to this size (half of it when the
+                                         // rank count is not a power of two: the fold moves the buffer twice more) ...
+  int hd_min_ranks = 3;                  // ... at this many ranks or more (at 2 it is the ring); else the ring
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
   // Shared-memory transport (shm_transport.h); both must be equal on all ranks (checked).
   size_t shm_eager_bytes = 64 << 10;   // payloads up to this go with the header (capped by the segment: 256 KiB)
   size_t shm_chunk_bytes = 1 << 20;    // bytes of the buffer per staging round (capped by the segment: 2 MiB)
+  // Hierarchical allreduce (hierarchy.h): buffers of at least this many bytes are sliced across the
+  // local ranks for the cross-host step (smaller ones: every local rank sends the whole buffer).
+  size_t hier_slice_bytes = 64 << 10;
 };
+
+// The allreduce algorithms of the TCP path (docs/collectives.md, "Algorithms", with the measured
+// crossover points). Every rank picks from (bytes, ranks, tuning); the choice travels in the header
+// and ranks whose choices differ fail with CommError (their tunings differ).
+enum class AllreduceAlgorithm : uint8_t { kDirect = 0, kHalvingDoubling = 1, kRing = 2 };
+EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t);
+EDL_API const char* algorithm_name(AllreduceAlgorithm a);
 
 struct CommStats {
   uint64_t collectives = 0;
   uint64_t eager_allreduces = 0;
   uint64_t ring_allreduces = 0;
+  uint64_t halving_doubling_allreduces = 0;
   uint64_t bytes_sent = 0;
 };
 
 class ShmTransport;
+class Hierarchy;
 
 // "auto" | "tcp" | "shm" (Config::transport, already validated) as a Transport.
 inline Transport transport_from_name(const std::string& s) {
   return s == "tcp" ? Transport::kTcp : s == "shm" ? Transport::kShm : Transport::kAuto;
+}
+// "auto" | "0" | "1" (Config::hierarchical, already validated) as a Hierarchical.
+inline Hierarchical hierarchical_from_name(const std::string& s) {
+  return s == "0" ? Hierarchical::kOff : s == "1" ? Hierarchical::kOn : Hierarchical::kAuto;
 }
 
 class EDL_API TcpCommunicator final : public Communicator {
@@ -79,7 +101,9 @@ class EDL_API TcpCommunicator final : public Communicator {
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
   // Allreduce of the concatenation of spans (each a whole number of elements), reading from and
   // writing to the spans directly: the fused allreduce of the engine without a copy.
-  void allreduce_spans(const std::vector<Span>& spans, DataType dtype, ReduceOp op);
+  // `whole_count` (internal, the hierarchical cross-host step): the element count of the whole
+  // buffer of which the spans are a slice; ranks whose whole counts differ get MismatchError.
+  void allreduce_spans(const std::vector<Span>& spans, DataType dtype, ReduceOp op, uint64_t whole_count = 0);
   void broadcast(void* data, size_t count, DataType dtype, int root) override;
   void allgatherv(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
                   std::vector<size_t>* counts_out = nullptr) override;
@@ -95,11 +119,17 @@ class EDL_API TcpCommunicator final : public Communicator {
   // ticking (docs/collectives.md). May run while another thread runs a collective.
   bool wait_incoming(int extra_fd, Clock::time_point until);
 
-  void set_tuning(const AlgorithmTuning& t) { tuning_ = t; }
+  void set_tuning(const AlgorithmTuning& t);  // also of the hierarchical children
+  // The halves of the shared-memory allreduce, for the hierarchical allreduce's local steps
+  // (hierarchy.h; only when transport_name() is "shm"): the first leaves this rank's slices reduced
+  // and returns them, the second gathers the other ranks' slices. Same error contract as allreduce.
+  std::vector<Span> shm_reduce_scatter(const std::vector<Span>& spans, DataType dt, ReduceOp op);
+  void shm_allgather_slices(const std::vector<Span>& spans, DataType dt);
   const AlgorithmTuning& tuning() const { return tuning_; }
   CommStats stats() const;
-  // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), else "tcp".
-  const char* transport_name() const { return shm_ ? "shm" : "tcp"; }
+  // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), "hier"
+  // when the allreduce is hierarchical (hierarchy.h; the other collectives then run over TCP), else "tcp".
+  const char* transport_name() const { return shm_ ? "shm" : hier_ ? "hier" : "tcp"; }
 
   // Implementation types (tcp_internal.h).
   struct Header;
@@ -111,9 +141,11 @@ class EDL_API TcpCommunicator final : public Communicator {
   friend class MeshBuilder;  // mesh_bootstrap.cc
   friend class ShmTransport;  // shm_transport.cc
   friend class ShmSetup;      // shm_setup.cc
+  friend class Hierarchy;     // hierarchy.cc
   void build_mesh(Store& store, const std::string& prefix);
-  // After the mesh: agree on the transport with the peers and attach the shared segment (shm_setup.cc).
-  void setup_transport();
+  // After the mesh: agree on the transport with the peers and attach the shared segment, or build
+  // the hierarchical children through the store (shm_setup.cc).
+  void setup_transport(const std::shared_ptr<Store>& store, const std::string& prefix);
   std::string peer_text(int peer) const;  // " (peer host:port)" for messages
   void check_usable() const;
   [[noreturn]] void fail(std::exception_ptr e);
@@ -124,14 +156,18 @@ class EDL_API TcpCommunicator final : public Communicator {
 
   // One collective, header first (see collectives.cc).
   void begin();
-  void finish(bool eager, bool ring);
+  void finish(bool eager, bool ring, bool halving_doubling = false);
   void exchange_headers(Header& mine, const std::vector<Span>& payload, std::vector<Header>& all,
                         std::vector<PeerQueues>& q);
   std::string mismatch(const std::vector<Header>& all) const;
+  std::string whole_mismatch(const std::vector<Header>& all) const;
   void drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what);
   void run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what);
   void ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
   void ring_window(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  void halving_doubling(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);  // halving_doubling.cc
+  // The non-eager allreduce after the header exchange: 16-bit widening, then the chosen algorithm.
+  void staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, AllreduceAlgorithm a);
   void shutdown_sockets();
 
   int rank_;
@@ -144,11 +180,14 @@ class EDL_API TcpCommunicator final : public Communicator {
   int event_fd_ = -1;
   uint64_t seq_ = 0;
   Clock::time_point deadline_;  // of the collective in progress
+  // A hierarchical child's collectives end by the parent's deadline (set by Hierarchy).
+  Clock::time_point outer_deadline_ = Clock::time_point::max();
   mutable Clock::time_point spin_off_until_;  // CPU contention seen: block without spinning until then
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> drain_buf_;
   std::vector<float> widened_;
   std::unique_ptr<ShmTransport> shm_;  // set when the collectives run through shared memory
+  std::unique_ptr<Hierarchy> hier_;    // set when the allreduce is hierarchical across hosts
 
   std::atomic<bool> aborted_{false};
   std::atomic<bool> poisoned_{false};

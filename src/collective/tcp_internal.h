@@ -32,6 +32,8 @@ struct TcpCommunicator::Header {
 };
 static_assert(sizeof(TcpCommunicator::Header) == 48, "wire header is 48 bytes");
 constexpr uint32_t kHeaderMagic = 0x45444c43u;  // "EDLC"
+// Header::reserved of a hierarchical cross-host step from a host whose own ranks disagreed.
+constexpr uint64_t kHostMismatch = ~uint64_t{0};
 
 // Why peer's header `h` cannot be acted upon, or "" when it can (wire_header.cc). Checked before
 // any length in it is used: magic and rank, known kind / dtype / op, count * dtype size without

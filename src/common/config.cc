@@ -119,6 +119,11 @@ Config Config::from_env() {
   c.transport = env_str("EDL_TRANSPORT", c.transport);
   if (c.transport != "auto" && c.transport != "tcp" && c.transport != "shm")
     throw InvalidArgument("EDL_TRANSPORT='" + c.transport + "' is not one of auto, tcp, shm");
+  c.hierarchical = env_str("EDL_HIERARCHICAL", c.hierarchical);
+  if (c.hierarchical != "auto" && c.hierarchical != "0" && c.hierarchical != "1")
+    throw InvalidArgument("EDL_HIERARCHICAL='" + c.hierarchical + "' is not one of auto, 0, 1");
+  if (c.hierarchical == "1" && c.transport != "auto")
+    throw InvalidArgument("EDL_HIERARCHICAL=1 needs EDL_TRANSPORT=auto (it is '" + c.transport + "')");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
   c.timeline_path = env_str("EDL_TIMELINE", "");
   if (!c.timeline_path.empty() && c.timeline_path.back() == '/')

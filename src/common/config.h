@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <string>
 
+#include "edl/export.h"
+
 namespace edl {
 
-struct Config {
+struct EDL_API Config {  // exported for the tests of its validation (tests/collective/hier_test.cc)
   // --- identity, set by edl-run ---------------------------------------------------------------
   bool launched = false;            // true when EDL_STORE is set (the process belongs to a job)
   std::string store_url;            // EDL_STORE: tcp://HOST:PORT | redis://HOST:PORT | memory://NAME
@@ -60,6 +62,8 @@ struct Config {
   double cycle_time_ms = 1.0;       // EDL_CYCLE_TIME_MS: engine cycle
   bool engine_tick = false;         // EDL_ENGINE_TICK: negotiate every cycle even when idle (Horovod's way)
   std::string transport = "auto";   // EDL_TRANSPORT: auto | tcp | shm (shared memory when all ranks share a host)
+  std::string hierarchical = "auto";  // EDL_HIERARCHICAL: auto | 0 | 1 (hierarchical allreduce across hosts;
+                                      // needs EDL_TRANSPORT=auto, see docs/collectives.md)
 
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug

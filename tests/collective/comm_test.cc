@@ -124,6 +124,7 @@ TEST_CASE("allreduce: small chunks exercise the ring pipeline across many chunks
     auto t = comm.tuning();
     t.chunk_bytes = 4096;
     t.eager_bytes = 0;
+    t.hd_max_bytes = 0;      // the ring at every size
     t.shm_eager_bytes = 0;   // test_collective_shm: staged rounds
     t.window_bytes = 40000;  // 50001 floats run as several consecutive rings
     comm.set_tuning(t);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -37,6 +38,11 @@ inline std::string unique_prefix(const std::string& what) {
 #define EDL_TEST_TRANSPORT ::edl::Transport::kTcp
 #endif
 constexpr bool kShmSuite = EDL_TEST_TRANSPORT == ::edl::Transport::kShm;
+// test_collective_hier: rank r of run_ranks() gets host id "host<r % EDL_TEST_HOSTS>", so ranks
+// spanning several "hosts" take the hierarchical allreduce (over loopback TCP between them).
+#ifndef EDL_TEST_HOSTS
+#define EDL_TEST_HOSTS 0
+#endif
 
 inline CommunicatorOptions fast_options(int timeout_ms = 5000) {
   CommunicatorOptions o;
@@ -57,12 +63,17 @@ inline void run_ranks(int n, const std::function<void(int, collective::TcpCommun
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = collective::TcpCommunicator::connect(store, prefix, r, n, opts);
+        CommunicatorOptions o = opts;
+        if (EDL_TEST_HOSTS > 0 && o.host_id.empty()) o.host_id = "host" + std::to_string(r % std::max(1, EDL_TEST_HOSTS));
+        auto comm = collective::TcpCommunicator::connect(store, prefix, r, n, o);
         if (n > 1 && opts.transport == Transport::kShm && std::string(comm->transport_name()) != "shm")
           throw std::runtime_error("the communicator does not use shared memory");
 #ifdef EDL_TEST_SHM_CHUNK_BYTES
         collective::AlgorithmTuning t = comm->tuning();
         t.shm_chunk_bytes = EDL_TEST_SHM_CHUNK_BYTES;
+#ifdef EDL_TEST_HIER_SLICE_BYTES
+        t.hier_slice_bytes = EDL_TEST_HIER_SLICE_BYTES;
+#endif
         comm->set_tuning(t);
 #endif
         fn(r, *comm);
