@@ -26,6 +26,15 @@ bool Handle::poll() const {
 
 void Handle::wait() const {
   EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::wait() on an empty handle");
+  if (state_->finished()) return state_->wait();  // rethrows its error, if any
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Count {  // also when wait() throws
+    std::chrono::steady_clock::time_point t0;
+    ~Count() {
+      collective::add_handle_wait_ns(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
+    }
+  } count{t0};
   state_->wait();
 }
 

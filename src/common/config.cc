@@ -114,6 +114,10 @@ Config Config::from_env() {
   if (c.transport != "auto" && c.transport != "tcp" && c.transport != "shm")
     throw InvalidArgument("EDL_TRANSPORT='" + c.transport + "' is not one of auto, tcp, shm");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
+  c.metrics_addr = env_str("EDL_METRICS_ADDR", "");
+  if (!c.metrics_addr.empty() && (c.metrics_addr[0] != '@' || c.metrics_addr.size() < 2 || c.metrics_addr.size() > 100))
+    throw InvalidArgument("EDL_METRICS_ADDR='" + c.metrics_addr + "' is not an abstract socket name '@NAME' (1..99 characters)");
+  c.metrics_interval_ms = static_cast<int>(env_int("EDL_METRICS_INTERVAL_MS", c.metrics_interval_ms, 10, 60000));
   return c;
 }
 

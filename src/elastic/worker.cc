@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "edl/elastic.h"
 #include "edl/error.h"
+#include "elastic/worker_metrics.h"
 
 namespace edl::elastic {
 
@@ -50,6 +51,9 @@ int64_t parse_step(const std::string& record, std::string* lineage) {
   }
 }
 }  // namespace
+
+using metrics::Phase;
+metrics::WorkerMetrics& stats() { return metrics::WorkerMetrics::instance(); }
 
 Group* current_group() { return t_group; }
 void set_current_group(Group* g) { t_group = g; }
@@ -105,6 +109,7 @@ void Worker::count_reset(const std::string& why) {
 // Builds the Group of generation v and starts watching it. Throws CommError when a member is gone.
 void Worker::install(const GenerationView& v) {
   view_ = v;
+  stats().set_generation(v.id, v.rank, v.size);
   leave_announced_ = false;
   flag_wait_ = nullptr;  // an agreement of the previous generation is void
   failed_.store(false);
@@ -144,6 +149,7 @@ void Worker::install(const GenerationView& v) {
 
 void Worker::join() {
   if (joined_) return;
+  stats().set_phase(Phase::kRendezvous);
   membership_.start();
   GenerationView v = membership_.rendezvous(nullptr);
   for (;;) {
@@ -163,6 +169,7 @@ void Worker::join() {
 
 // sync + callbacks of the generation just installed.
 void Worker::finish_generation(bool after_failure) {
+  if (stats().phase() != Phase::kRecovery) stats().set_phase(Phase::kSync);  // a recovery's sync stays in it
   state_set_persist(*state_, view_.rank == 0);
   if (sync_state(*state_, *group())) check_lineage();
   GenerationInfo info;
@@ -264,7 +271,24 @@ void Worker::on_comm_failure(const std::string& why) {
   on_failure(why);
   membership_.check_failed();
   count_reset(why);
+  if (recovery_since_ == std::chrono::steady_clock::time_point{}) recovery_since_ = std::chrono::steady_clock::now();
+  stats().set_phase(Phase::kRecovery);
+  const int64_t before = state_->step;
   state_->restore();
+  stats().rolled_back(before - state_->step, state_->step);
+  replayed_ += std::max<int64_t>(before - state_->step, 0);
+}
+
+// Training (re)starts in the current generation: ends a recovery in progress (worker metrics).
+void Worker::training_resumes() {
+  if (recovery_since_ != std::chrono::steady_clock::time_point{}) {
+    stats().recovered(view_.id,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - recovery_since_).count(),
+                      replayed_);
+    recovery_since_ = {};
+    replayed_ = 0;
+  }
+  stats().set_phase(Phase::kTraining);
 }
 
 // An error a restart cannot cure: mark the job failed (other members and edl-run see <job>/failed),
@@ -343,7 +367,9 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       std::exception_ptr cause;
       try {
         membership_.progress();
+        training_resumes();
         fn();
+        stats().set_phase(Phase::kDone);
         membership_.announce_finished(view_.id);
         membership_.unwatch();  // no progress deadline or peer checks once training is over
         return;
@@ -371,7 +397,9 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       if (what == kUser && !opt_.retry_user_errors) fail_job(cause);
       if (what == kChanged) {
         state.commit();
+        stats().committed();
         since_commit_ = 0;
+        stats().set_phase(leave_announced_ ? Phase::kDone : Phase::kRendezvous);
         if (leave_announced_) {
           EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step;
           membership_.unwatch();
@@ -421,6 +449,7 @@ void Worker::notify_batch_end() {
             "edl::notify_batch_end() must be called inside edl::elastic::run");
   if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
   state_->step += 1;
+  stats().batch_end(state_->step);
   membership_.progress();
   fault_point("batch_end");
   // The batch-boundary agreement: one 8-byte max-allreduce of the pending bits, started at this
@@ -443,6 +472,7 @@ void Worker::notify_batch_end() {
   flag_wait_ = group()->allreduce_max_async(&flag_);
   if (++since_commit_ >= opt_.commit_every) {
     state_->commit();
+    stats().committed();
     since_commit_ = 0;
   }
 }

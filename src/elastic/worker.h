@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,7 @@ class EDL_API Worker {
   void on_comm_failure(const std::string& why);
   void check_lineage();
   void record_checkpoint(const Keys& k, int64_t step, const std::string& lineage);
+  void training_resumes();
 
   std::shared_ptr<Store> store_;
   WorkerOptions opt_;
@@ -95,6 +97,8 @@ class EDL_API Worker {
   std::atomic<bool> in_run_{false};
   std::atomic<bool> crashed_{false};
   std::atomic<bool> failed_{false};  // the watch saw a failure of the current generation
+  std::chrono::steady_clock::time_point recovery_since_{};  // failure seen, training not resumed yet (metrics)
+  int64_t replayed_ = 0;                                     // steps rolled back in that recovery
 };
 
 }  // namespace edl::elastic
