@@ -225,6 +225,8 @@ JobSnapshot JobMetrics::snapshot(MetricsClock::time_point now) {
     s.steps_replayed += static_cast<double>(kv.second.steps_replayed);
   }
   s.mean_world_size = sized_seconds_ > 0 ? size_seconds_ / sized_seconds_ : 0;
+  if (s.max_world_size > 0)  // a weighted mean lies between the extremes (rounding aside)
+    s.mean_world_size = std::clamp<double>(s.mean_world_size, s.min_world_size, s.max_world_size);
   // Rates over the last kRateWindowSeconds (the value at the window's start is the newest one
   // recorded at or before it).
   if (!history_.empty()) {

@@ -99,6 +99,12 @@ bool MetricsService::receive_one(int flags) {
 
 void MetricsService::start_http() {
   http_ = std::make_unique<httplib::Server>();
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let two edl-runs share a
+  // port and split the scrapes between them instead of failing the second one.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    (void)::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_text(job_.snapshot(MetricsClock::now())), "text/plain; version=0.0.4; charset=utf-8");
   });
