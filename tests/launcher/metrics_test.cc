@@ -105,7 +105,7 @@ TEST_CASE("metrics: JobMetrics turns worker reports into job counters, phases an
   // h:1.0 is killed; h:0.0 recovers (2 s) into generation 2 with a replacement h:1.1; the same
   // recovery reported twice (two reports) counts once.
   m.on_worker_exit("h:1.0", at(12));
-  m.on_failure(at(12));
+  m.on_failure("h:1.0", true, at(12));
   m.on_restart(at(12));
   m.on_worker_started("h:1.1", at(12));
   WorkerReport rec = report("h:0.0", 3, Phase::kRecovery, 1, 2, 110);
@@ -157,6 +157,36 @@ TEST_CASE("metrics: JobMetrics turns worker reports into job counters, phases an
   s = m.snapshot(at(24));
   CHECK(s.phase == Phase::kDone);
   CHECK(s.phase_seconds[static_cast<int>(Phase::kDone)] == Approx(2));
+}
+
+TEST_CASE("metrics: a member's failure is recovery until the job trains in a newer generation", "[launcher][metrics]") {
+  const auto t0 = MetricsClock::now();
+  auto at = [&](double s) { return t0 + std::chrono::duration_cast<MetricsClock::duration>(std::chrono::duration<double>(s)); };
+  JobMetrics m(t0);
+  m.on_generation(1, {"h:0.0", "h:1.0"}, at(0));
+  m.on_report(report("h:0.0", 1, Phase::kTraining, 1, 2, 10), at(0));
+  m.on_report(report("h:1.0", 1, Phase::kTraining, 1, 2, 10), at(0));
+  // A newcomer that dies before it is admitted does not stop training.
+  m.on_failure("h:2.0", true, at(1));
+  CHECK(m.snapshot(at(1)).phase == Phase::kTraining);
+  // A member dies: the survivor still says "training" (blocked with the dead peer), the job recovers.
+  m.on_worker_exit("h:1.0", at(2));
+  m.on_failure("h:1.0", true, at(2));
+  m.on_report(report("h:0.0", 2, Phase::kTraining, 1, 2, 11), at(3));
+  CHECK(m.snapshot(at(3)).phase == Phase::kRecovery);
+  m.on_generation(2, {"h:0.0", "h:1.1"}, at(4));
+  m.on_report(report("h:0.0", 3, Phase::kSync, 2, 2, 11), at(4));
+  CHECK(m.snapshot(at(4)).phase == Phase::kRecovery);
+  m.on_report(report("h:0.0", 4, Phase::kTraining, 2, 2, 11), at(5));
+  JobSnapshot s = m.snapshot(at(6));
+  CHECK(s.phase == Phase::kTraining);
+  REQUIRE(s.recovery_seconds.size() == 1);
+  CHECK(s.recovery_seconds[0] == Approx(3));  // failure seen at 2 s, training again at 5 s
+  CHECK(s.phase_seconds[static_cast<int>(Phase::kRecovery)] == Approx(3));
+  CHECK(s.failures == 2);
+  // A failure after training ended (the job goes on to finish) is no recovery.
+  m.on_failure("h:0.0", false, at(7));
+  CHECK(m.snapshot(at(7)).phase == Phase::kTraining);
 }
 
 TEST_CASE("metrics: exposition, CSV and report formats", "[launcher][metrics]") {

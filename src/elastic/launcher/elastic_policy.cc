@@ -43,7 +43,7 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
     return;
   }
   // A failure.
-  metrics_->job().on_failure(Clock::now());
+  metrics_->job().on_failure(s.worker_id, !finishing_, Clock::now());
   if (finishing_) {
     log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" (after the job finished)");
     if (final_code_ == 0) final_code_ = code;

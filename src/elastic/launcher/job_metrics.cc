@@ -30,7 +30,17 @@ int weight(Phase p) {
 
 JobMetrics::JobMetrics(MetricsClock::time_point start) : start_(start), last_(start) {}
 
+// A member's failure seen by edl-run counts as recovery at once (the survivors may still be blocked
+// in a collective with the dead peer, reporting "training") until the job trains in a newer generation.
 Phase JobMetrics::job_phase() const {
+  uint64_t newest = 0;
+  const Phase p = workers_phase(&newest);
+  if (failed_at_ && p != Phase::kDone) return Phase::kRecovery;
+  return p;
+}
+
+// The phase from the workers' reports alone; *newest = the newest generation they report.
+Phase JobMetrics::workers_phase(uint64_t* newest_out) const {
   uint64_t newest = 0;
   bool any = false, done = false;
   for (const auto& kv : workers_) {
@@ -44,6 +54,7 @@ Phase JobMetrics::job_phase() const {
     if (last_phase_ == Phase::kDone || done) return Phase::kDone;
     return trained_ ? Phase::kRecovery : Phase::kStarting;
   }
+  *newest_out = newest;
   Phase worst = Phase::kDone;
   for (const auto& kv : workers_) {
     const Worker& w = kv.second;
@@ -112,6 +123,14 @@ void JobMetrics::on_report(const metrics::WorkerReport& r, MetricsClock::time_po
     w.step_seconds = (r.step_seconds - prev.step_seconds) / n;
     w.compute_seconds = (r.compute_seconds - prev.compute_seconds) / n;
   }
+  if (failed_at_) {  // the end of a recovery edl-run saw begin: the job trains in a newer generation
+    uint64_t newest = 0;
+    if (workers_phase(&newest) == Phase::kTraining && newest > failed_gen_) {
+      Recovery& rec = recoveries_[newest];
+      rec.seconds = std::max(rec.seconds, seconds_between(*failed_at_, now));
+      failed_at_.reset();
+    }
+  }
   const uint32_t have = std::min<uint32_t>(r.recoveries, metrics::kRecentRecoveries);
   for (uint32_t i = 0; i < have; ++i) {
     const metrics::RecoveryRecord& rec = r.recent[i];
@@ -144,10 +163,14 @@ void JobMetrics::on_worker_exit(const std::string& worker_id, MetricsClock::time
   if (it != workers_.end()) it->second.live = false;  // its counters stay in the totals
 }
 
-void JobMetrics::on_failure(MetricsClock::time_point now) {
+void JobMetrics::on_failure(const std::string& worker_id, bool recovers, MetricsClock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   integrate(now);
   ++totals_.failures;
+  if (recovers && members_.count(worker_id) && !failed_at_) {
+    failed_at_ = now;
+    failed_gen_ = totals_.generation;
+  }
 }
 
 void JobMetrics::on_restart(MetricsClock::time_point now) {

@@ -85,7 +85,9 @@ class JobMetrics {
   void on_report(const metrics::WorkerReport& r, MetricsClock::time_point now);
   void on_worker_started(const std::string& worker_id, MetricsClock::time_point now);
   void on_worker_exit(const std::string& worker_id, MetricsClock::time_point now);
-  void on_failure(MetricsClock::time_point now);
+  // A worker failed. When it was a member of the newest generation and `recovers` (the job goes on),
+  // the job is recovering from `now` until it trains again in a newer generation.
+  void on_failure(const std::string& worker_id, bool recovers, MetricsClock::time_point now);
   void on_restart(MetricsClock::time_point now);
   void on_generation(uint64_t gen, const std::vector<std::string>& members, MetricsClock::time_point now);
 
@@ -107,6 +109,7 @@ class JobMetrics {
   };
   void integrate(MetricsClock::time_point now);
   metrics::Phase job_phase() const;
+  metrics::Phase workers_phase(uint64_t* newest) const;
   double steps_divisor(const metrics::WorkerReport& r) const;
   void record_rates(MetricsClock::time_point now);
   void fill_goodput(JobSnapshot* s) const;
@@ -120,6 +123,8 @@ class JobMetrics {
   bool have_generation_ = false;
   bool trained_ = false;                     // the job phase was training at some point
   metrics::Phase last_phase_ = metrics::Phase::kStarting;  // the job phase of the last integration
+  std::optional<MetricsClock::time_point> failed_at_;      // a member failed; the job has not trained since
+  uint64_t failed_gen_ = 0;                                  // the newest generation at that moment
   JobSnapshot totals_;                       // the counters and time integrals (the rest is filled in snapshot)
   double size_seconds_ = 0, sized_seconds_ = 0;
   std::deque<std::pair<MetricsClock::time_point, std::pair<double, double>>> history_;  // steps, samples

@@ -71,7 +71,7 @@ int run_static(const LaunchOptions& o, Job& job) {
       int r = rank_of[e.pid];
       if (metrics) {
         metrics->job().on_worker_exit(worker_ids[r], Clock::now());
-        if (code != 0 && !stopping) metrics->job().on_failure(Clock::now());
+        if (code != 0 && !stopping) metrics->job().on_failure(worker_ids[r], false, Clock::now());
       }
       if (code != 0 && first_failure == 0 && !stopping) {
         first_failure = code;
