@@ -86,13 +86,14 @@ void JobMetrics::integrate(MetricsClock::time_point now) {
   }
 }
 
-// A report's steps count 1/n each, n = this host's members of its generation: every member runs
-// every step, so the job's step counter advances once per step (docs/observability.md).
+// A report's steps count 1/n each, n = this host's members of its generation (started by this
+// edl-run, reported yet or not): every member runs every step, so the job's step counter advances
+// once per step (docs/observability.md). A report of an older generation than the newest known
+// uses its world size (one host).
 double JobMetrics::steps_divisor(const metrics::WorkerReport& r) const {
   int n = 0;
-  for (const auto& kv : workers_)
-    if (kv.second.live && kv.second.reported && kv.second.last.generation == r.generation && members_.count(kv.first))
-      ++n;
+  if (r.generation == totals_.generation)
+    for (const auto& m : members_) n += workers_.count(m) ? 1 : 0;
   if (n == 0) n = r.world_size;
   return std::max(n, 1);
 }

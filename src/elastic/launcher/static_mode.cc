@@ -36,6 +36,7 @@ int run_static(const LaunchOptions& o, Job& job) {
         {"EDL_ELASTIC", "EDL_MIN_NP", "EDL_MAX_NP", "EDL_METRICS_ADDR"});
     if (metrics && !metrics->worker_addr().empty()) env.push_back("EDL_METRICS_ADDR=" + metrics->worker_addr());
     worker_ids.push_back(o.hostname + ":" + std::to_string(r));
+    if (metrics) metrics->job().on_worker_started(worker_ids.back(), Clock::now());
     const std::vector<int> bound = cpus_for_slot(o.bind_to, r, o.np, cpus);
     pid_t pid = sup.start(argv, env, std::to_string(r), bound);
     rank_of[pid] = r;
