@@ -99,6 +99,7 @@ bool MetricsService::receive_one(int flags) {
 
 void MetricsService::start_http() {
   http_ = std::make_unique<httplib::Server>();
+  http_->new_task_queue = [] { return new httplib::ThreadPool(2); };  // scrapes are rare: 2 threads, not 8+
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let two edl-runs share a
   // port and split the scrapes between them instead of failing the second one.
   http_->set_socket_options([](socket_t sock) {
