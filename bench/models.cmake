@@ -7,3 +7,12 @@ if(EDL_BENCH_WITH_LIBTORCH)
   target_compile_definitions(model_bench PRIVATE EDL_BENCH_WITH_LIBTORCH=1)
   target_link_libraries(model_bench PRIVATE ${TORCH_LIBRARIES})
 endif()
+
+# timeline_bench: ResNet20 training step with the timeline on and off (bench/timeline_bench.cc).
+edl_add_bench(timeline_bench timeline_bench.cc)
+target_link_libraries(timeline_bench PRIVATE edl_models)
+if(EDL_BUILD_TESTS)
+  add_test(NAME "bench: timeline_bench rejects bad flag values"
+    COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:timeline_bench> -P ${PROJECT_SOURCE_DIR}/tests/bench/timeline_bad_values.cmake)
+  set_tests_properties("bench: timeline_bench rejects bad flag values" PROPERTIES LABELS bench TIMEOUT 120)
+endif()

@@ -144,6 +144,35 @@ void optimizer_section(std::ostream& md, const DataSet& d, Plots&) {
         body);
 }
 
+void timeline_section(std::ostream& md, const DataSet& d, Plots&) {
+  const Rows& rows = d.of("timeline_bench");
+  md << "Target: the timeline (`EDL_TIMELINE`, docs/observability.md) costs a ResNet20 training step at most 2%. "
+        "Workload: ResNet20 (batch 32 per rank, one compute thread) on 2 thread-ranks, every gradient an asynchronous "
+        "allreduce through the collective engine (per-tensor negotiation and fusion: the heaviest use of the "
+        "timeline). On and off alternate in short blocks within one run; `step_ms` is the median of rank 0's timed steps, "
+        "`block_min_ms` / `block_max_ms` the spread of the per-block medians, `wrong` counts summed gradients that "
+        "were not ranks x their own value.\n";
+  table(md, having(rows, "timeline"),
+        {"timeline", "ranks", "batch", "step_ms", "p10_ms", "p90_ms", "block_min_ms", "block_max_ms", "blocks",
+         "steps", "events_per_step", "dropped", "wrong"});
+  for (const Json& r : having(rows, "overhead_pct")) {
+    const double pct = num(r, "overhead_pct"), paired = num(r, "paired_overhead_pct", pct);
+    const double target = num(r, "target_pct", 2.0);
+    md << "\nOverhead: median on / median off - 1 = **" << fixed(pct, 2) << "%**; paired (median over the "
+          "repeats of on block / off block of the same repeat - 1) = **"
+       << fixed(paired, 2) << "%** (quartiles " << fixed(num(r, "paired_p25_pct"), 2) << "% .. "
+       << fixed(num(r, "paired_p75_pct"), 2) << "%) — " << (pct <= target && paired <= target ? "meets" : "misses")
+       << " the target of <= " << fixed(target, 0)
+       << "%. A negative value means the difference is below the noise of this shared machine.\n";
+    if (r.contains("cpu_overhead_pct"))
+      md << "\nCPU cost measured directly (not blurred by that noise): recording " << fixed(num(r, "record_ns_per_event"), 0)
+         << " ns per event on the recording thread, writing " << fixed(num(r, "writer_ns_per_event"), 0)
+         << " ns per event on the writer thread; at " << fixed(num(r, "events_per_step"), 0)
+         << " events per step (all ranks) that is **" << fixed(num(r, "cpu_overhead_pct"), 3)
+         << "%** of the ranks' CPU time per step.\n";
+  }
+}
+
 void elastic_section(std::ostream& md, const DataSet& d, Plots& plots) {
   const Rows& rows = d.of("elastic_bench");
   Rows events, rdv;
@@ -421,6 +450,7 @@ const std::vector<Section>& sections() {
        "(`store_rendezvous`: the store's share of a rendezvous, not the whole elastic protocol).",
        nullptr},
       {"optimizer_bench", "Distributed optimizer overlap", "", optimizer_section},
+      {"timeline_bench", "Timeline overhead (ResNet20 step, timeline on / off)", "", timeline_section},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"metrics_timeline", "Job metrics around a kill and a join",
        "A 2-worker job under `edl-run --metrics-file` (scripts/metrics-timeline.sh, docs/observability.md): "

@@ -11,6 +11,7 @@
 
 #include "collective/tcp_communicator.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 
 namespace edl::collective {
@@ -237,6 +238,13 @@ void Engine::run_round(bool helper) {
   if (tcp_) next_ = t0 + options_.idle_round;
   else if (p.others_lack && !p.i_lack) next_ = t0;
   const auto t1 = Clock::now();
+  ready_at_ = t1;
+  if (timeline::on() && (!ready.empty() || !pending_.empty())) {
+    timeline::Event e(timeline::Lane::kNegotiation, "negotiate");
+    e.span(timeline::to_us(t0), timeline::to_us(t1)).arg("ready", static_cast<int64_t>(ready.size()));
+    e.arg("waiting", static_cast<int64_t>(pending_.size())).arg("rank", comm_->rank());
+    timeline::record(e);
+  }
   if (!ready.empty()) {
     executing_ = ready;
     execute(ready);
@@ -349,6 +357,7 @@ void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
   const size_t es = dtype_size(dt);
   const auto started = Clock::now();
   std::exception_ptr err;
+  const auto start = Clock::now();
   try {
     if (group.size() == 1) {
       comm_->allreduce(group[0]->data, group[0]->desc.count, dt, op);
@@ -376,6 +385,7 @@ void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
   } catch (const InvalidArgument&) {
     err = std::current_exception();  // mismatch: only these requests fail; the communicator is fine
   }
+  if (timeline::on()) trace_collective(group, start, Clock::now());
   {
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - started).count();
     std::lock_guard<std::mutex> lock(mu_);
@@ -392,6 +402,7 @@ void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
 
 void Engine::run_single(const RequestPtr& r) {
   std::exception_ptr err;
+  const auto start = Clock::now();
   try {
     switch (r->desc.kind) {
       case kBroadcast:
@@ -409,11 +420,41 @@ void Engine::run_single(const RequestPtr& r) {
   } catch (const InvalidArgument&) {
     err = std::current_exception();
   }
+  if (timeline::on()) trace_collective({r}, start, Clock::now());
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.collectives;
   }
   complete(r, err);
+}
+
+void Engine::trace_collective(const std::vector<RequestPtr>& group, Clock::time_point start, Clock::time_point end) {
+  using timeline::Event;
+  using timeline::Lane;
+  const uint8_t kind = group[0]->desc.kind;
+  const char* name = kind_name(kind);
+  const int64_t id = static_cast<int64_t>(timeline::next_collective_id());
+  const int64_t t_ready = timeline::to_us(ready_at_), t_start = timeline::to_us(start), t_end = timeline::to_us(end);
+  int64_t total = 0;
+  std::vector<Event> events;
+  events.reserve(3 * group.size() + 1);
+  for (const RequestPtr& r : group) {
+    const size_t count = kind == kAllgather ? r->local_count : r->desc.count;
+    const int64_t bytes = static_cast<int64_t>(count * dtype_size(static_cast<DataType>(r->desc.dtype)));
+    total += bytes;
+    const int64_t t_enq = std::min(timeline::to_us(r->enqueued), t_ready);
+    events.emplace_back(Lane::kTensor, "negotiate");
+    events.back().span(t_enq, t_ready).set_label(r->name);
+    events.emplace_back(Lane::kTensor, "queue");
+    events.back().span(t_ready, t_start).set_label(r->name);
+    events.emplace_back(Lane::kTensor, name);
+    events.back().span(t_start, t_end).set_label(r->name);
+    events.back().arg("bytes", bytes).arg("fused_id", id).arg("fused_tensors", static_cast<int64_t>(group.size()));
+  }
+  events.emplace_back(Lane::kCollectives, name);
+  events.back().span(t_start, t_end).arg("fused_id", id).arg("tensors", static_cast<int64_t>(group.size()));
+  events.back().arg("bytes", total).arg("rank", comm_->rank());
+  timeline::record(events.data(), events.size());
 }
 
 void Engine::complete(const RequestPtr& r, std::exception_ptr e) {

@@ -162,6 +162,11 @@ class EDL_API Engine {
   void run_allreduce_group(const std::vector<RequestPtr>& group);
   void run_single(const RequestPtr& r);
   void complete(const RequestPtr& r, std::exception_ptr e);
+  // Timeline (EDL_TIMELINE): per request its negotiation (enqueue .. agreed ready), queue wait
+  // (ready .. its collective starts) and the collective (with the fused collective's id), plus the
+  // collective on the "collectives" lane. Only while timeline::on().
+  void trace_collective(const std::vector<RequestPtr>& group, std::chrono::steady_clock::time_point start,
+                        std::chrono::steady_clock::time_point end);
   void fail_all(std::exception_ptr e);
   // Warns (once per request) about requests pending for more than kStallWarning on this rank while
   // other ranks have not submitted them (Horovod's stall inspector; a likely user error).
@@ -206,6 +211,7 @@ class EDL_API Engine {
   std::vector<std::pair<std::string, Desc>> cache_;  // response cache: id -> (name, descriptor)
   std::unordered_map<std::string, uint32_t> cache_ids_;
   std::vector<uint8_t> fusion_buf_;                  // only for communicators without span support
+  std::chrono::steady_clock::time_point ready_at_;   // end of the round's negotiation (timeline)
 
   std::thread thread_;
 };

@@ -118,6 +118,10 @@ Config Config::from_env() {
   if (!c.metrics_addr.empty() && (c.metrics_addr[0] != '@' || c.metrics_addr.size() < 2 || c.metrics_addr.size() > 100))
     throw InvalidArgument("EDL_METRICS_ADDR='" + c.metrics_addr + "' is not an abstract socket name '@NAME' (1..99 characters)");
   c.metrics_interval_ms = static_cast<int>(env_int("EDL_METRICS_INTERVAL_MS", c.metrics_interval_ms, 10, 60000));
+  c.timeline_path = env_str("EDL_TIMELINE", "");
+  if (!c.timeline_path.empty() && c.timeline_path.back() == '/')
+    throw InvalidArgument("EDL_TIMELINE='" + c.timeline_path + "' names a directory; it must name a file "
+                          "(edl-run --timeline DIR writes one file per worker)");
   return c;
 }
 

@@ -64,6 +64,8 @@ struct Config {
                                     //   datagram socket; set by edl-run; "" = no reports)
   int metrics_interval_ms = 250;    // EDL_METRICS_INTERVAL_MS: a worker reports at most this often
                                     //   (and on every phase change)
+  std::string timeline_path;        // EDL_TIMELINE: write a Chrome trace-event timeline here ("" = off;
+                                    //   edl-run --timeline DIR sets one file per worker)
 
   static Config from_env();
 };

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/elastic.h"
 #include "edl/error.h"
 #include "elastic/worker_metrics.h"
@@ -126,6 +127,8 @@ void Worker::install(const GenerationView& v) {
     building_cancel_ = building.cancel;
   }
   membership_.watch(v, [this](const std::string& reason) { on_failure(reason); });
+  timeline::Span connect(timeline::Lane::kElastic, "connect");
+  connect.arg("generation", static_cast<int64_t>(v.id)).arg("rank", v.rank).arg("size", v.size);
   std::shared_ptr<Group> g;
   try {
     g = factory_(building, membership_.keys().comm_prefix(v.id));
@@ -151,7 +154,7 @@ void Worker::join() {
   if (joined_) return;
   stats().set_phase(Phase::kRendezvous);
   membership_.start();
-  GenerationView v = membership_.rendezvous(nullptr);
+  GenerationView v = rendezvous(nullptr);
   for (;;) {
     try {
       install(v);
@@ -162,7 +165,7 @@ void Worker::join() {
       membership_.announce_abort(v.id, e.what());
       count_reset(e.what());
       membership_.unwatch();
-      v = membership_.rendezvous(&v);
+      v = rendezvous(&v);
     }
   }
 }
@@ -170,6 +173,8 @@ void Worker::join() {
 // sync + callbacks of the generation just installed.
 void Worker::finish_generation(bool after_failure) {
   if (stats().phase() != Phase::kRecovery) stats().set_phase(Phase::kSync);  // a recovery's sync stays in it
+  timeline::Span sync(timeline::Lane::kElastic, "state sync");
+  sync.arg("generation", static_cast<int64_t>(view_.id)).arg("rank", view_.rank).arg("size", view_.size);
   state_set_persist(*state_, view_.rank == 0);
   if (sync_state(*state_, *group())) check_lineage();
   GenerationInfo info;
@@ -183,16 +188,28 @@ void Worker::finish_generation(bool after_failure) {
 
 // Re-rendezvous (survivors keep their order), build the new Group, sync. Retries on failures.
 void Worker::form(bool after_failure) {
+  // Timeline: the whole re-formation, "recovery" after a failure, "resize" after a join or leave.
+  const int64_t t0 = timeline::now_us();
+  const uint64_t from = view_.id;
+  const bool recovery = after_failure;
+  auto trace = [&] {
+    if (!timeline::on()) return;
+    timeline::Event e(timeline::Lane::kElastic, recovery ? "recovery" : "resize");
+    e.span(t0, timeline::now_us()).arg("generation", static_cast<int64_t>(view_.id));
+    e.arg("previous_generation", static_cast<int64_t>(from)).arg("rank", view_.rank).arg("size", view_.size);
+    timeline::record(e);
+  };
   for (;;) {
     bool failed = false;
     std::string why;
     try {
       membership_.unwatch();
       GenerationView prev = view_;
-      GenerationView v = membership_.rendezvous(&prev);
+      GenerationView v = rendezvous(&prev);
       install(v);
       fault_point("sync");
       finish_generation(after_failure);
+      trace();
       return;
     } catch (const CommError& e) {
       if (crashed_) throw;
@@ -342,7 +359,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       state_set_identity(state, opt_.membership.job_id, store_->get(k.lineage()).value_or(""));
       if (!state.load_checkpoint()) {
         state_set_identity(state, opt_.membership.job_id, "");  // a fresh state belongs to no lineage yet
-        state.commit();
+        commit();
       }
     } else {
       state_set_identity(state, opt_.membership.job_id, state_lineage(state));
@@ -396,8 +413,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       }
       if (what == kUser && !opt_.retry_user_errors) fail_job(cause);
       if (what == kChanged) {
-        state.commit();
-        stats().committed();
+        commit();
         since_commit_ = 0;
         stats().set_phase(leave_announced_ ? Phase::kDone : Phase::kRendezvous);
         if (leave_announced_) {
@@ -471,10 +487,29 @@ void Worker::notify_batch_end() {
   flag_ = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
   flag_wait_ = group()->allreduce_max_async(&flag_);
   if (++since_commit_ >= opt_.commit_every) {
-    state_->commit();
-    stats().committed();
+    commit();
     since_commit_ = 0;
   }
+}
+
+void Worker::commit() {
+  timeline::Span span(timeline::Lane::kElastic, "commit");
+  span.arg("generation", static_cast<int64_t>(view_.id)).arg("step", state_->step).arg("rank", view_.rank);
+  state_->commit();
+  stats().committed();
+}
+
+// The rendezvous, on the timeline with the generation it formed.
+GenerationView Worker::rendezvous(const GenerationView* previous) {
+  const int64_t t0 = timeline::now_us();
+  GenerationView v = membership_.rendezvous(previous);
+  if (timeline::on()) {
+    timeline::Event e(timeline::Lane::kElastic, "rendezvous");
+    e.span(t0, timeline::now_us()).arg("generation", static_cast<int64_t>(v.id)).arg("rank", v.rank);
+    e.arg("size", v.size).arg("previous_size", v.previous_size);
+    timeline::record(e);
+  }
+  return v;
 }
 
 }  // namespace edl::elastic

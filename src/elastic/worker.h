@@ -67,6 +67,8 @@ class EDL_API Worker {
 
  private:
   void form(bool after_failure);
+  GenerationView rendezvous(const GenerationView* previous);  // membership_.rendezvous + timeline
+  void commit();                                               // state_->commit() + timeline
   void install(const GenerationView& v);
   void on_failure(const std::string& reason);
   void count_reset(const std::string& why);

@@ -9,6 +9,7 @@
 #define EDL_OPTIM_HAVE_ENGINE 0  // transitional: the collective core is being written
 #endif
 
+#include "common/timeline.h"
 #include "edl/error.h"
 #include "edl/types.h"
 
@@ -35,6 +36,7 @@ BucketReducer::~BucketReducer() {
 }
 
 void BucketReducer::launch(ReduceJob* job) {
+  job->launch_s = now_s();
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(job);
@@ -82,6 +84,21 @@ void BucketReducer::run(ReduceJob* job) {
   job->start_s = t0;
   job->end_s = now_s();
   job->busy_s = job->end_s - t0;
+  if (timeline::on()) trace(*job);
+}
+
+// Timeline, the bucket's lane: "queue" (launch .. this thread starts it) and "allreduce" (one
+// collective per bucket: its own fused id).
+void BucketReducer::trace(const ReduceJob& job) const {
+  using timeline::steady_seconds_to_us;
+  timeline::Event e[2] = {timeline::Event(timeline::Lane::kTensor, "queue"),
+                          timeline::Event(timeline::Lane::kTensor, "allreduce")};
+  e[0].span(steady_seconds_to_us(job.launch_s), steady_seconds_to_us(job.start_s)).set_label(job.name);
+  e[1].span(steady_seconds_to_us(job.start_s), steady_seconds_to_us(job.end_s)).set_label(job.name);
+  e[1].arg("bytes", static_cast<int64_t>(job.count * (job.half ? 2 : 4)));
+  e[1].arg("fused_id", static_cast<int64_t>(timeline::next_collective_id())).arg("fused_tensors", 1);
+  e[1].arg("rank", comm_->rank());
+  timeline::record(e, 2);
 }
 
 void to_half(const float* in, float scale, uint16_t* out, size_t n) {

@@ -43,6 +43,7 @@ struct ReduceJob {
   bool done = false;
   std::exception_ptr error;
   double busy_s = 0;
+  double launch_s = 0;  // steady-clock seconds: BucketReducer::launch() (timeline)
   double start_s = 0;  // steady-clock seconds: when the reduction started / finished
   double end_s = 0;
 };
@@ -69,6 +70,7 @@ class BucketReducer final : public Reducer {
  private:
   void loop();
   void run(ReduceJob* job);
+  void trace(const ReduceJob& job) const;  // timeline events of a finished job
 
   std::shared_ptr<Communicator> comm_;
   std::mutex mu_;

@@ -9,6 +9,7 @@
 
 #include "common/logging.h"
 #include "collective/runtime_state.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 #include "edl/optim.h"
 #include "optim/bucket_reducer.h"
@@ -349,7 +350,27 @@ struct DistributedOptimizer::Impl {
     in_step = false;
   }
 
+  // Timeline (EDL_TIMELINE), "optimizer" lane: "backward" from the step's first gradient to its
+  // last, then "step" (args step, buckets, bytes) with "wait" (the allreduces) and "update" inside.
+  void trace_step(double t_entry, double t_wait, double t_update, double t_end) const {
+    using timeline::Event;
+    using timeline::Lane;
+    using timeline::steady_seconds_to_us;
+    const int64_t step_no = rescaler.step();
+    Event e[4] = {Event(Lane::kOptimizer, "backward"), Event(Lane::kOptimizer, "step"),
+                  Event(Lane::kOptimizer, "wait"), Event(Lane::kOptimizer, "update")};
+    e[0].span(steady_seconds_to_us(step_start), steady_seconds_to_us(std::min(backward_end, t_entry)))
+        .arg("step", step_no).arg("passes", passes);
+    e[1].span(steady_seconds_to_us(t_entry), steady_seconds_to_us(t_end)).arg("step", step_no);
+    e[1].arg("buckets", static_cast<int64_t>(buckets.size())).arg("bytes", static_cast<int64_t>(stats.bytes));
+    e[1].arg("world_size", world_size);
+    e[2].span(steady_seconds_to_us(t_wait), steady_seconds_to_us(t_update)).arg("step", step_no);
+    e[3].span(steady_seconds_to_us(t_update), steady_seconds_to_us(t_end)).arg("step", step_no);
+    timeline::record(e, 4);
+  }
+
   void step() {
+    const double t_entry = now_s();
     begin_step();
     if (pass < passes) {
       backward_end = now_s();
@@ -383,6 +404,7 @@ struct DistributedOptimizer::Impl {
     if (!(step_samples && total_samples <= 0)) apply_update();
     stats.update_s = now_s() - t_update;
     stats.samples = step_samples ? static_cast<uint64_t>(total_samples) : 0;
+    if (timeline::on()) trace_step(t_entry, t_wait, t_update, t_update + stats.update_s);
     rescaler.advance();
   }
 

@@ -7,8 +7,11 @@
 //
 // Thread-safety: init()/shutdown() are meant to be called once each, from the program's main thread;
 // the accessors are safe from any thread after init().
+#include <unistd.h>
+
 #include "collective/runtime_state.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/edl.h"
 #include "edl/error.h"
 #include "elastic/api.h"
@@ -28,6 +31,18 @@ std::shared_ptr<Store> connect_job_store(const Config& config) {
   return connect_store(config.store_url, so);
 }
 
+// EDL_TIMELINE: the process's timeline file. Chrome pid: the rank in static mode (stable), the OS
+// process id in elastic mode (ranks change between generations).
+void start_timeline(const Config& config) {
+  if (config.timeline_path.empty()) return;
+  timeline::Options o;
+  o.path = config.timeline_path;
+  o.variable = "EDL_TIMELINE";
+  o.pid = config.elastic ? getpid() : config.rank;
+  o.process_name = "worker " + config.worker_id + (config.elastic ? "" : " rank " + std::to_string(config.rank));
+  timeline::start(o);
+}
+
 }  // namespace
 
 void init() {
@@ -35,6 +50,7 @@ void init() {
   if (rt.initialized()) return;
   const Config config = Config::from_env();
   log::set_level(config.log_level);
+  start_timeline(config);
   if (!rt.start(config, connect_job_store(config))) return;
   metrics::WorkerMetrics::instance().start(config);  // reports to edl-run when EDL_METRICS_ADDR is set
   if (config.elastic) {
@@ -62,6 +78,7 @@ void shutdown() {
     elastic::uninstall_launcher_link();
   }
   rt.finish();                                      // stops the generation's engine
+  timeline::stop();                                 // closes the timeline file (EDL_TIMELINE)
 }
 
 bool initialized() { return detail::Runtime::instance().initialized(); }

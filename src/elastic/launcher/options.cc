@@ -1,8 +1,11 @@
 #include "elastic/launcher/options.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cxxopts.hpp>
 #include <set>
 
@@ -13,7 +16,7 @@ namespace {
 const std::set<std::string> kValued = {
     "-np", "--np", "-n", "--min-np", "--max-np", "--host-discovery-script", "--discovery-interval-ms",
     "--reset-limit", "--blacklist-cooldown-range", "--store", "--store-bind", "--store-port", "--secret",
-    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file", "--bind-to",
+    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file", "--bind-to", "--timeline",
     "--metrics-port", "--metrics-bind", "--metrics-file", "--metrics-interval", "--report"};
 
 std::string local_hostname() {
@@ -61,7 +64,27 @@ void parse_metrics_options(const cxxopts::ParseResult& r, LaunchOptions* L) {
   }
 }
 
+// --timeline DIR: created when missing (its parent must exist); must be a writable directory.
+void check_timeline_dir(const std::string& dir) {
+  if (dir.empty()) throw UsageError("--timeline needs a directory, got ''");
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+    throw UsageError("--timeline '" + dir + "': cannot create the directory: " + std::strerror(errno));
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw UsageError("--timeline '" + dir + "' is not a directory");
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    throw UsageError("--timeline '" + dir + "': the directory is not writable: " + std::strerror(errno));
+}
+
 }  // namespace
+
+void set_timeline_env(std::vector<std::string>* env, const LaunchOptions& o, const std::string& name) {
+  if (o.timeline_dir.empty()) return;
+  env->erase(std::remove_if(env->begin(), env->end(),
+                            [](const std::string& e) { return e.rfind("EDL_TIMELINE=", 0) == 0; }),
+             env->end());
+  env->push_back("EDL_TIMELINE=" + o.timeline_dir + "/worker-" + name + ".json");
+}
 
 bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* help_text) {
   // Split "edl-run [OPTIONS] PROGRAM ARGS..." (or "... -- PROGRAM ARGS...").
@@ -120,6 +143,8 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
       ("metrics-file", "write the job-wide metrics as CSV rows to this file", cxxopts::value<std::string>())
       ("metrics-interval", "seconds between --metrics-file rows", cxxopts::value<std::string>()->default_value("1"))
       ("report", "write the goodput report as JSON to this file at the end", cxxopts::value<std::string>())
+      ("timeline", "write a Chrome trace-event timeline per worker into DIR (EDL_TIMELINE; "
+                   "docs/observability.md)", cxxopts::value<std::string>())
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
   *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
@@ -156,6 +181,10 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   L.grace_s = r["grace-period"].as<double>();
   L.rendezvous_timeout_s = r["rendezvous-timeout"].as<double>();
   if (r.count("pid-file")) L.pid_file = r["pid-file"].as<std::string>();
+  if (r.count("timeline")) {
+    L.timeline_dir = r["timeline"].as<std::string>();
+    check_timeline_dir(L.timeline_dir);
+  }
   L.verbose = r.count("verbose") > 0;
   L.retry_user_errors = r.count("retry-user-errors") > 0;
   L.allow_restart_from_scratch = r.count("allow-restart-from-scratch") > 0;

@@ -38,8 +38,13 @@ struct LaunchOptions {
   std::string metrics_file;          // --metrics-file: CSV of the job-wide samples ("" = none)
   double metrics_interval_s = 1.0;   // --metrics-interval: seconds between CSV rows
   std::string report_path;           // --report: goodput report as JSON ("" = only the log line)
+  std::string timeline_dir;          // --timeline DIR: each worker writes DIR/worker-<host>-<slot>[-<n>].json
   std::vector<std::string> command;  // PROGRAM ARGS...
 };
+
+// With --timeline: sets EDL_TIMELINE=<timeline_dir>/worker-<name>.json in a worker's environment
+// (replacing an inherited EDL_TIMELINE). Without it the environment is left as it is.
+void set_timeline_env(std::vector<std::string>* env, const LaunchOptions& o, const std::string& name);
 
 // Bad command line: message for the user; edl-run prints it with the usage and exits 2.
 class UsageError : public std::runtime_error {
