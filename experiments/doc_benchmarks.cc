@@ -292,6 +292,63 @@ void autoscale_section(std::ostream& md, const DataSet& d, Plots&) {
                       "compare_threshold", "replay_path", "replay_share_of_best"});
 }
 
+// scripts/metrics-timeline.sh: edl-run's --metrics-file (metrics_timeline.csv next to the rows)
+// around a kill and a join, and the job's goodput report (docs/observability.md, "Plots").
+void metrics_section(std::ostream& md, const DataSet& d, Plots& plots) {
+  Rows events, report;
+  for (const Json& r : d.of("metrics_timeline")) (r.value("event", "") == "report" ? report : events).push_back(r);
+  table(md, events, {"event", "t_s", "steps", "step_ms"});
+  table(md, report,
+        {"wall_seconds", "training_seconds", "rendezvous_seconds", "sync_seconds", "recovery_seconds", "failures",
+         "joins", "leaves", "steps_replayed", "mean_world_size", "effective_training_time_ratio", "goodput_ratio"});
+  std::ifstream csv(d.dir + "/metrics_timeline.csv");
+  std::string line;
+  if (!std::getline(csv, line)) {
+    md << "_No metrics_timeline.csv in this data set._\n";
+    return;
+  }
+  std::vector<std::string> header;
+  std::stringstream hs(line);
+  for (std::string c; std::getline(hs, c, ',');) header.push_back(c);
+  auto col = [&](const std::string& n) { return std::find(header.begin(), header.end(), n) - header.begin(); };
+  const size_t t = col("time_s"), rate = col("edl_steps_per_second"), size = col("edl_world_size"),
+               total = col("edl_steps_total");
+  if (rate >= header.size() || size >= header.size() || total >= header.size())
+    throw std::runtime_error("metrics_timeline.csv: columns missing");
+  Series steps, interval, world;  // the 3 s window of edl-run; a 1 s window over the rows
+  Series totals;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    if (cells.size() < header.size()) continue;
+    const double x = std::stod(cells[t]);
+    steps.push_back({x, std::stod(cells[rate])});
+    world.push_back({x, std::stod(cells[size])});
+    totals.push_back({x, std::stod(cells[total])});
+  }
+  for (size_t i = 0, j = 0; i < totals.size(); ++i) {  // j: the first row at most 1 s before row i
+    while (totals[i].first - totals[j + 1].first >= 1.0 - 1e-9) ++j;
+    if (i > j) interval.push_back({totals[i].first, (totals[i].second - totals[j].second) / (totals[i].first - totals[j].first)});
+  }
+  std::string marks;
+  for (const Json& e : events)
+    if (e.contains("t_s") && e["t_s"].is_number())
+      marks += "set arrow from " + fixed(num(e, "t_s"), 3) + ", graph 0 to " + fixed(num(e, "t_s"), 3) +
+               ", graph 1 nohead dt 3\nset label '" + e.value("event", "") + "' at " + fixed(num(e, "t_s"), 3) +
+               ", graph 0.95 offset 0.5,0\n";
+  md << "Job steps per second over the last second (from `edl_steps_total` in the metrics file, a row every "
+        "0.25 s; workers report every 50 ms), edl-run's own `edl_steps_per_second` (a 3 s window) and the world "
+        "size; dotted lines: the kill and the join on edl-run's clock.\n";
+  md << plots.add("metrics_steps",
+                  "set xlabel 'seconds since edl-run started'\nset ylabel 'job steps / s'\nset y2label 'world size'\n"
+                  "set y2tics 1\nset yrange [0:*]\nset y2range [0:4]\n" +
+                      marks + datablock("interval", interval) + datablock("rate", steps) + datablock("size", world) +
+                      "plot $interval with lines lw 2 title 'steps/s (1 s)', $rate with lines dt 3 title "
+                      "'edl_steps_per_second (3 s)', $size axes x1y2 with steps dt 2 title 'world size'",
+                  "steps per second around a kill -9 and a join (edl-run --metrics-file)");
+}
+
 void scaling_section(std::ostream& md, const DataSet& d, Plots& plots) {
   const Rows& rows = d.of("scaling_bench");
   md << "Seeds (FTlib benchmark, CPU cluster, 4 CPUs per worker, batch 64): ResNet50 26.7 img/s at 1 worker, "
@@ -488,6 +545,10 @@ const std::vector<Section>& sections() {
       {"timeline_bench", "Timeline overhead (ResNet20 step, timeline on / off)", "", timeline_section},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
+      {"metrics_timeline", "Job metrics around a kill and a join",
+       "A 2-worker job under `edl-run --metrics-file` (scripts/metrics-timeline.sh, docs/observability.md): "
+       "one worker killed with SIGKILL (edl-run replaces it), later a third worker joins.",
+       metrics_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},

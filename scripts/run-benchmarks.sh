@@ -13,6 +13,8 @@
 #   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
 #   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
 #
+# A bench may also leave <bench>.csv next to its rows (metrics_timeline: edl-run's --metrics-file);
+# it is published with them.
 # Every bench's provenance goes to status.tsv, one line per bench (tab-separated):
 #   name, ran|skipped|failed, note, command, commit (short hash, "-dirty" with uncommitted changes),
 #   UTC start, wall seconds, 1-min load average at start, at end.
@@ -39,7 +41,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --doc-only) DOC_ONLY=1; shift ;;
     --no-publish) PUBLISH=0; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "run-benchmarks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -92,7 +94,8 @@ run_bench() {
   local json="$OUT/$name.jsonl" log="$OUT/$name.log"
   rm -f "$json"
   local shown="${*//$OUT\//out/}"
-  shown="${shown//$BUILD\//build/} --json out/$name.jsonl"
+  shown="${shown//$BUILD\//build/}"
+  shown="${shown//$ROOT\//} --json out/$name.jsonl"
   local load commit start
   load=$(load1)
   commit=$(commit_id)
@@ -150,6 +153,13 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench timeline_bench 900 "$B/timeline_bench"
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench autoscale_bench 1800 "$B/autoscale_bench" "${AUTOSCALE_ARGS[@]}"
+  # Job metrics around a kill and a join (edl-run --metrics-file; docs/observability.md, "Plots").
+  if [ -n "$EDL_RUN" ] && [ -x "$BUILD/testing/elastic_worker" ]; then
+    run_bench metrics_timeline 300 "$ROOT/scripts/metrics-timeline.sh" --edl-run "$EDL_RUN" \
+      --worker "$BUILD/testing/elastic_worker"
+  else
+    selected metrics_timeline && set_status metrics_timeline skipped "edl-run or testing/elastic_worker not built" ""
+  fi
   run_bench shard_audit 900 "$B/shard_audit"
   run_bench chaos_bench 1800 "$B/chaos_bench" --faults "$CHAOS_FAULTS" "${CHAOS_ARGS[@]}"
   run_bench chaos_mtbf 1800 "$B/chaos_bench" --mtbf-s 10 "${MTBF_ARGS[@]}"
@@ -181,12 +191,12 @@ if [ "$OUT" != "$DATA" ]; then
   mkdir -p "$DATA"
   touch "$DATA/status.tsv"
   while IFS=$'\t' read -r name _; do
-    [ -n "$name" ] && rm -f "$DATA/$name.jsonl"
+    [ -n "$name" ] && rm -f "$DATA/$name.jsonl" "$DATA/$name.csv"
   done < "$STATUS"
   awk -F'\t' 'NR == FNR { mine[$1] = 1; next } !($1 in mine)' "$STATUS" "$DATA/status.tsv" > "$DATA/status.tsv.new"
   cat "$STATUS" >> "$DATA/status.tsv.new"
   mv "$DATA/status.tsv.new" "$DATA/status.tsv"
-  for f in "$OUT"/*.jsonl "$OUT"/machine.txt; do
+  for f in "$OUT"/*.jsonl "$OUT"/*.csv "$OUT"/machine.txt; do
     [ -e "$f" ] && cp "$f" "$DATA/"
   done
   if grep -q "^cluster_sim"$'\t' "$STATUS" 2>/dev/null; then

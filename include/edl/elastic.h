@@ -90,4 +90,8 @@ EDL_API void set_local_batch_size(int64_t samples);
 // state every EDL_COMMIT_EVERY batches (default 1). Call it only inside elastic::run.
 EDL_API void notify_batch_end();
 
+// How many samples each batch of this worker holds, for edl-run's metrics (samples per second,
+// goodput; docs/observability.md). Default 1: samples then count batches. Any thread, any time.
+EDL_API void set_samples_per_batch(int64_t samples);
+
 }  // namespace edl

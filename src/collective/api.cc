@@ -33,11 +33,13 @@ void Handle::wait() const {
   EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::wait() on an empty handle");
   if (state_->finished()) return state_->wait();  // rethrows its error; no time blocked
   const auto t0 = std::chrono::steady_clock::now();
-  struct Count {
+  struct Count {  // also when wait() throws
     std::chrono::steady_clock::time_point t0;
     ~Count() {
-      t_blocked_ns += static_cast<uint64_t>(
+      const auto ns = static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      t_blocked_ns += ns;                      // this thread's total (straggler compute time)
+      collective::add_handle_wait_ns(ns);      // the process total (job metrics reporter)
     }
   } count{t0};
   state_->wait();

@@ -344,10 +344,18 @@ void Engine::execute(const std::vector<RequestPtr>& ready) {
   flush_all();
 }
 
+namespace {
+std::atomic<uint64_t> g_handle_wait_ns{0};
+}  // namespace
+
+uint64_t handle_wait_ns_total() { return g_handle_wait_ns.load(std::memory_order_relaxed); }
+void add_handle_wait_ns(uint64_t ns) { g_handle_wait_ns.fetch_add(ns, std::memory_order_relaxed); }
+
 void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
   const DataType dt = static_cast<DataType>(group[0]->desc.dtype);
   const ReduceOp op = static_cast<ReduceOp>(group[0]->desc.op);
   const size_t es = dtype_size(dt);
+  const auto started = Clock::now();
   std::exception_ptr err;
   const auto start = Clock::now();
   try {
@@ -379,8 +387,11 @@ void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
   }
   if (timeline::on()) trace_collective(group, start, Clock::now());
   {
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - started).count();
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.collectives;
+    for (const RequestPtr& r : group) stats_.allreduce_bytes += r->desc.count * es;
+    stats_.allreduce_us += us;
     if (group.size() > 1) {
       ++stats_.fused_collectives;
       stats_.fused_tensors += group.size();

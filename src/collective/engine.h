@@ -80,7 +80,14 @@ struct EngineStats {
   uint64_t helped_rounds = 0;      // rounds run by a thread waiting on a handle (not the engine thread)
   double negotiation_us = 0;       // time spent in negotiation rounds
   double execution_us = 0;         // time spent running the collectives
+  uint64_t allreduce_bytes = 0;    // payload bytes of the allreduces run (this rank's buffers)
+  double allreduce_us = 0;         // time spent running them (worker metrics, docs/observability.md)
 };
+
+// Nanoseconds that threads of this process spent blocked in Handle::wait() (the "not computing"
+// part of a step in the worker metrics). Process-wide, monotonic; safe from any thread.
+uint64_t handle_wait_ns_total();
+void add_handle_wait_ns(uint64_t ns);
 
 class EDL_API Engine {
  public:

@@ -125,6 +125,10 @@ Config Config::from_env() {
   if (c.hierarchical == "1" && c.transport != "auto")
     throw InvalidArgument("EDL_HIERARCHICAL=1 needs EDL_TRANSPORT=auto (it is '" + c.transport + "')");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
+  c.metrics_addr = env_str("EDL_METRICS_ADDR", "");
+  if (!c.metrics_addr.empty() && (c.metrics_addr[0] != '@' || c.metrics_addr.size() < 2 || c.metrics_addr.size() > 100))
+    throw InvalidArgument("EDL_METRICS_ADDR='" + c.metrics_addr + "' is not an abstract socket name '@NAME' (1..99 characters)");
+  c.metrics_interval_ms = static_cast<int>(env_int("EDL_METRICS_INTERVAL_MS", c.metrics_interval_ms, 10, 60000));
   c.timeline_path = env_str("EDL_TIMELINE", "");
   if (!c.timeline_path.empty() && c.timeline_path.back() == '/')
     throw InvalidArgument("EDL_TIMELINE='" + c.timeline_path + "' names a directory; it must name a file "

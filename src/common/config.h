@@ -67,6 +67,10 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
 
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug
+  std::string metrics_addr;         // EDL_METRICS_ADDR: edl-run's metrics socket ("@name" = abstract Unix
+                                    //   datagram socket; set by edl-run; "" = no reports)
+  int metrics_interval_ms = 250;    // EDL_METRICS_INTERVAL_MS: a worker reports at most this often
+                                    //   (and on every phase change)
   std::string timeline_path;        // EDL_TIMELINE: write a Chrome trace-event timeline here ("" = off;
                                     //   edl-run --timeline DIR sets one file per worker)
 

@@ -14,7 +14,9 @@
 #include "edl/elastic.h"
 #include "edl/error.h"
 #include "elastic/launcher_link.h"
+#include "elastic/timed_store.h"
 #include "elastic/worker.h"
+#include "elastic/worker_metrics.h"
 
 namespace edl::elastic {
 namespace {
@@ -113,6 +115,7 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
     rt.set_generation(gen);
     return std::make_shared<RuntimeGroup>(gen);
   };
+  if (!config.metrics_addr.empty()) store = metrics::make_timed_store(std::move(store));  // store latency
   auto w = std::make_shared<Worker>(std::move(store), worker_options_from(config), factory);
   w->set_local_batch_size(g_local_batch.load());
   {
@@ -161,7 +164,9 @@ void run(State& state, const std::function<void()>& fn) {
       set_current_group(nullptr);
     }
   } reset;
+  metrics::WorkerMetrics::instance().set_phase(metrics::Phase::kTraining);
   fn();
+  metrics::WorkerMetrics::instance().set_phase(metrics::Phase::kDone);
 }
 
 void request_leave() {
@@ -187,10 +192,18 @@ void notify_batch_end() {
   EDL_CHECK(elastic::g_static_state != nullptr, InvalidArgument,
             "edl::notify_batch_end() must be called inside edl::elastic::run");
   elastic::g_static_state->step += 1;
+  metrics::WorkerMetrics::instance().batch_end(elastic::g_static_state->step);
   if (++elastic::g_static_since_commit >= elastic::g_commit_every) {
     elastic::g_static_state->commit();
+    metrics::WorkerMetrics::instance().committed();
     elastic::g_static_since_commit = 0;
   }
+}
+
+void set_samples_per_batch(int64_t samples) {
+  EDL_CHECK(samples >= 0, InvalidArgument,
+            "edl::set_samples_per_batch: samples must not be negative, got " + std::to_string(samples));
+  metrics::WorkerMetrics::instance().set_samples_per_batch(samples);
 }
 
 }  // namespace edl

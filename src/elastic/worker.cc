@@ -7,6 +7,7 @@
 #include "common/timeline.h"
 #include "edl/elastic.h"
 #include "edl/error.h"
+#include "elastic/worker_metrics.h"
 
 namespace edl::elastic {
 
@@ -51,6 +52,9 @@ int64_t parse_step(const std::string& record, std::string* lineage) {
   }
 }
 }  // namespace
+
+using metrics::Phase;
+metrics::WorkerMetrics& stats() { return metrics::WorkerMetrics::instance(); }
 
 Group* current_group() { return t_group; }
 void set_current_group(Group* g) { t_group = g; }
@@ -110,6 +114,7 @@ void Worker::count_reset(const std::string& why) {
 // Builds the Group of generation v and starts watching it. Throws CommError when a member is gone.
 void Worker::install(const GenerationView& v) {
   view_ = v;
+  stats().set_generation(v.id, v.rank, v.size);
   leave_announced_ = false;
   evicted_ = false;  // an eviction announced in an earlier generation that then failed is void
   flag_wait_ = nullptr;  // an agreement of the previous generation is void
@@ -153,6 +158,7 @@ void Worker::install(const GenerationView& v) {
 
 void Worker::join() {
   if (joined_) return;
+  stats().set_phase(Phase::kRendezvous);
   membership_.start();
   GenerationView v = rendezvous(nullptr);
   for (;;) {
@@ -172,6 +178,7 @@ void Worker::join() {
 
 // sync + callbacks of the generation just installed.
 void Worker::finish_generation(bool after_failure) {
+  if (stats().phase() != Phase::kRecovery) stats().set_phase(Phase::kSync);  // a recovery's sync stays in it
   timeline::Span sync(timeline::Lane::kElastic, "state sync");
   sync.arg("generation", static_cast<int64_t>(view_.id)).arg("rank", view_.rank).arg("size", view_.size);
   state_set_persist(*state_, view_.rank == 0);
@@ -287,7 +294,24 @@ void Worker::on_comm_failure(const std::string& why) {
   on_failure(why);
   membership_.check_failed();
   count_reset(why);
+  if (recovery_since_ == std::chrono::steady_clock::time_point{}) recovery_since_ = std::chrono::steady_clock::now();
+  stats().set_phase(Phase::kRecovery);
+  const int64_t before = state_->step;
   state_->restore();
+  stats().rolled_back(before - state_->step, state_->step);
+  replayed_ += std::max<int64_t>(before - state_->step, 0);
+}
+
+// Training (re)starts in the current generation: ends a recovery in progress (worker metrics).
+void Worker::training_resumes() {
+  if (recovery_since_ != std::chrono::steady_clock::time_point{}) {
+    stats().recovered(view_.id,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - recovery_since_).count(),
+                      replayed_);
+    recovery_since_ = {};
+    replayed_ = 0;
+  }
+  stats().set_phase(Phase::kTraining);
 }
 
 // An error a restart cannot cure: mark the job failed (other members and edl-run see <job>/failed),
@@ -366,7 +390,9 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       std::exception_ptr cause;
       try {
         membership_.progress();
+        training_resumes();
         fn();
+        stats().set_phase(Phase::kDone);
         membership_.announce_finished(view_.id);
         membership_.unwatch();  // no progress deadline or peer checks once training is over
         return;
@@ -395,6 +421,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       if (what == kChanged) {
         commit();
         since_commit_ = 0;
+        stats().set_phase(leave_announced_ ? Phase::kDone : Phase::kRendezvous);
         if (leave_announced_) {
           EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step
                      << (evicted_ ? " (evicted as a straggler)" : "");
@@ -448,6 +475,7 @@ void Worker::notify_batch_end() {
             "edl::notify_batch_end() must be called inside edl::elastic::run");
   if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
   state_->step += 1;
+  stats().batch_end(state_->step);
   const int64_t compute_us = observer_.measure_compute_us();
   membership_.progress();
   fault_point("batch_end");
@@ -486,6 +514,7 @@ void Worker::commit() {
   timeline::Span span(timeline::Lane::kElastic, "commit");
   span.arg("generation", static_cast<int64_t>(view_.id)).arg("step", state_->step).arg("rank", view_.rank);
   state_->commit();
+  stats().committed();
 }
 
 // The rendezvous, on the timeline with the generation it formed.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -89,6 +90,7 @@ class EDL_API Worker {
   // and throughput samples in the store (docs/observability.md).
   void on_step_times(const std::vector<int64_t>& compute_us);
   void publish_throughput();
+  void training_resumes();
 
   std::shared_ptr<Store> store_;
   WorkerOptions opt_;
@@ -114,6 +116,8 @@ class EDL_API Worker {
   std::atomic<bool> in_run_{false};
   std::atomic<bool> crashed_{false};
   std::atomic<bool> failed_{false};  // the watch saw a failure of the current generation
+  std::chrono::steady_clock::time_point recovery_since_{};  // failure seen, training not resumed yet (metrics)
+  int64_t replayed_ = 0;                                     // steps rolled back in that recovery
 };
 
 }  // namespace edl::elastic

@@ -16,6 +16,7 @@
 #include "edl/error.h"
 #include "elastic/api.h"
 #include "elastic/launcher_link.h"
+#include "elastic/worker_metrics.h"
 
 namespace edl {
 namespace {
@@ -51,6 +52,7 @@ void init() {
   log::set_level(config.log_level);
   start_timeline(config);
   if (!rt.start(config, connect_job_store(config))) return;
+  metrics::WorkerMetrics::instance().start(config);  // reports to edl-run when EDL_METRICS_ADDR is set
   if (config.elastic) {
     // The elastic worker joins the job (a job of this process alone without a launcher); its group
     // factory installs each generation (Runtime::set_generation).
@@ -59,6 +61,7 @@ void init() {
     // No orphans in static mode either: exit when edl-run dies (EDL_LAUNCHER_FD); SIGTERM keeps its
     // default meaning (the callback declines, so the previous disposition runs).
     elastic::install_launcher_link(config, [] { return false; });
+    metrics::WorkerMetrics::instance().set_generation(0, config.rank, config.size);
     rt.set_generation(rt.make_generation(0, config.job_id + "/static/", config.rank, config.size,
                                          config.local_rank, config.local_size));
   }
@@ -68,6 +71,7 @@ void init() {
 void shutdown() {
   auto& rt = detail::Runtime::instance();
   if (!rt.initialized()) return;
+  metrics::WorkerMetrics::instance().stop();  // the last report, while the engine's statistics exist
   if (rt.config().elastic) {
     elastic::stop_elastic();  // leaves the job: the lease goes away
   } else {

@@ -23,6 +23,7 @@
 #include "elastic/launcher/binding.h"
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/launcher.h"
+#include "elastic/launcher/metrics_service.h"
 #include "elastic/launcher/store_watcher.h"
 #include "elastic/launcher/supervisor.h"
 
@@ -71,6 +72,8 @@ class ElasticLauncher {
  private:
   // elastic_mode.cc
   void log(const std::string& kv);
+  // The loop ended with `code`: the goodput report (log line, --report) and the last CSV row.
+  int finish_metrics(int code);
   // Starts the discovery script in the background when due; applies a finished run. The loop
   // never waits for the script (it may take up to its 10 s deadline).
   void poll_discovery();
@@ -126,6 +129,7 @@ class ElasticLauncher {
   Supervisor sup_;
   const std::vector<int> cpus_ = allowed_cpus();
   std::unique_ptr<StoreWatcher> watcher_;
+  std::unique_ptr<MetricsService> metrics_;  // job metrics (docs/observability.md); fed by the main loop
   std::vector<Slot> slots_;
   std::map<pid_t, int> slot_of_;
   std::map<pid_t, Clock::time_point> kill_at_;

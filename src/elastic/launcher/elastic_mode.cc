@@ -47,6 +47,7 @@ int ElasticLauncher::run() {
   so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.lost_after, milliseconds(100)));
   wo.connect = [url = job_.store_url, so] { return connect_store(url, so); };
   watcher_ = std::make_unique<StoreWatcher>(first_connect(wo), wo);
+  metrics_ = std::make_unique<MetricsService>(metrics_options(o_), t0_, [this](const std::string& kv) { log(kv); });
   log("event=job job=" + job_.job_id + " store=" + job_.store_url + " min_np=" + std::to_string(o_.min_np) +
       " max_np=" + std::to_string(o_.max_np) + " reset_limit=" +
       (o_.reset_limit < 0 ? std::string("unlimited") : std::to_string(o_.reset_limit)));
@@ -76,10 +77,15 @@ int ElasticLauncher::run() {
   watcher_.reset();
   if (result_ != 0) {
     log("event=job-failed code=" + std::to_string(result_) + " reason=\"" + reason_ + "\"");
-    return result_;
+    return finish_metrics(result_);
   }
-  if (interrupted_by_) return 128 + interrupted_by_;
-  return final_code_;
+  if (interrupted_by_) return finish_metrics(128 + interrupted_by_);
+  return finish_metrics(final_code_);
+}
+
+int ElasticLauncher::finish_metrics(int code) {
+  metrics_->finish(code);
+  return code;
 }
 
 void ElasticLauncher::log(const std::string& kv) {
@@ -191,6 +197,7 @@ void ElasticLauncher::start_due_slots() {
          "EDL_RENDEZVOUS_TIMEOUT_MS=" + std::to_string(static_cast<int64_t>(o_.rendezvous_timeout_s * 1000))},
         worker_env_removals());
     add_policy_env(&env);
+    if (!metrics_->worker_addr().empty()) env.push_back("EDL_METRICS_ADDR=" + metrics_->worker_addr());
     set_timeline_env(&env, o_, o_.hostname + "-" + std::to_string(s.index) + "-" + std::to_string(s.incarnation));
     std::vector<std::string> argv = o_.command;
     argv[0] = program_;
@@ -201,6 +208,7 @@ void ElasticLauncher::start_due_slots() {
     s.stopping = false;
     slot_of_[s.pid] = s.index;
     pending_join_[s.worker_id] = now;
+    metrics_->job().on_worker_started(s.worker_id, now);
     log("event=started slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(s.pid) +
         " cpus=" + cpu_list_text(bound));
     changed = true;
@@ -211,7 +219,7 @@ void ElasticLauncher::start_due_slots() {
 // EDL_RESET_LIMIT (workers count the same resets, see docs/launcher.md "Reset limit") and the
 // opt-in flags; variables edl-run does not set are removed so that they mean "off".
 std::vector<std::string> ElasticLauncher::worker_env_removals() const {
-  std::vector<std::string> r{"EDL_RANK", "EDL_SIZE", "EDL_LOCAL_RANK", "EDL_LOCAL_SIZE"};
+  std::vector<std::string> r{"EDL_RANK", "EDL_SIZE", "EDL_LOCAL_RANK", "EDL_LOCAL_SIZE", "EDL_METRICS_ADDR"};
   if (o_.reset_limit < 1) r.push_back("EDL_RESET_LIMIT");
   if (!o_.retry_user_errors) r.push_back("EDL_RETRY_USER_ERRORS");
   if (!o_.allow_restart_from_scratch) r.push_back("EDL_ALLOW_RESTART_FROM_SCRATCH");

@@ -18,6 +18,7 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
   if (it == slot_of_.end()) return;
   Slot& s = slots_[it->second];
   slot_of_.erase(it);
+  metrics_->job().on_worker_exit(s.worker_id, Clock::now());
   kill_at_.erase(e.pid);
   int code = exit_code_of(e.status);
   std::string who = "slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(e.pid);
@@ -42,6 +43,7 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
     return;
   }
   // A failure.
+  metrics_->job().on_failure(s.worker_id, !finishing_, Clock::now());
   if (finishing_) {
     log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" (after the job finished)");
     if (final_code_ == 0) final_code_ = code;
@@ -70,6 +72,7 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
     return;
   }
   ++restarts_;
+  metrics_->job().on_restart(Clock::now());
   int64_t cooldown_ms = 0;
   if (o_.cooldown_max_s > 0) {
     int64_t c = static_cast<int64_t>(o_.cooldown_min_s) * 1000;
@@ -174,6 +177,7 @@ void ElasticLauncher::on_generations() {
       }
     }
     log(line);
+    metrics_->job().on_generation(g.gen, g.members, g.seen);
     for (auto& s : slots_) {
       if (s.pid <= 0) continue;
       if (now.count(s.worker_id)) s.left_at = {};                        // (re)admitted

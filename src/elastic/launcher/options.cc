@@ -18,12 +18,52 @@ const std::set<std::string> kValued = {
     "--reset-limit", "--blacklist-cooldown-range", "--store", "--store-bind", "--store-port", "--secret",
     "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file", "--bind-to",
     "--straggler-factor", "--straggler-steps", "--scaling-threshold", "--scaling-step", "--scaling-interval",
-    "--max-global-batch", "--timeline"};
+    "--max-global-batch", "--timeline",
+    "--metrics-port", "--metrics-bind", "--metrics-file", "--metrics-interval", "--report"};
 
 std::string local_hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
+}
+
+// --metrics-port, --metrics-bind, --metrics-file, --metrics-interval, --report.
+// A whole number or a decimal, all of `text`; throws UsageError naming `flag`.
+double number_of(const std::string& flag, const std::string& text, const std::string& wanted) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw UsageError(flag + " '" + text + "' is not " + wanted);
+  return v;
+}
+
+void parse_metrics_options(const cxxopts::ParseResult& r, LaunchOptions* L) {
+  if (r.count("metrics-port")) {
+    const std::string text = r["metrics-port"].as<std::string>();
+    const double p = number_of("--metrics-port", text, "a port number (0..65535)");
+    if (p != static_cast<int>(p) || p < 0 || p > 65535)
+      throw UsageError("--metrics-port '" + text + "' is not a port number (0..65535)");
+    L->metrics_port = static_cast<int>(p);
+  }
+  L->metrics_bind = r["metrics-bind"].as<std::string>();
+  if (L->metrics_bind.empty() || L->metrics_bind.find_first_of(" \t/") != std::string::npos)
+    throw UsageError("--metrics-bind '" + L->metrics_bind + "' is not an address");
+  if (r.count("metrics-file")) {
+    L->metrics_file = r["metrics-file"].as<std::string>();
+    if (L->metrics_file.empty()) throw UsageError("--metrics-file must not be empty");
+  }
+  const std::string interval = r["metrics-interval"].as<std::string>();
+  L->metrics_interval_s = number_of("--metrics-interval", interval, "a number of seconds (0.05..3600)");
+  if (!(L->metrics_interval_s >= 0.05 && L->metrics_interval_s <= 3600))
+    throw UsageError("--metrics-interval '" + interval + "' is not a number of seconds in 0.05..3600");
+  if (r.count("report")) {
+    L->report_path = r["report"].as<std::string>();
+    if (L->report_path.empty()) throw UsageError("--report must not be empty");
+  }
 }
 
 // --timeline DIR: created when missing (its parent must exist); must be a writable directory.
@@ -136,6 +176,12 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
                             "EDL_RETRY_USER_ERRORS=1) instead of failing the job")
       ("allow-restart-from-scratch", "elastic: workers may restart from step 0 when no committed state "
                                      "survives (EDL_ALLOW_RESTART_FROM_SCRATCH=1)")
+      ("metrics-port", "serve Prometheus metrics on this port (0 = any free port, logged)",
+       cxxopts::value<std::string>())
+      ("metrics-bind", "address of the metrics endpoint", cxxopts::value<std::string>()->default_value("127.0.0.1"))
+      ("metrics-file", "write the job-wide metrics as CSV rows to this file", cxxopts::value<std::string>())
+      ("metrics-interval", "seconds between --metrics-file rows", cxxopts::value<std::string>()->default_value("1"))
+      ("report", "write the goodput report as JSON to this file at the end", cxxopts::value<std::string>())
       ("timeline", "write a Chrome trace-event timeline per worker into DIR (EDL_TIMELINE; "
                    "docs/observability.md)", cxxopts::value<std::string>())
       ("straggler-factor", "elastic: a worker whose step compute time exceeds this x the median is slow (> 1; "
@@ -210,6 +256,8 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   }
   if (L.cooldown_min_s < 0 || L.cooldown_max_s < L.cooldown_min_s)
     throw UsageError("--blacklist-cooldown-range '" + range + "' needs 0 <= MIN <= MAX");
+
+  parse_metrics_options(r, &L);
 
   // Validation.
   if (L.command.empty()) throw UsageError("no PROGRAM given");

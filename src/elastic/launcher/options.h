@@ -32,6 +32,12 @@ struct LaunchOptions {
   std::string bind_to = "none";      // --bind-to none|core|auto: CPU binding of worker slots (binding.h)
   bool retry_user_errors = false;    // --retry-user-errors: EDL_RETRY_USER_ERRORS=1; exit code 3 is restarted
   bool allow_restart_from_scratch = false;  // --allow-restart-from-scratch: EDL_ALLOW_RESTART_FROM_SCRATCH=1
+  // Job metrics (docs/observability.md).
+  int metrics_port = -1;             // --metrics-port: Prometheus endpoint (-1 = none, 0 = any free port)
+  std::string metrics_bind = "127.0.0.1";  // --metrics-bind: its address
+  std::string metrics_file;          // --metrics-file: CSV of the job-wide samples ("" = none)
+  double metrics_interval_s = 1.0;   // --metrics-interval: seconds between CSV rows
+  std::string report_path;           // --report: goodput report as JSON ("" = only the log line)
   std::string timeline_dir;          // --timeline DIR: each worker writes DIR/worker-<host>-<slot>[-<n>].json
   // Stragglers and autoscaling (docs/observability.md). The straggler flags reach the workers as
   // EDL_STRAGGLER_FACTOR / EDL_STRAGGLER_STEPS / EDL_EVICT_STRAGGLERS, only when given.

@@ -8,6 +8,7 @@
 
 #include "elastic/launcher/binding.h"
 #include "elastic/launcher/launcher.h"
+#include "elastic/launcher/metrics_service.h"
 #include "elastic/launcher/supervisor.h"
 
 namespace edl::launcher {
@@ -19,6 +20,11 @@ int run_static(const LaunchOptions& o, Job& job) {
   argv[0] = program;
 
   Supervisor sup;
+  // Job metrics only when asked for (--metrics-port / --metrics-file / --report): one generation.
+  std::unique_ptr<MetricsService> metrics;
+  if (o.metrics_port >= 0 || !o.metrics_file.empty() || !o.report_path.empty())
+    metrics = std::make_unique<MetricsService>(metrics_options(o), Clock::now(), [](const std::string& kv) { log_event(kv); });
+  std::vector<std::string> worker_ids;
   std::map<pid_t, int> rank_of;
   std::string pids;
   const std::vector<int> cpus = allowed_cpus();
@@ -27,8 +33,11 @@ int run_static(const LaunchOptions& o, Job& job) {
         {"EDL_STORE=" + job.store_url, "EDL_JOB_SECRET=" + job.secret, "EDL_JOB_ID=" + job.job_id,
          "EDL_RANK=" + std::to_string(r), "EDL_SIZE=" + std::to_string(o.np), "EDL_LOCAL_RANK=" + std::to_string(r),
          "EDL_LOCAL_SIZE=" + std::to_string(o.np), "EDL_WORKER_ID=" + o.hostname + ":" + std::to_string(r)},
-        {"EDL_ELASTIC", "EDL_MIN_NP", "EDL_MAX_NP"});
+        {"EDL_ELASTIC", "EDL_MIN_NP", "EDL_MAX_NP", "EDL_METRICS_ADDR"});
     set_timeline_env(&env, o, o.hostname + "-" + std::to_string(r));
+    if (metrics && !metrics->worker_addr().empty()) env.push_back("EDL_METRICS_ADDR=" + metrics->worker_addr());
+    worker_ids.push_back(o.hostname + ":" + std::to_string(r));
+    if (metrics) metrics->job().on_worker_started(worker_ids.back(), Clock::now());
     const std::vector<int> bound = cpus_for_slot(o.bind_to, r, o.np, cpus);
     pid_t pid = sup.start(argv, env, std::to_string(r), bound);
     rank_of[pid] = r;
@@ -37,6 +46,7 @@ int run_static(const LaunchOptions& o, Job& job) {
       log_event("rank " + std::to_string(r) + " started (pid " + std::to_string(pid) + ", cpus " + cpu_list_text(bound) + ")");
   }
   write_pid_file(o.pid_file, pids);
+  if (metrics) metrics->job().on_generation(0, worker_ids, Clock::now());
   if (o.verbose) log_event("job " + job.job_id + ": " + std::to_string(o.np) + " workers, store " + job.store_url);
 
   int first_failure = 0;
@@ -61,6 +71,10 @@ int run_static(const LaunchOptions& o, Job& job) {
     for (const auto& e : exits) {
       int code = exit_code_of(e.status);
       int r = rank_of[e.pid];
+      if (metrics) {
+        metrics->job().on_worker_exit(worker_ids[r], Clock::now());
+        if (code != 0 && !stopping) metrics->job().on_failure(worker_ids[r], false, Clock::now());
+      }
       if (code != 0 && first_failure == 0 && !stopping) {
         first_failure = code;
         log_event("rank " + std::to_string(r) + " (pid " + std::to_string(e.pid) + ") " + describe_status(e.status) +
@@ -90,8 +104,9 @@ int run_static(const LaunchOptions& o, Job& job) {
     }
   }
   sup.drain(1000);
-  if (first_failure != 0) return first_failure;
-  return interrupted_by ? 128 + interrupted_by : 0;
+  const int code = first_failure != 0 ? first_failure : interrupted_by ? 128 + interrupted_by : 0;
+  if (metrics) metrics->finish(code);
+  return code;
 }
 
 }  // namespace edl::launcher
