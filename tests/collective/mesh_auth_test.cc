@@ -346,12 +346,12 @@ TEST_CASE("negotiation: absurd counts and lengths from a peer are refused with C
   // 4 billion fresh requests in a few bytes.
   std::vector<uint8_t> many = encode_negotiation(0, {}, {});
   std::memset(many.data() + 8, 0xff, 4);
-  refused(many, 0, "lists 4294967295 new requests");
+  refused(many, 0, "fresh request count 4294967295 cannot fit");
   // A name length of ~4 GiB.
   std::vector<uint8_t> long_name = encode_negotiation(0, {}, fresh);
   const uint32_t huge = 0xfffffff0u;
   std::memcpy(long_name.data() + 12 + 15, &huge, 4);
-  refused(long_name, 0, "request name of 4294967280 bytes");
+  refused(long_name, 0, "request name length 4294967280 exceeds");
   refused(encode_negotiation(3, {0b1000}, {}), 3, "cache bit 3 beyond the cache");
   refused(encode_negotiation(2, {0}, {}), 3, "caches diverged");
   std::vector<uint8_t> trailing = good;
