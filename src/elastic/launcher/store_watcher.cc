@@ -71,7 +71,6 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
     store_ = s;
   }
   elastic::Keys keys(opt_.job_id);
-  const std::string error_tag = elastic::kJobErrorTag;
   auto cur = s->get(keys.gen());
   uint64_t g = parse_gen(cur);
   if (g > *reported) {
@@ -90,7 +89,7 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
   auto failed = s->get(opt_.job_id + "/failed");  // written by a worker with a non-retryable error
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (next && next->rfind(error_tag, 0) == 0) job_error_ = next->substr(error_tag.size());
+    if (auto job_error = next ? elastic::parse_job_error(*next) : std::nullopt) job_error_ = *job_error;
     if (failed) job_failed_ = failed->empty() ? "(no reason given)" : *failed;
   }
   live_ = static_cast<int>(s->keys(keys.lease_prefix()).size());
