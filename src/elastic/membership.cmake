@@ -6,4 +6,5 @@ target_sources(edl PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/liveness.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/membership.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/worker.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/generation_change.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/api.cc)
