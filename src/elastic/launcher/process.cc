@@ -1,7 +1,5 @@
 #include "elastic/launcher/process.h"
 
-#include "elastic/launcher/output.h"
-
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,6 +13,10 @@
 #include <cstring>
 #include <set>
 #include <stdexcept>
+
+#include "common/host_port.h"
+#include "edl/error.h"
+#include "elastic/launcher/output.h"
 
 extern char** environ;
 
@@ -30,7 +32,7 @@ bool is_executable_file(const std::string& path) {
 
 std::string resolve_program(const std::string& program) {
   if (program.find('/') != std::string::npos) {
-    if (!is_executable_file(program)) throw std::runtime_error("program '" + program + "' is not an executable file");
+    if (!is_executable_file(program)) throw InvalidArgument("program '" + program + "' is not an executable file");
     return program;
   }
   const char* path = std::getenv("PATH");
@@ -45,7 +47,7 @@ std::string resolve_program(const std::string& program) {
     if (is_executable_file(cand)) return cand;
     start = end + 1;
   }
-  throw std::runtime_error("program '" + program + "' was not found in PATH");
+  throw InvalidArgument("program '" + program + "' was not found in PATH");
 }
 
 std::vector<std::string> make_environment(const std::vector<std::string>& overrides,
@@ -106,11 +108,11 @@ void OutputPump::close_fd() {
 Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                       const std::string& tag, const std::vector<int>& cpus, int inherit_fd) {
   int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  if (pipe2(out, O_CLOEXEC) != 0) throw JobError("cannot start a worker: pipe failed: " + errno_text(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
-    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+    throw JobError("cannot start a worker: pipe failed: " + errno_text(errno));
   }
   // Everything the child touches is prepared before fork (only async-signal-safe calls after it).
   std::vector<char*> cargv, cenv;
@@ -132,7 +134,7 @@ Process spawn_process(const std::vector<std::string>& argv, const std::vector<st
   if (pid < 0) {
     int e = errno;
     for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-    throw std::runtime_error(std::string("fork failed: ") + std::strerror(e));
+    throw JobError("cannot start a worker: fork failed: " + errno_text(e));
   }
   if (pid == 0) {
     for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(s, SIG_DFL);

@@ -94,7 +94,7 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
   }
   live_ = static_cast<int>(s->keys(keys.lease_prefix()).size());
   finished_ = s->get(keys.finished()).has_value();
-  if (unreachable_.exchange(false)) log_event("store " + opt_.url + " answers again");
+  if (unreachable_.exchange(false)) log_event("store " + opt_.store_url + " answers again");
   *known = cur;
   s->wait_change(keys.gen(), *known, std::chrono::milliseconds(500));
 }
@@ -102,15 +102,15 @@ void StoreWatcher::poll_once(std::optional<std::string>* known, uint64_t* report
 void StoreWatcher::on_error(const std::string& what, std::chrono::steady_clock::time_point* since) {
   auto now = std::chrono::steady_clock::now();
   if (!unreachable_.exchange(true)) {
-    log_event("warning: cannot reach the store " + opt_.url + ": " + what + " (reconnecting; the job fails after " +
-              std::to_string(opt_.lost_after.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
+    log_event("warning: cannot reach the store " + opt_.store_url + ": " + what + " (reconnecting; the job fails after " +
+              std::to_string(opt_.reconnect_timeout.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     store_.reset();  // reconnect on the next round
-    if (now - *since >= opt_.lost_after && store_lost_.empty())
-      store_lost_ = "the store " + opt_.url + " has been unreachable for more than " +
-                    std::to_string(opt_.lost_after.count()) + " ms (EDL_STORE_TIMEOUT_MS): " + what;
+    if (now - *since >= opt_.reconnect_timeout && store_lost_.empty())
+      store_lost_ = "the store " + opt_.store_url + " has been unreachable for more than " +
+                    std::to_string(opt_.reconnect_timeout.count()) + " ms (EDL_STORE_TIMEOUT_MS): " + what;
   }
   for (int i = 0; i < 2 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }

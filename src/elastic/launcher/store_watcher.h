@@ -5,7 +5,7 @@
 // decision. It blocks in wait_change() on <job>/gen (at most 500 ms at a time) — no busy polling.
 //
 // Store loss: when a request fails, the watcher reconnects (through `connect`) every 100 ms;
-// unreachable for longer than `lost_after` (EDL_STORE_TIMEOUT_MS) makes store_lost() return the
+// unreachable for longer than `reconnect_timeout` (EDL_STORE_TIMEOUT_MS) makes store_lost() return the
 // reason, naming the store URL. The launcher fails the job with it.
 // Thread-safety: every public method from any thread.
 #pragma once
@@ -35,8 +35,9 @@ struct GenerationEvent {
 
 struct StoreWatcherOptions {
   std::string job_id;
-  std::string url;                                      // for messages
-  std::chrono::milliseconds lost_after{30000};          // EDL_STORE_TIMEOUT_MS
+  std::string store_url;                                // for messages (as LaunchOptions / Job)
+  // EDL_STORE_TIMEOUT_MS: unreachable this long = the store is lost (as StoreOptions::reconnect_timeout)
+  std::chrono::milliseconds reconnect_timeout{30000};
   std::function<std::shared_ptr<Store>()> connect;      // (re)connects; throws edl::Error
 };
 
@@ -51,7 +52,7 @@ class StoreWatcher {
   std::string job_error() const;     // "!job-error" of the runtime, "" = none
   std::string job_failed() const;    // value of <job>/failed, "" = none
   bool unreachable() const { return unreachable_.load(); }  // the last request failed
-  std::string store_lost() const;    // "" while the store answers within lost_after
+  std::string store_lost() const;    // "" while the store answers within reconnect_timeout
 
   // The store connection of the watcher (null while reconnecting): for one-off reads by the loop.
   std::shared_ptr<Store> store() const;
