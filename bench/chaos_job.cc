@@ -18,6 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "testing/process.h"
+
 namespace edl::bench::chaos {
 
 namespace {
@@ -135,27 +137,14 @@ ChaosJob::ChaosJob(const JobConfig& cfg) : cfg_(cfg), log_(cfg.dir + "/log") {
   argv.push_back(cfg.dir);
   for (const auto& a : cfg.worker_args) argv.push_back(a);
   const std::string out = cfg.dir + "/edl-run.log";
-  pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    ::setpgid(0, 0);
-    if (cfg.timeout_ms > 0) ::setenv("EDL_TIMEOUT_MS", std::to_string(cfg.timeout_ms).c_str(), 1);
-    // Commits are also persisted, as a production job would: a schedule that stops or sticks every
-    // member resumes from the checkpoint instead of failing with "all members lost".
-    ::setenv("EDL_CHECKPOINT_DIR", (cfg.dir + "/ckpt").c_str(), 1);
-    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> av;
-    for (auto& s : argv) av.push_back(const_cast<char*>(s.c_str()));
-    av.push_back(nullptr);
-    ::execv(av[0], av.data());
-    std::fprintf(stderr, "exec %s: %s\n", av[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::setpgid(pid_, pid_);
+  edl::testing::SpawnOptions o;
+  o.log = out;
+  o.own_group = true;
+  if (cfg.timeout_ms > 0) o.env.push_back("EDL_TIMEOUT_MS=" + std::to_string(cfg.timeout_ms));
+  // Commits are also persisted, as a production job would: a schedule that stops or sticks every
+  // member resumes from the checkpoint instead of failing with "all members lost".
+  o.env.push_back("EDL_CHECKPOINT_DIR=" + cfg.dir + "/ckpt");
+  pid_ = edl::testing::spawn(argv, o);
   g_running_job = pid_;
 }
 

@@ -21,10 +21,11 @@ extern char** environ;
 namespace edl::testing {
 namespace {
 
-// The caller's environment with `extra` ("NAME=VALUE") added or replacing entries of the same name.
-std::vector<std::string> merged_environment(const std::vector<std::string>& extra) {
+// The caller's environment (when `inherit`) with `extra` ("NAME=VALUE") added or replacing entries
+// of the same name.
+std::vector<std::string> merged_environment(const std::vector<std::string>& extra, bool inherit) {
   std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  for (char** e = environ; inherit && *e; ++e) env.emplace_back(*e);
   for (const auto& kv : extra) {
     const std::string name = kv.substr(0, kv.find('=') + 1);
     bool replaced = false;
@@ -46,9 +47,9 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   return out;
 }
 
-int open_log(const std::string& path) {
+int open_log(const std::string& path, bool append) {
   if (path.empty()) return -1;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   return fd;
 }
@@ -91,10 +92,12 @@ int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSI
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
   if (argv.empty()) throw std::runtime_error("spawn: empty argv");
   std::vector<std::string> args = argv;
-  std::vector<std::string> env = merged_environment(o.env);
+  std::vector<std::string> env = merged_environment(o.env, o.inherit_env);
   std::vector<char*> cargs = c_strings(args), cenv = c_strings(env);
-  const int out = open_log(o.stdout_path.empty() ? o.log : o.stdout_path);
-  const int err = o.stderr_path.empty() ? (o.stdout_path.empty() ? out : open_log(o.log)) : open_log(o.stderr_path);
+  const int out = open_log(o.stdout_path.empty() ? o.log : o.stdout_path, o.append);
+  const int err = o.stderr_path.empty() ? (o.stdout_path.empty() ? out : open_log(o.log, o.append))
+                                        : open_log(o.stderr_path, o.append);
+  const int in = o.null_stdin ? ::open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
   const pid_t parent = getpid();
   BlockSignals blocked;
   const pid_t pid = fork();
@@ -105,8 +108,10 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);  // the parent died before the flag was set
     }
-    if (out >= 0) dup2(out, 1);
+    if (o.stdout_fd >= 0) dup2(o.stdout_fd, 1);
+    else if (out >= 0) dup2(out, 1);
     if (err >= 0) dup2(err, 2);
+    if (in >= 0) dup2(in, 0);
     if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) {
       report_exec_failure(o.cwd.c_str(), errno);
       _exit(127);
@@ -119,6 +124,7 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
   blocked.restore();
   if (out >= 0) close(out);
   if (err >= 0 && err != out) close(err);
+  if (in >= 0) close(in);
   if (pid < 0) throw std::runtime_error("cannot start " + argv[0] + ": fork failed: " + std::strerror(fork_errno));
   if (o.own_group) setpgid(pid, pid);  // also here: no race with the caller signalling the group at once
   return pid;

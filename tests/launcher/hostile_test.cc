@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "launcher/run_util.h"
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 
 using namespace std::chrono_literals;
 using edl::test::count_of;
@@ -54,7 +54,7 @@ std::multiset<std::string> ids_in(const std::string& err, const std::string& fie
   return ids;
 }
 
-bool redis_or_skip(const edl::test::RedisServer& r) {
+bool redis_or_skip(const edl::testing::RedisServer& r) {
   if (r.available()) return true;
   const char* req = std::getenv("EDL_REQUIRE_DEPS");
   if (req && std::string(req) == "1") FAIL("redis-server is not installed (EDL_REQUIRE_DEPS=1)");
@@ -66,7 +66,7 @@ bool redis_or_skip(const edl::test::RedisServer& r) {
 
 TEST_CASE("edl-run multi-host: kill -9 of one host's edl-run, its workers exit, the rest train on, a restart rejoins",
           "[launcher][elastic][redis][hostile]") {
-  edl::test::RedisServer redis("job-pw");
+  edl::testing::RedisServer redis("job-pw");
   if (!redis_or_skip(redis)) return;
   const std::string job = "kill-host-" + std::to_string(getpid());
   auto args = [&](const std::string& host, int np) {

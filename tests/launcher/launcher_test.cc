@@ -15,7 +15,7 @@
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/options.h"
 #include "launcher/run_util.h"
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 #include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
@@ -407,7 +407,7 @@ TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced an
 }
 
 TEST_CASE("edl-run elastic: two launchers on one redis store form one job", "[launcher][elastic][redis]") {
-  edl::test::RedisServer redis("job-pw");
+  edl::testing::RedisServer redis("job-pw");
   if (!edl::testing::require_dep("redis-server", redis.available(), "Debian package redis-server")) return;
   std::vector<std::string> common = {"--store", redis.url(), "--secret", "job-pw", "--job-id", "two-hosts",
                                      "--min-np", "3", "--max-np", "3"};

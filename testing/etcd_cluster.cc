@@ -1,10 +1,7 @@
-#include "store/etcd_cluster.h"
+#include "testing/etcd_cluster.h"
 
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,29 +15,14 @@
 #include <stdexcept>
 #include <thread>
 
-namespace edl::test {
+#include "testing/ports.h"
+#include "testing/process.h"
+
+namespace edl::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-// n distinct free ports: every socket stays bound until all are chosen.
-std::vector<int> free_ports(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    socklen_t len = sizeof(sa);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(sa.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
-}
 
 const char* etcd_binary() {
   static const char* path = access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : nullptr;
@@ -122,20 +104,12 @@ void EtcdCluster::spawn(int i) {
                                    "--initial-cluster-token", "edl-test-" + std::to_string(getpid()) + dir_,
                                    "--logger", "zap", "--log-level", "warn"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::string log = dir_ + "/" + m.name + ".log";
-  pid_t parent = getpid();
-  m.pid = fork();
-  if (m.pid < 0) throw std::runtime_error("fork failed");
-  if (m.pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    if (!freopen(log.c_str(), "a", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(126);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  SpawnOptions o;
+  o.log = dir_ + "/" + m.name + ".log";  // stdout and stderr, appended across restarts
+  o.append = true;
+  o.own_group = false;
+  o.die_with_parent = true;
+  m.pid = edl::testing::spawn(args, o);
 }
 
 std::string EtcdCluster::log_tail(int i) const {
@@ -257,4 +231,4 @@ EtcdCluster& EtcdCluster::shared_single() {
   return cluster;
 }
 
-}  // namespace edl::test
+}  // namespace edl::testing
