@@ -5,6 +5,7 @@ add_executable(edl-run
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/main.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/options.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/process.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/launcher/spawn.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/output.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/binding.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/launcher/supervisor.cc
