@@ -6,9 +6,10 @@
 //              so a whole-job restart resumes; written atomically with a checksum by rank 0 of the
 //              generation, in the background). All members commit at the same step.
 //   restore()  rolls every item back to the last commit (after a peer failure).
-//   sync()     collective on the current generation: every member takes the state of the member
-//              with the highest committed step (ties: lowest rank) — never blindly rank 0, which
-//              may be a newcomer.
+//   sync()     collective on the current generation: every member takes the state of the best
+//              member — the highest committed step; among equal steps a member that was synced
+//              before beats a fresh one (a newcomer that never synced); then the lowest rank.
+//              Never blindly rank 0, which may be a newcomer.
 // Components with their own commit protocol (the shard dispatcher, the optimizer's rescaling
 // bookkeeping) implement Stateful and are registered with register_component(); they also get
 // on_generation() after each rendezvous.
@@ -105,6 +106,14 @@ class EDL_API State {
 
   void commit();
   void restore();
+  // Collective on the current generation (inside edl::elastic::run; InvalidArgument elsewhere).
+  // Members allgather (committed step, fresh), where fresh = this State was never synced before.
+  // The best member is the one with the highest committed step; among equal steps a member that
+  // was synced before beats a fresh one (so a newcomer holding the initial state at the same step
+  // never overwrites the job's state); then the lowest rank. When every member holds the same step
+  // and none is fresh nothing moves; otherwise the best member broadcasts its last commit, every
+  // other member adopts it and the best member restores its own commit (uncommitted work is
+  // discarded everywhere). InvalidArgument when no member has committed yet.
   void sync();
   // Step of the last commit (-1 before the first).
   int64_t committed_step() const;
