@@ -120,6 +120,13 @@ std::string EtcdCluster::log_tail(int i) const {
   return s.size() > 2000 ? s.substr(s.size() - 2000) : s;
 }
 
+// Throws naming member i, with the tail of its log, when its process exited.
+void EtcdCluster::check_alive(int i) const {
+  int status = 0;
+  if (waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid)
+    throw std::runtime_error("etcd member " + members_[i].name + " exited: " + log_tail(i));
+}
+
 // Every running member is up and knows the leader (a member that exited is an error).
 void EtcdCluster::wait_ready() const {
   auto deadline = Clock::now() + 20s;
@@ -127,9 +134,7 @@ void EtcdCluster::wait_ready() const {
     bool all = true;
     for (int i = 0; i < size(); ++i) {
       if (members_[i].pid <= 0) continue;
-      int status = 0;
-      if (waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid)
-        throw std::runtime_error("etcd member " + members_[i].name + " exited: " + log_tail(i));
+      check_alive(i);
       auto st = post(members_[i].client_port, "/v3/maintenance/status", nlohmann::json::object());
       all = all && st && st->contains("leader");
     }
@@ -144,9 +149,7 @@ int EtcdCluster::leader() const {
   while (Clock::now() < deadline) {
     for (int i = 0; i < size(); ++i) {
       if (members_[i].pid <= 0) continue;
-      int status = 0;
-      if (waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid)
-        throw std::runtime_error("etcd member " + members_[i].name + " exited: " + log_tail(i));
+      check_alive(i);
       auto st = post(members_[i].client_port, "/v3/maintenance/status", nlohmann::json::object());
       if (!st || !st->contains("leader")) continue;
       std::string leader_id = (*st)["leader"].get<std::string>();

@@ -55,6 +55,7 @@ class EtcdCluster {
   };
   void spawn(int i);
   void wait_ready() const;
+  void check_alive(int i) const;
   std::string log_tail(int i) const;
 
   std::vector<Member> members_;

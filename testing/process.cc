@@ -85,6 +85,17 @@ class BlockSignals {
   sigset_t old_;
 };
 
+// First steps of every child (spawn and fork_call): its own group, default signal actions, and
+// death with the parent (exit 1 when the parent died before the flag was set).
+void child_prologue(const SpawnOptions& o, BlockSignals& blocked, pid_t parent) {
+  if (o.own_group) setpgid(0, 0);
+  blocked.child_defaults();
+  if (o.die_with_parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+  }
+}
+
 }  // namespace
 
 int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
@@ -102,12 +113,7 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
   BlockSignals blocked;
   const pid_t pid = fork();
   if (pid == 0) {
-    if (o.own_group) setpgid(0, 0);
-    blocked.child_defaults();
-    if (o.die_with_parent) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);  // the parent died before the flag was set
-    }
+    child_prologue(o, blocked, parent);
     if (o.stdout_fd >= 0) dup2(o.stdout_fd, 1);
     else if (out >= 0) dup2(out, 1);
     if (err >= 0) dup2(err, 2);
@@ -135,12 +141,7 @@ pid_t fork_call(const std::function<int()>& fn, const SpawnOptions& o) {
   BlockSignals blocked;
   const pid_t pid = fork();
   if (pid == 0) {
-    if (o.own_group) setpgid(0, 0);
-    blocked.child_defaults();
-    if (o.die_with_parent) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-    }
+    child_prologue(o, blocked, parent);
     int code = 3;
     try {
       code = fn();

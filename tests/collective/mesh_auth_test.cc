@@ -105,6 +105,26 @@ struct FakeRank {
   }
 };
 
+// Rank 0 as a real Communicator (built on its own thread) and rank 1 as `fake`, a world of 2 over a
+// fresh memory store under a unique prefix from `name`.
+std::shared_ptr<Communicator> real_rank0_with(FakeRank& fake, const std::string& name) {
+  auto store = make_memory_store();
+  const std::string prefix = test::unique_prefix(name);
+  std::shared_ptr<Communicator> c0;
+  std::exception_ptr e0;
+  std::thread t([&] {
+    try {
+      c0 = Communicator::create(store, prefix, 0, 2, secret_options("k"));
+    } catch (...) {
+      e0 = std::current_exception();
+    }
+  });
+  fake.join(*store, prefix, 1, 2, "k");
+  t.join();
+  if (e0) std::rethrow_exception(e0);
+  return c0;
+}
+
 std::string raw_hello(uint64_t magic, const mesh::Identity& id, int rank) {
   mesh::HelloWire w{};
   w.magic = magic;
@@ -262,21 +282,8 @@ TEST_CASE("mesh: ranks with different job secrets refuse each other with AuthErr
 
 TEST_CASE("allgather: a peer announcing a 4 GiB contribution fails with CommError before allocating",
           "[collective][mesh]") {
-  auto store = make_memory_store();
-  const std::string prefix = test::unique_prefix("huge");
-  std::shared_ptr<Communicator> c0;
-  std::exception_ptr e0;
-  std::thread t([&] {
-    try {
-      c0 = Communicator::create(store, prefix, 0, 2, secret_options("k"));
-    } catch (...) {
-      e0 = std::current_exception();
-    }
-  });
   FakeRank fake;
-  fake.join(*store, prefix, 1, 2, "k");
-  t.join();
-  if (e0) std::rethrow_exception(e0);
+  std::shared_ptr<Communicator> c0 = real_rank0_with(fake, "huge");
   using Header = collective::TcpCommunicator::Header;
   const uint64_t four_gib = uint64_t{1} << 32;
   Header h{collective::kHeaderMagic, static_cast<uint8_t>(collective::Kind::kAllgather),
@@ -364,21 +371,8 @@ TEST_CASE("negotiation: absurd counts and lengths from a peer are refused with C
 
 TEST_CASE("negotiation: a peer listing one request twice fails the round with CommError, not an invariant error",
           "[collective][mesh]") {
-  auto store = make_memory_store();
-  const std::string prefix = test::unique_prefix("dupneg");
-  std::shared_ptr<Communicator> c0;
-  std::exception_ptr e0;
-  std::thread t([&] {
-    try {
-      c0 = Communicator::create(store, prefix, 0, 2, secret_options("k"));
-    } catch (...) {
-      e0 = std::current_exception();
-    }
-  });
   FakeRank fake;
-  fake.join(*store, prefix, 1, 2, "k");
-  t.join();
-  if (e0) std::rethrow_exception(e0);
+  std::shared_ptr<Communicator> c0 = real_rank0_with(fake, "dupneg");
   // Rank 1 lists "x" twice: with rank 0 not listing it, it would look present on both ranks.
   collective::Engine::Desc d;
   d.kind = collective::kAllreduce;
