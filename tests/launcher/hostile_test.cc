@@ -176,12 +176,9 @@ TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run 
            {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
   REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=3") != std::string::npos; },
                      60s));
-  auto pids = lines_of(edl::test::read_file(l.dir() + "/pids"));
+  const auto pids = l.worker_pids();
   REQUIRE(pids.size() == 3);
-  std::istringstream line(pids[2]);
-  int slot = 0;
-  pid_t victim = 0;
-  line >> slot >> victim;
+  const pid_t victim = pids.at(2);
   REQUIRE(kill(victim, SIGSTOP) == 0);
   auto r = l.wait(90s);
   INFO(r.err);

@@ -84,6 +84,17 @@ void Launch::kill_launcher() {
   proc_.wait(std::chrono::seconds(30));
 }
 
+std::map<int, pid_t> Launch::worker_pids() const {
+  std::map<int, pid_t> pids;
+  for (const auto& line : lines_of(read_file(dir_ + "/pids"))) {
+    std::istringstream in(line);
+    int slot = 0;
+    pid_t pid = 0;
+    if (in >> slot >> pid) pids[slot] = pid;
+  }
+  return pids;
+}
+
 std::vector<pid_t> processes_with_env(const std::vector<std::string>& needles) {
   std::vector<pid_t> out;
   DIR* d = opendir("/proc");

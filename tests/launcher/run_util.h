@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ class Launch {
   // SIGKILLs edl-run alone (not its workers: they must notice by themselves) and reaps it.
   void kill_launcher();
   const std::string& dir() const { return dir_; }
+  // The worker pids in the pid file dir()/pids (started with `--pid-file pids`): slot -> pid.
+  std::map<int, pid_t> worker_pids() const;
 
  private:
   int stalled_fd_ = -1;  // read end of the never-read stdout pipe
