@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/bench_util.h"
 #include "testing/process.h"
 
 namespace edl::bench::chaos {
@@ -36,50 +37,10 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  {
-    std::ofstream f(path + ".tmp");
-    f << text;
-  }
-  std::rename((path + ".tmp").c_str(), path.c_str());
-}
-
-pid_t parent_of(pid_t pid) {
-  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  long ppid = -1;
-  rest >> state >> ppid;
-  if (state == "Z") return -1;  // dead, not yet reaped
-  return static_cast<pid_t>(ppid);
-}
-
-}  // namespace
-
 // --- EventLog -------------------------------------------------------------------------------------
 
 void EventLog::poll() {
-  std::ifstream f(path_, std::ios::binary);
-  if (!f) return;
-  f.seekg(offset_);
-  std::string chunk((std::istreambuf_iterator<char>(f)), {});
-  size_t end = chunk.rfind('\n');
-  if (end == std::string::npos) return;
-  offset_ += static_cast<long long>(end + 1);
-  std::istringstream in(chunk.substr(0, end + 1));
-  std::string line;
-  while (std::getline(in, line)) parse(line);
+  for (const auto& line : tail_.new_lines()) parse(line);
 }
 
 void EventLog::parse(const std::string& line) {
