@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/codec.h"
+#include "common/host_port.h"
 #include "edl/error.h"
 
 namespace edl::elastic {
@@ -32,7 +33,7 @@ uint32_t crc_of(const std::string& s) {
 }
 
 [[noreturn]] void io_fail(const std::string& what, const std::string& path) {
-  throw DataError("checkpoint: " + what + " '" + path + "': " + std::strerror(errno));
+  throw DataError("checkpoint: " + what + " '" + path + "': " + errno_text(errno));
 }
 
 void write_all(int fd, const char* p, size_t n, const std::string& path) {
