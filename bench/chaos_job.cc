@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "common/bench_util.h"
+#include "common/host_port.h"
 #include "testing/process.h"
 
 namespace edl::bench::chaos {
@@ -185,10 +186,9 @@ bool HostileClient::start(const std::string& url, std::string* why) {
   }
   auto scheme = url.find("://");
   std::string rest = scheme == std::string::npos ? url : url.substr(scheme + 3);
-  auto colon = rest.rfind(':');
-  std::string host = colon == std::string::npos ? "" : rest.substr(0, colon);
-  int port = colon == std::string::npos ? 0 : std::atoi(rest.substr(colon + 1).c_str());
-  if ((host != "127.0.0.1" && host != "localhost") || port <= 0) {
+  std::string host;
+  int port = 0;
+  if (!split_host_port(rest, &host, &port).empty() || (host != "127.0.0.1" && host != "localhost")) {
     *why = "the store '" + url + "' is not on loopback: no hostile client";
     return false;
   }
