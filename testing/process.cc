@@ -1,5 +1,5 @@
-// Process spawning (see process.h): fork + execvpe with the environment and file descriptors
-// prepared before the fork, so the child only calls async-signal-safe functions.
+// Process spawning (see process.h): spawn() runs on fork_exec (src/common/spawn.h, edl-run's too),
+// with the environment and file descriptors prepared before the fork; fork_call() forks a function.
 #include "process.h"
 
 #include <fcntl.h>
@@ -15,6 +15,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <thread>
+
+#include "common/spawn.h"
 
 extern char** environ;
 
@@ -52,15 +54,6 @@ int open_log(const std::string& path, bool append) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   return fd;
-}
-
-// Writes "exec <program>: <reason>\n" with write(2) only (async-signal-safe).
-void report_exec_failure(const char* program, int err) {
-  const char* parts[] = {"exec ", program, ": ", strerror(err), "\n"};
-  for (const char* p : parts) {
-    ssize_t ignored = ::write(2, p, std::strlen(p));
-    (void)ignored;
-  }
 }
 
 // Signals are blocked from just before fork() until the child has reset the parent's handlers
@@ -102,37 +95,26 @@ int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSI
 
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
   if (argv.empty()) throw std::runtime_error("spawn: empty argv");
-  std::vector<std::string> args = argv;
-  std::vector<std::string> env = merged_environment(o.env, o.inherit_env);
-  std::vector<char*> cargs = c_strings(args), cenv = c_strings(env);
+  ExecSpec spec;
+  spec.argv = argv;
+  spec.path_lookup = true;
+  spec.env = merged_environment(o.env, o.inherit_env);
   const int out = open_log(o.stdout_path.empty() ? o.log : o.stdout_path, o.append);
   const int err = o.stderr_path.empty() ? (o.stdout_path.empty() ? out : open_log(o.log, o.append))
                                         : open_log(o.stderr_path, o.append);
   const int in = o.null_stdin ? ::open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
-  const pid_t parent = getpid();
-  BlockSignals blocked;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    child_prologue(o, blocked, parent);
-    if (o.stdout_fd >= 0) dup2(o.stdout_fd, 1);
-    else if (out >= 0) dup2(out, 1);
-    if (err >= 0) dup2(err, 2);
-    if (in >= 0) dup2(in, 0);
-    if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) {
-      report_exec_failure(o.cwd.c_str(), errno);
-      _exit(127);
-    }
-    execvpe(cargs[0], cargs.data(), cenv.data());
-    report_exec_failure(cargs[0], errno);
-    _exit(127);
-  }
+  spec.stdin_fd = in;
+  spec.stdout_fd = o.stdout_fd >= 0 ? o.stdout_fd : out;
+  spec.stderr_fd = err;
+  spec.cwd = o.cwd;
+  spec.own_group = o.own_group;
+  spec.die_with_parent = o.die_with_parent;
+  const pid_t pid = fork_exec(spec);  // src/common/spawn.h: the fork + exec edl-run uses too
   const int fork_errno = errno;
-  blocked.restore();
   if (out >= 0) close(out);
   if (err >= 0 && err != out) close(err);
   if (in >= 0) close(in);
   if (pid < 0) throw std::runtime_error("cannot start " + argv[0] + ": fork failed: " + std::strerror(fork_errno));
-  if (o.own_group) setpgid(pid, pid);  // also here: no race with the caller signalling the group at once
   return pid;
 }
 

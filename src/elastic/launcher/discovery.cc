@@ -11,7 +11,7 @@
 #include <chrono>
 #include <sstream>
 
-#include "elastic/launcher/spawn.h"
+#include "common/spawn.h"
 
 namespace edl::launcher {
 
@@ -55,11 +55,11 @@ DiscoveryResult run_discovery(const std::string& script, int timeout_ms, const s
     d.error = "pipe failed";
     return d;
   }
-  ExecSpec spec;
+  edl::ExecSpec spec;
   spec.argv = {"/bin/sh", "-c", script};
   spec.inherit_env = true;
   spec.stdout_fd = out[1];
-  const pid_t pid = fork_exec(spec);
+  const pid_t pid = edl::fork_exec(spec);
   if (pid < 0) {
     ::close(out[0]);
     ::close(out[1]);

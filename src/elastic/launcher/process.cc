@@ -13,9 +13,9 @@
 #include <stdexcept>
 
 #include "common/host_port.h"
+#include "common/spawn.h"
 #include "edl/error.h"
 #include "elastic/launcher/output.h"
-#include "elastic/launcher/spawn.h"
 
 extern char** environ;
 
@@ -113,14 +113,14 @@ Process spawn_process(const std::vector<std::string>& argv, const std::vector<st
     ::close(out[1]);
     throw JobError("cannot start a worker: pipe failed: " + errno_text(errno));
   }
-  ExecSpec spec;
+  edl::ExecSpec spec;
   spec.argv = argv;
   spec.env = env;
   spec.stdout_fd = out[1];
   spec.stderr_fd = err[1];
   spec.cpus = cpus;
   spec.inherit_fd = inherit_fd;
-  const pid_t pid = fork_exec(spec);
+  const pid_t pid = edl::fork_exec(spec);
   if (pid < 0) {
     const int e = errno;
     for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
