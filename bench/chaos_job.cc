@@ -18,6 +18,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/bench_util.h"
+#include "common/host_port.h"
+#include "testing/process.h"
+
 namespace edl::bench::chaos {
 
 namespace {
@@ -34,50 +38,10 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  {
-    std::ofstream f(path + ".tmp");
-    f << text;
-  }
-  std::rename((path + ".tmp").c_str(), path.c_str());
-}
-
-pid_t parent_of(pid_t pid) {
-  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  long ppid = -1;
-  rest >> state >> ppid;
-  if (state == "Z") return -1;  // dead, not yet reaped
-  return static_cast<pid_t>(ppid);
-}
-
-}  // namespace
-
 // --- EventLog -------------------------------------------------------------------------------------
 
 void EventLog::poll() {
-  std::ifstream f(path_, std::ios::binary);
-  if (!f) return;
-  f.seekg(offset_);
-  std::string chunk((std::istreambuf_iterator<char>(f)), {});
-  size_t end = chunk.rfind('\n');
-  if (end == std::string::npos) return;
-  offset_ += static_cast<long long>(end + 1);
-  std::istringstream in(chunk.substr(0, end + 1));
-  std::string line;
-  while (std::getline(in, line)) parse(line);
+  for (const auto& line : tail_.new_lines()) parse(line);
 }
 
 void EventLog::parse(const std::string& line) {
@@ -135,27 +99,14 @@ ChaosJob::ChaosJob(const JobConfig& cfg) : cfg_(cfg), log_(cfg.dir + "/log") {
   argv.push_back(cfg.dir);
   for (const auto& a : cfg.worker_args) argv.push_back(a);
   const std::string out = cfg.dir + "/edl-run.log";
-  pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    ::setpgid(0, 0);
-    if (cfg.timeout_ms > 0) ::setenv("EDL_TIMEOUT_MS", std::to_string(cfg.timeout_ms).c_str(), 1);
-    // Commits are also persisted, as a production job would: a schedule that stops or sticks every
-    // member resumes from the checkpoint instead of failing with "all members lost".
-    ::setenv("EDL_CHECKPOINT_DIR", (cfg.dir + "/ckpt").c_str(), 1);
-    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> av;
-    for (auto& s : argv) av.push_back(const_cast<char*>(s.c_str()));
-    av.push_back(nullptr);
-    ::execv(av[0], av.data());
-    std::fprintf(stderr, "exec %s: %s\n", av[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::setpgid(pid_, pid_);
+  edl::testing::SpawnOptions o;
+  o.log = out;
+  o.own_group = true;
+  if (cfg.timeout_ms > 0) o.env.push_back("EDL_TIMEOUT_MS=" + std::to_string(cfg.timeout_ms));
+  // Commits are also persisted, as a production job would: a schedule that stops or sticks every
+  // member resumes from the checkpoint instead of failing with "all members lost".
+  o.env.push_back("EDL_CHECKPOINT_DIR=" + cfg.dir + "/ckpt");
+  pid_ = edl::testing::spawn(argv, o);
   g_running_job = pid_;
 }
 
@@ -235,10 +186,9 @@ bool HostileClient::start(const std::string& url, std::string* why) {
   }
   auto scheme = url.find("://");
   std::string rest = scheme == std::string::npos ? url : url.substr(scheme + 3);
-  auto colon = rest.rfind(':');
-  std::string host = colon == std::string::npos ? "" : rest.substr(0, colon);
-  int port = colon == std::string::npos ? 0 : std::atoi(rest.substr(colon + 1).c_str());
-  if ((host != "127.0.0.1" && host != "localhost") || port <= 0) {
+  std::string host;
+  int port = 0;
+  if (!split_host_port(rest, &host, &port).empty() || (host != "127.0.0.1" && host != "localhost")) {
     *why = "the store '" + url + "' is not on loopback: no hostile client";
     return false;
   }

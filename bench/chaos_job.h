@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/bench_util.h"
+
 namespace edl::bench::chaos {
 
 double now_ms();  // CLOCK_MONOTONIC milliseconds (the workers' log uses the same clock)
@@ -44,7 +46,7 @@ struct SelfKill {
 // Incremental reader of <dir>/log.
 class EventLog {
  public:
-  explicit EventLog(std::string path) : path_(std::move(path)) {}
+  explicit EventLog(std::string path) : tail_(std::move(path)) {}
   void poll();
   std::vector<StepLine> steps;
   std::vector<GenLine> gens;
@@ -57,8 +59,7 @@ class EventLog {
 
  private:
   void parse(const std::string& line);
-  std::string path_;
-  long long offset_ = 0;
+  LineTail tail_;
 };
 
 struct Member {

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/bench_util.h"
+
 namespace edl::bench::chaos {
 
 std::string Fault::label() const {
@@ -41,13 +43,6 @@ struct Kill {
   std::string phase;
   int rank;
 };
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // Carries out the faults of one trial against a running job.
 class Injector {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "common/bench_util.h"
+#include "common/record_audit.h"
 #include "edl/data.h"
 #include "edl/edl.h"
 
@@ -130,16 +131,16 @@ void flood(int mib) {
 int main(int argc, char** argv) {
   cxxopts::Options opts("chaos_worker", "elastic training worker with fault points (run by chaos_bench)");
   opts.add_options()("dir", "shared directory (log, markers, final files)", cxxopts::value<std::string>())(
-      "records", "records per epoch", cxxopts::value<uint64_t>()->default_value("480"))(
-      "records-per-shard", "records per shard", cxxopts::value<uint64_t>()->default_value("20"))(
-      "batch", "records per worker per step", cxxopts::value<uint64_t>()->default_value("4"))(
-      "epochs", "epochs", cxxopts::value<int64_t>()->default_value("3"))(
-      "seed", "shuffle seed", cxxopts::value<uint64_t>()->default_value("1"))(
-      "step-ms", "simulated compute per step", cxxopts::value<int>()->default_value("10"))(
       "params", "float32 parameters", cxxopts::value<size_t>()->default_value("4096"))(
-      "flood-mib", "MiB written to stdout when the flood marker appears", cxxopts::value<int>()->default_value("16"))(
-      "negative-control", "do NOT register the data position in the State (a rollback then re-trains or skips "
-                          "records: the bench's exactly-once audit must fail)");
+      "flood-mib", "MiB written to stdout when the flood marker appears", cxxopts::value<int>()->default_value("16"));
+  edl::bench::AuditDefaults audit_defaults;
+  audit_defaults.records = 480;
+  audit_defaults.records_per_shard = 20;
+  audit_defaults.batch = 4;
+  audit_defaults.step_ms = 10;
+  edl::bench::add_audit_flags(opts, audit_defaults,
+                              "do NOT register the data position in the State (a rollback then re-trains or skips "
+                              "records: the bench's exactly-once audit must fail)");
   auto args = edl::bench::parse_flags(opts, argc, argv);
   if (!args.count("dir")) {
     std::fprintf(stderr, "chaos_worker: --dir is required\n");
@@ -157,14 +158,9 @@ int main(int argc, char** argv) {
   const size_t P = args["params"].as<size_t>();
   try {
     edl::init();
-    edl::data::ShardOptions so;
-    so.records = N;
-    so.records_per_shard = args["records-per-shard"].as<uint64_t>();
-    so.batch_size = args["batch"].as<uint64_t>();
-    so.epochs = epochs;
-    so.seed = args["seed"].as<uint64_t>();
-    edl::data::ShardGenerator shards(so);
-    std::vector<int32_t> counts(N * epochs, 0), marks(N * epochs, 0);
+    edl::data::ShardGenerator shards(edl::bench::audit_shard_options(args));
+    edl::bench::RecordCounts audit(N, epochs);
+    std::vector<int32_t>& counts = audit.counts;
     std::vector<float> w(P), grad(P);
     for (size_t i = 0; i < P; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
     FaultPoints faults;
@@ -187,12 +183,7 @@ int main(int argc, char** argv) {
           break;
         }
         auto t_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(step_ms);
-        std::fill(marks.begin(), marks.end(), 0);
-        double key = 0;
-        for (uint64_t r : s.records) {
-          marks[s.epoch * N + r] += 1;
-          key += static_cast<double>(r);
-        }
+        const double key = audit.mark(s);
         if (claim("stuck")) {
           log_line("stuck " + g_id + " " + std::to_string(edl::rank()) + " " + ms(now_ms()));
           for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -202,9 +193,8 @@ int main(int argc, char** argv) {
           flood(args["flood-mib"].as<int>());
         }
         for (size_t i = 0; i < P; ++i) grad[i] = static_cast<float>(std::sin(1e-3 * key + 1e-4 * static_cast<double>(i)));
-        edl::allreduce(marks.data(), marks.size(), edl::DataType::kInt32, edl::ReduceOp::kSum, "marks");
+        audit.reduce();
         edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
-        for (size_t i = 0; i < counts.size(); ++i) counts[i] += marks[i];
         for (size_t i = 0; i < P; ++i) w[i] -= 0.01f * grad[i];
         std::this_thread::sleep_until(t_end);
         edl::notify_batch_end();

@@ -72,18 +72,9 @@ struct GenLine {
 // Tails the workers' shared log.
 class Log {
  public:
-  explicit Log(std::string path) : path_(std::move(path)) {}
+  explicit Log(std::string path) : tail_(std::move(path)) {}
   void poll() {
-    std::ifstream f(path_, std::ios::binary);
-    if (!f) return;
-    f.seekg(offset_);
-    std::string chunk((std::istreambuf_iterator<char>(f)), {});
-    size_t end = chunk.rfind('\n');
-    if (end == std::string::npos) return;
-    offset_ += end + 1;
-    std::istringstream in(chunk.substr(0, end + 1));
-    std::string line;
-    while (std::getline(in, line)) parse(line);
+    for (const auto& line : tail_.new_lines()) parse(line);
   }
   std::vector<StepLine> steps;
   std::vector<GenLine> gens;
@@ -119,8 +110,7 @@ class Log {
       done.push_back(line);
     }
   }
-  std::string path_;
-  std::streamoff offset_ = 0;
+  LineTail tail_;
 };
 
 // edl-run processes of the running jobs: a SIGINT/SIGTERM of the bench kills them (their workers die

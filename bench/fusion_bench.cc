@@ -87,6 +87,93 @@ int64_t count_wrong(const std::vector<std::vector<float>>& ts, int n) {
   return wrong;
 }
 
+// One gradient set: every mode timed (interleaved), checked and reported (rank 0).
+void run_model(const Model& m, collective::TcpCommunicator* comm, int iters, int warmup, bool engine_stats,
+               JsonRows& json, const Table& table) {
+  const int rank = comm->rank(), n = comm->size();
+  const size_t total = std::accumulate(m.sizes.begin(), m.sizes.end(), size_t{0});
+  if (m.sizes.size() != m.expect_tensors || total != m.expect_floats)
+    throw std::runtime_error(m.name + " gradient set has " + std::to_string(m.sizes.size()) + " tensors / " +
+                             std::to_string(total) + " floats");
+  std::vector<std::vector<float>> ts;
+  for (size_t s : m.sizes) ts.emplace_back(s);
+  std::vector<std::vector<float>> single{std::vector<float>(total)};
+  std::vector<std::string> names;
+  for (size_t k = 0; k < ts.size(); ++k) names.push_back(m.name + ".grad." + std::to_string(k));
+
+  auto unfused = [&] {
+    for (size_t k = ts.size(); k-- > 0;)
+      edl::allreduce(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]);
+  };
+  auto unfused_direct = [&] {
+    for (size_t k = ts.size(); k-- > 0;) comm->allreduce(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum);
+  };
+  auto fused = [&] {
+    std::vector<Handle> hs;
+    hs.reserve(ts.size());
+    for (size_t k = ts.size(); k-- > 0;)  // backprop order: last layer first
+      hs.push_back(edl::allreduce_async(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]));
+    for (auto& h : hs) h.wait();
+  };
+  std::vector<collective::Span> spans;
+  for (auto& t : ts) spans.push_back({t.data(), t.size() * sizeof(float)});
+  auto spans_direct = [&] { comm->allreduce_spans(spans, DataType::kFloat32, ReduceOp::kSum); };
+  auto one = [&] { comm->allreduce(single[0].data(), total, DataType::kFloat32, ReduceOp::kSum); };
+
+  // Modes are interleaved (iteration i of every mode before iteration i+1 of any) so that load
+  // changes on a shared machine hit all of them alike.
+  const std::vector<std::string> modes{"single", "unfused", "fused", "unfused_direct", "fused_direct"};
+  std::vector<std::vector<double>> times(modes.size());
+  std::vector<int64_t> wrong(modes.size(), 0);
+  for (int it = 0; it < warmup + iters; ++it) {
+    for (size_t k = 0; k < modes.size(); ++k) {
+      const std::string& md = modes[k];
+      auto& bufs = md == "single" ? single : ts;
+      fill(bufs, rank);
+      comm->barrier();
+      double t0 = now_s();
+      if (md == "single") one();
+      else if (md == "unfused") unfused();
+      else if (md == "fused") fused();
+      else if (md == "unfused_direct") unfused_direct();
+      else spans_direct();
+      double ms = (now_s() - t0) * 1e3;
+      if (it >= warmup) times[k].push_back(ms);
+      if (it == warmup + iters - 1) wrong[k] = count_wrong(bufs, n);
+    }
+  }
+  double single_ms = 0, unfused_ms = 0, fused_ms = 0, fused_direct_ms = 0, unfused_direct_ms = 0;
+  for (size_t k = 0; k < modes.size(); ++k) {
+    comm->allreduce(&wrong[k], 1, DataType::kInt64, ReduceOp::kSum);
+    const double med = median(times[k]);
+    if (k == 0) single_ms = med;
+    if (modes[k] == "unfused") unfused_ms = med;
+    if (modes[k] == "fused") fused_ms = med;
+    if (modes[k] == "fused_direct") fused_direct_ms = med;
+    if (modes[k] == "unfused_direct") unfused_direct_ms = med;
+    const size_t tensors = modes[k] == "single" ? 1 : ts.size();
+    if (rank == 0) {
+      table.row({m.name, std::to_string(n), modes[k], std::to_string(tensors), fmt(total * 4.0 / 1e6, 1),
+                 fmt(med, 2), fmt(med / single_ms, 2), std::to_string(wrong[k])});
+      json.write(Json{{"model", m.name}, {"ranks", n}, {"mode", modes[k]}, {"time_ms", med},
+                      {"tensors", tensors}, {"floats", total}, {"wrong", wrong[k]}});
+    }
+  }
+  if (rank == 0)
+    std::cout << m.name << ": fused / single = " << fmt(fused_ms / single_ms, 2) << " (target <= 1.15); engine "
+              << "overhead fused - fused_direct = " << fmt(fused_ms - fused_direct_ms, 2) << " ms ("
+              << fmt(1e3 * (fused_ms - fused_direct_ms) / static_cast<double>(ts.size()), 1)
+              << " us per request); unfused per tensor " << fmt(1e3 * unfused_ms / static_cast<double>(ts.size()), 1)
+              << " us (unfused_direct " << fmt(1e3 * unfused_direct_ms / static_cast<double>(ts.size()), 1)
+              << " us; compare Gloo's per-call latency in allreduce_bench)" << std::endl;
+  if (rank == 0 && engine_stats) {
+    auto st = collective::world_engine_stats();
+    std::cout << "engine: cycles " << st.cycles << " cached " << st.cached_cycles << " collectives "
+              << st.collectives << " fused " << st.fused_collectives << " negotiation_us " << st.negotiation_us
+              << " execution_us " << st.execution_us << " helped_rounds " << st.helped_rounds << std::endl;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,7 +193,7 @@ int main(int argc, char** argv) {
   if (args["local-ranks"].as<int>() > 0) return run_local_ranks(args["local-ranks"].as<int>(), argc, argv);
   try {
     edl::init();
-    const int rank = edl::rank(), n = edl::size();
+    const int rank = edl::rank();
     auto comm = collective::make_world_communicator("fusion_bench");
     JsonRows json(rank == 0 ? args["json"].as<std::string>() : "");
     Table table({"model", "ranks", "mode", "tensors", "MB", "time_ms", "vs_single", "wrong"}, 16);
@@ -117,87 +204,7 @@ int main(int argc, char** argv) {
     const int iters = args["iters"].as<int>(), warmup = args["warmup"].as<int>();
     for (const Model& m : models) {
       if (which != "all" && which != m.name) continue;
-      const size_t total = std::accumulate(m.sizes.begin(), m.sizes.end(), size_t{0});
-      if (m.sizes.size() != m.expect_tensors || total != m.expect_floats)
-        throw std::runtime_error(m.name + " gradient set has " + std::to_string(m.sizes.size()) + " tensors / " +
-                                 std::to_string(total) + " floats");
-      std::vector<std::vector<float>> ts;
-      for (size_t s : m.sizes) ts.emplace_back(s);
-      std::vector<std::vector<float>> single{std::vector<float>(total)};
-      std::vector<std::string> names;
-      for (size_t k = 0; k < ts.size(); ++k) names.push_back(m.name + ".grad." + std::to_string(k));
-
-      auto unfused = [&] {
-        for (size_t k = ts.size(); k-- > 0;)
-          edl::allreduce(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]);
-      };
-      auto unfused_direct = [&] {
-        for (size_t k = ts.size(); k-- > 0;) comm->allreduce(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum);
-      };
-      auto fused = [&] {
-        std::vector<Handle> hs;
-        hs.reserve(ts.size());
-        for (size_t k = ts.size(); k-- > 0;)  // backprop order: last layer first
-          hs.push_back(edl::allreduce_async(ts[k].data(), ts[k].size(), DataType::kFloat32, ReduceOp::kSum, names[k]));
-        for (auto& h : hs) h.wait();
-      };
-      std::vector<collective::Span> spans;
-      for (auto& t : ts) spans.push_back({t.data(), t.size() * sizeof(float)});
-      auto spans_direct = [&] { comm->allreduce_spans(spans, DataType::kFloat32, ReduceOp::kSum); };
-      auto one = [&] { comm->allreduce(single[0].data(), total, DataType::kFloat32, ReduceOp::kSum); };
-
-      // Modes are interleaved (iteration i of every mode before iteration i+1 of any) so that load
-      // changes on a shared machine hit all of them alike.
-      const std::vector<std::string> modes{"single", "unfused", "fused", "unfused_direct", "fused_direct"};
-      std::vector<std::vector<double>> times(modes.size());
-      std::vector<int64_t> wrong(modes.size(), 0);
-      for (int it = 0; it < warmup + iters; ++it) {
-        for (size_t k = 0; k < modes.size(); ++k) {
-          const std::string& md = modes[k];
-          auto& bufs = md == "single" ? single : ts;
-          fill(bufs, rank);
-          comm->barrier();
-          double t0 = now_s();
-          if (md == "single") one();
-          else if (md == "unfused") unfused();
-          else if (md == "fused") fused();
-          else if (md == "unfused_direct") unfused_direct();
-          else spans_direct();
-          double ms = (now_s() - t0) * 1e3;
-          if (it >= warmup) times[k].push_back(ms);
-          if (it == warmup + iters - 1) wrong[k] = count_wrong(bufs, n);
-        }
-      }
-      double single_ms = 0, unfused_ms = 0, fused_ms = 0, fused_direct_ms = 0, unfused_direct_ms = 0;
-      for (size_t k = 0; k < modes.size(); ++k) {
-        comm->allreduce(&wrong[k], 1, DataType::kInt64, ReduceOp::kSum);
-        const double med = median(times[k]);
-        if (k == 0) single_ms = med;
-        if (modes[k] == "unfused") unfused_ms = med;
-        if (modes[k] == "fused") fused_ms = med;
-        if (modes[k] == "fused_direct") fused_direct_ms = med;
-        if (modes[k] == "unfused_direct") unfused_direct_ms = med;
-        const size_t tensors = modes[k] == "single" ? 1 : ts.size();
-        if (rank == 0) {
-          table.row({m.name, std::to_string(n), modes[k], std::to_string(tensors), fmt(total * 4.0 / 1e6, 1),
-                     fmt(med, 2), fmt(med / single_ms, 2), std::to_string(wrong[k])});
-          json.write(Json{{"model", m.name}, {"ranks", n}, {"mode", modes[k]}, {"time_ms", med},
-                          {"tensors", tensors}, {"floats", total}, {"wrong", wrong[k]}});
-        }
-      }
-      if (rank == 0)
-        std::cout << m.name << ": fused / single = " << fmt(fused_ms / single_ms, 2) << " (target <= 1.15); engine "
-                  << "overhead fused - fused_direct = " << fmt(fused_ms - fused_direct_ms, 2) << " ms ("
-                  << fmt(1e3 * (fused_ms - fused_direct_ms) / static_cast<double>(ts.size()), 1)
-                  << " us per request); unfused per tensor " << fmt(1e3 * unfused_ms / static_cast<double>(ts.size()), 1)
-                  << " us (unfused_direct " << fmt(1e3 * unfused_direct_ms / static_cast<double>(ts.size()), 1)
-                  << " us; compare Gloo's per-call latency in allreduce_bench)" << std::endl;
-      if (rank == 0 && args.count("engine-stats")) {
-        auto st = collective::world_engine_stats();
-        std::cout << "engine: cycles " << st.cycles << " cached " << st.cached_cycles << " collectives "
-                  << st.collectives << " fused " << st.fused_collectives << " negotiation_us " << st.negotiation_us
-                  << " execution_us " << st.execution_us << " helped_rounds " << st.helped_rounds << std::endl;
-      }
+      run_model(m, comm.get(), iters, warmup, args.count("engine-stats") > 0, json, table);
     }
     comm->barrier();
     comm.reset();

@@ -25,20 +25,6 @@ std::string dir_of(const std::string& path) {
   return pos == std::string::npos ? "." : path.substr(0, pos);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path + ".tmp");
-  f << text;
-  f.close();
-  std::rename((path + ".tmp").c_str(), path.c_str());
-}
-
 // The edl-run child: its own process group so that everything it started can be killed at the end.
 class Job {
  public:
@@ -62,18 +48,6 @@ class Job {
   }
   edl::testing::Process proc_;
 };
-
-// Parent pid of a process (from /proc), -1 when it is gone.
-pid_t parent_of(pid_t pid) {
-  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  long ppid = -1;
-  rest >> state >> ppid;
-  return static_cast<pid_t>(ppid);
-}
 
 // Workers listed in edl-run's --pid-file ("<slot> <pid> <worker-id>" lines) that are alive children
 // of the job's edl-run process — never anything else.

@@ -8,6 +8,7 @@
 // On finishing, the worker writes the committed counters to <out>/final.<worker-id> and, every few
 // steps, "<epoch> <step>" to <out>/progress (for the bench's event log).
 #include "common/bench_util.h"
+#include "common/record_audit.h"
 #include <unistd.h>
 
 #include <chrono>
@@ -23,14 +24,9 @@
 
 int main(int argc, char** argv) {
   cxxopts::Options opts("shard_audit_worker", "elastic exactly-once audit worker (run by shard_audit)");
-  opts.add_options()("out", "output directory", cxxopts::value<std::string>())(
-      "records", "records per epoch", cxxopts::value<uint64_t>()->default_value("3000"))(
-      "records-per-shard", "records per shard", cxxopts::value<uint64_t>()->default_value("50"))(
-      "batch", "records per worker per step", cxxopts::value<uint64_t>()->default_value("8"))(
-      "epochs", "epochs", cxxopts::value<int64_t>()->default_value("3"))(
-      "seed", "shuffle seed", cxxopts::value<uint64_t>()->default_value("1"))(
-      "step-ms", "simulated compute per step", cxxopts::value<int>()->default_value("15"))(
-      "negative-control", "do NOT register the dispatcher in the State (shows what the audit catches)");
+  opts.add_options()("out", "output directory", cxxopts::value<std::string>());
+  edl::bench::add_audit_flags(opts, edl::bench::AuditDefaults{},
+                              "do NOT register the dispatcher in the State (shows what the audit catches)");
   auto args = edl::bench::parse_flags(opts, argc, argv);
   const std::string out = args["out"].as<std::string>();
   const uint64_t N = args["records"].as<uint64_t>();
@@ -38,14 +34,9 @@ int main(int argc, char** argv) {
   const int step_ms = args["step-ms"].as<int>();
   try {
     edl::init();
-    edl::data::ShardOptions so;
-    so.records = N;
-    so.records_per_shard = args["records-per-shard"].as<uint64_t>();
-    so.batch_size = args["batch"].as<uint64_t>();
-    so.epochs = epochs;
-    so.seed = args["seed"].as<uint64_t>();
-    edl::data::ShardGenerator shards(so);
-    std::vector<int32_t> counts(N * epochs, 0), marks(N * epochs, 0);
+    edl::data::ShardGenerator shards(edl::bench::audit_shard_options(args));
+    edl::bench::RecordCounts audit(N, epochs);
+    std::vector<int32_t>& counts = audit.counts;
     edl::elastic::State state;
     state.register_tensor("counts", counts.data(), counts.size(), edl::DataType::kInt32);
     if (!args.count("negative-control")) state.register_component("shards", &shards);
@@ -57,11 +48,9 @@ int main(int argc, char** argv) {
           finished = true;
           break;
         }
-        std::fill(marks.begin(), marks.end(), 0);
-        for (uint64_t r : s.records) marks[s.epoch * N + r] += 1;
+        audit.mark(s);
         std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-        edl::allreduce(marks.data(), marks.size(), edl::DataType::kInt32, edl::ReduceOp::kSum, "marks");
-        for (size_t i = 0; i < counts.size(); ++i) counts[i] += marks[i];
+        audit.reduce();
         if (s.step % 5 == 0 && edl::rank() == 0) {
           std::ofstream p(out + "/progress.tmp");
           p << s.epoch << " " << s.step << "\n";

@@ -25,8 +25,8 @@
 #include "common/bench_util.h"
 #include "edl/store.h"
 #include "edl/store_server.h"
-#include "store/etcd_cluster.h"
-#include "store/redis_server.h"
+#include "testing/etcd_cluster.h"
+#include "testing/redis_server.h"
 
 using namespace edl::bench;
 using Clock = std::chrono::steady_clock;
@@ -138,8 +138,8 @@ int main(int argc, char** argv) {
   int iters = a["iters"].as<int>(), reps = a["reps"].as<int>();
 
   std::unique_ptr<edl::StoreServer> server;
-  std::unique_ptr<edl::test::RedisServer> redis;
-  std::unique_ptr<edl::test::EtcdCluster> etcd;
+  std::unique_ptr<edl::testing::RedisServer> redis;
+  std::unique_ptr<edl::testing::EtcdCluster> etcd;
   auto memory = edl::make_memory_store();
   std::vector<Backend> backends;
   std::stringstream ss(a["backends"].as<std::string>());
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
                             return edl::connect_store(url, o);
                           }});
     } else if (item == "redis") {
-      redis = std::make_unique<edl::test::RedisServer>("bench-secret");
+      redis = std::make_unique<edl::testing::RedisServer>("bench-secret");
       if (!redis->available()) {
         std::printf("store_bench: redis-server is not installed; skipping the redis backend\n");
         continue;
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
                             return edl::connect_store(url, o);
                           }});
     } else if (item == "etcd") {
-      etcd = std::make_unique<edl::test::EtcdCluster>(3);
+      etcd = std::make_unique<edl::testing::EtcdCluster>(3);
       if (!etcd->available()) {
         std::printf("store_bench: etcd is not installed; skipping the etcd backend\n");
         continue;

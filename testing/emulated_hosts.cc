@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -21,8 +20,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-
-extern char** environ;
 
 namespace edl::testing {
 namespace {
@@ -136,38 +133,19 @@ void EmulatedHosts::teardown() noexcept {
 
 pid_t EmulatedHosts::spawn(int ns_index, const std::vector<std::string>& argv, const std::string& out_path,
                            bool with_job_env) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.push_back(*e);
+  SpawnOptions o;
+  o.log = out_path;  // stdout and stderr, appended
+  o.append = true;
+  o.null_stdin = true;
+  o.own_group = true;
+  o.die_with_parent = true;
   if (with_job_env) {
-    env.push_back("EDL_BIND_ADDR=" + net_->address(ns_index));
-    for (const auto& e : options_.env) env.push_back(e);
+    o.env.push_back("EDL_BIND_ADDR=" + net_->address(ns_index));
+    for (const auto& e : options_.env) o.env.push_back(e);
   }
   std::vector<std::string> full = net_->exec_prefix(ns_index);
   full.insert(full.end(), argv.begin(), argv.end());
-  std::vector<char*> args, envp;
-  for (auto& a : full) args.push_back(a.data());
-  args.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("EmulatedHosts: fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int in = open("/dev/null", O_RDONLY);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    if (in >= 0) dup2(in, 0);
-    execvpe(args[0], args.data(), envp.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  return pid;
+  return edl::testing::spawn(full, o);
 }
 
 void EmulatedHosts::kill_namespace(int ns_index) {

@@ -1,5 +1,5 @@
-// Process spawning (see process.h): fork + execvpe with the environment and file descriptors
-// prepared before the fork, so the child only calls async-signal-safe functions.
+// Process spawning (see process.h): spawn() runs on fork_exec (src/common/spawn.h, edl-run's too),
+// with the environment and file descriptors prepared before the fork; fork_call() forks a function.
 #include "process.h"
 
 #include <fcntl.h>
@@ -16,15 +16,18 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/spawn.h"
+
 extern char** environ;
 
 namespace edl::testing {
 namespace {
 
-// The caller's environment with `extra` ("NAME=VALUE") added or replacing entries of the same name.
-std::vector<std::string> merged_environment(const std::vector<std::string>& extra) {
+// The caller's environment (when `inherit`) with `extra` ("NAME=VALUE") added or replacing entries
+// of the same name.
+std::vector<std::string> merged_environment(const std::vector<std::string>& extra, bool inherit) {
   std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  for (char** e = environ; inherit && *e; ++e) env.emplace_back(*e);
   for (const auto& kv : extra) {
     const std::string name = kv.substr(0, kv.find('=') + 1);
     bool replaced = false;
@@ -46,20 +49,11 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   return out;
 }
 
-int open_log(const std::string& path) {
+int open_log(const std::string& path, bool append) {
   if (path.empty()) return -1;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   return fd;
-}
-
-// Writes "exec <program>: <reason>\n" with write(2) only (async-signal-safe).
-void report_exec_failure(const char* program, int err) {
-  const char* parts[] = {"exec ", program, ": ", strerror(err), "\n"};
-  for (const char* p : parts) {
-    ssize_t ignored = ::write(2, p, std::strlen(p));
-    (void)ignored;
-  }
 }
 
 // Signals are blocked from just before fork() until the child has reset the parent's handlers
@@ -84,43 +78,43 @@ class BlockSignals {
   sigset_t old_;
 };
 
+// First steps of every child (spawn and fork_call): its own group, default signal actions, and
+// death with the parent (exit 1 when the parent died before the flag was set).
+void child_prologue(const SpawnOptions& o, BlockSignals& blocked, pid_t parent) {
+  if (o.own_group) setpgid(0, 0);
+  blocked.child_defaults();
+  if (o.die_with_parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+  }
+}
+
 }  // namespace
 
 int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
 
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
   if (argv.empty()) throw std::runtime_error("spawn: empty argv");
-  std::vector<std::string> args = argv;
-  std::vector<std::string> env = merged_environment(o.env);
-  std::vector<char*> cargs = c_strings(args), cenv = c_strings(env);
-  const int out = open_log(o.stdout_path.empty() ? o.log : o.stdout_path);
-  const int err = o.stderr_path.empty() ? (o.stdout_path.empty() ? out : open_log(o.log)) : open_log(o.stderr_path);
-  const pid_t parent = getpid();
-  BlockSignals blocked;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (o.own_group) setpgid(0, 0);
-    blocked.child_defaults();
-    if (o.die_with_parent) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);  // the parent died before the flag was set
-    }
-    if (out >= 0) dup2(out, 1);
-    if (err >= 0) dup2(err, 2);
-    if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) {
-      report_exec_failure(o.cwd.c_str(), errno);
-      _exit(127);
-    }
-    execvpe(cargs[0], cargs.data(), cenv.data());
-    report_exec_failure(cargs[0], errno);
-    _exit(127);
-  }
+  ExecSpec spec;
+  spec.argv = argv;
+  spec.path_lookup = true;
+  spec.env = merged_environment(o.env, o.inherit_env);
+  const int out = open_log(o.stdout_path.empty() ? o.log : o.stdout_path, o.append);
+  const int err = o.stderr_path.empty() ? (o.stdout_path.empty() ? out : open_log(o.log, o.append))
+                                        : open_log(o.stderr_path, o.append);
+  const int in = o.null_stdin ? ::open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+  spec.stdin_fd = in;
+  spec.stdout_fd = o.stdout_fd >= 0 ? o.stdout_fd : out;
+  spec.stderr_fd = err;
+  spec.cwd = o.cwd;
+  spec.own_group = o.own_group;
+  spec.die_with_parent = o.die_with_parent;
+  const pid_t pid = fork_exec(spec);  // src/common/spawn.h: the fork + exec edl-run uses too
   const int fork_errno = errno;
-  blocked.restore();
   if (out >= 0) close(out);
   if (err >= 0 && err != out) close(err);
+  if (in >= 0) close(in);
   if (pid < 0) throw std::runtime_error("cannot start " + argv[0] + ": fork failed: " + std::strerror(fork_errno));
-  if (o.own_group) setpgid(pid, pid);  // also here: no race with the caller signalling the group at once
   return pid;
 }
 
@@ -129,12 +123,7 @@ pid_t fork_call(const std::function<int()>& fn, const SpawnOptions& o) {
   BlockSignals blocked;
   const pid_t pid = fork();
   if (pid == 0) {
-    if (o.own_group) setpgid(0, 0);
-    blocked.child_defaults();
-    if (o.die_with_parent) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-    }
+    child_prologue(o, blocked, parent);
     int code = 3;
     try {
       code = fn();

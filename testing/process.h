@@ -29,7 +29,12 @@ struct SpawnOptions {
   std::string log;                   // stdout and stderr to this file (truncated); "" = inherited
   std::string stdout_path;           // stdout alone to this file; overrides `log` for stdout
   std::string stderr_path;           // stderr alone to this file; overrides `log` for stderr
+  int stdout_fd = -1;                // stdout to this descriptor of the caller (e.g. a pipe's write
+                                     // end; the caller keeps and closes it); overrides the paths
   std::vector<std::string> env;      // "NAME=VALUE" entries added to (or replacing in) the environment
+  bool inherit_env = true;           // false: the child's environment is `env` alone
+  bool append = false;               // open the output files for appending instead of truncating
+  bool null_stdin = false;           // stdin from /dev/null instead of the caller's
   std::string cwd;                   // working directory of the child; "" = the caller's
   bool own_group = true;             // setpgid(0, 0): signal() and stop() reach the whole group
   bool die_with_parent = false;      // PR_SET_PDEATHSIG SIGKILL (fires when the spawning thread ends)

@@ -2,6 +2,9 @@
 
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -77,6 +80,47 @@ cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, char** arg
     std::fprintf(stderr, "%s: %s (run with --help for usage)\n", program.c_str(), e.what());
     std::exit(2);
   }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  {
+    std::ofstream f(path + ".tmp");
+    f << text;
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+int parent_of(int pid) {
+  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string state;
+  long ppid = -1;
+  rest >> state >> ppid;
+  if (state == "Z") return -1;  // dead, not yet reaped
+  return static_cast<int>(ppid);
+}
+
+std::vector<std::string> LineTail::new_lines() {
+  std::vector<std::string> lines;
+  std::ifstream f(path_, std::ios::binary);
+  if (!f) return lines;
+  f.seekg(offset_);
+  std::string chunk((std::istreambuf_iterator<char>(f)), {});
+  const size_t end = chunk.rfind('\n');
+  if (end == std::string::npos) return lines;
+  offset_ += static_cast<long long>(end + 1);
+  std::istringstream in(chunk.substr(0, end + 1));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
 }
 
 }  // namespace edl::bench

@@ -50,6 +50,26 @@ std::vector<std::string> split(const std::string& csv);
 // "<program>: <problem> (run with --help for usage)" to stderr and exits with code 2.
 cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, char** argv);
 
+// The whole content of a file ("" when it cannot be read).
+std::string slurp(const std::string& path);
+// Writes `text` to path + ".tmp" and renames it over `path` (readers never see half a file).
+void write_file(const std::string& path, const std::string& text);
+// Parent pid of a live process (from /proc/PID/stat); -1 when it is gone or a zombie.
+int parent_of(int pid);
+
+// Follows a log file that other processes append to: each call returns the complete lines added
+// since the previous one (a partial last line waits for its newline).
+class LineTail {
+ public:
+  explicit LineTail(std::string path) : path_(std::move(path)) {}
+  std::vector<std::string> new_lines();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  long long offset_ = 0;
+};
+
 // Monotonic seconds since an arbitrary epoch.
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

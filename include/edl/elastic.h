@@ -22,7 +22,12 @@
 //     run throws JobFailed; exit with kJobFailedExitCode (3). EDL_RETRY_USER_ERRORS=1 retries
 //     them like peer failures instead;
 //   - JobError (reset limit reached, fewer than the minimum workers for longer than
-//     EDL_RENDEZVOUS_TIMEOUT_MS, all members lost and no checkpoint) propagates: exit cleanly.
+//     EDL_RENDEZVOUS_TIMEOUT_MS, all members lost and no checkpoint) propagates: exit cleanly;
+//   - StoreError (AuthError included: the control-plane store is unreachable for longer than
+//     EDL_STORE_TIMEOUT_MS, or refuses the secret) propagates at once: there is nothing to
+//     re-rendezvous against (edl-run fails the job when the store is lost).
+// Before a JobError leaves run, the worker leaves the job (its lease is removed); after a StoreError
+// its lease expires in the store on its own.
 // run returns when fn returns, when this worker left gracefully (SIGTERM), or when the job finished
 // before this late joiner was admitted (a worker that trained, was evicted and missed the end gets
 // JobError instead: its state is stale). fn must be restartable: it continues from state.step.
@@ -71,8 +76,10 @@ class EDL_API StragglerEvicted : public JobError {
   using JobError::JobError;
 };
 
-// The retry loop of an elastic job (see above). Without EDL_ELASTIC=1 (a static world) it syncs the
-// state from rank 0 and calls fn once: failures propagate.
+// The retry loop of an elastic job (see above). Without EDL_ELASTIC=1 (a static world) it loads the
+// checkpoint (EDL_CHECKPOINT_DIR) or commits the initial state, syncs the state from the best member
+// once (State::sync: the highest committed step, so a rank that loaded a newer checkpoint wins over
+// rank 0) and calls fn once: every error propagates unchanged (no retry, no <job>/failed).
 EDL_API void run(State& state, const std::function<void()>& fn);
 
 // Asks this worker to leave at the next batch boundary (what SIGTERM does in an elastic job).

@@ -6,9 +6,10 @@
 //              so a whole-job restart resumes; written atomically with a checksum by rank 0 of the
 //              generation, in the background). All members commit at the same step.
 //   restore()  rolls every item back to the last commit (after a peer failure).
-//   sync()     collective on the current generation: every member takes the state of the member
-//              with the highest committed step (ties: lowest rank) — never blindly rank 0, which
-//              may be a newcomer.
+//   sync()     collective on the current generation: every member takes the state of the best
+//              member — the highest committed step; among equal steps a member that was synced
+//              before beats a fresh one (a newcomer that never synced); then the lowest rank.
+//              Never blindly rank 0, which may be a newcomer.
 // Components with their own commit protocol (the shard dispatcher, the optimizer's rescaling
 // bookkeeping) implement Stateful and are registered with register_component(); they also get
 // on_generation() after each rendezvous.
@@ -27,13 +28,46 @@
 
 namespace edl::elastic {
 
+// This worker's place in a new generation.
+enum class GenerationRole : uint8_t {
+  kNewcomer,    // its first generation (a fresh start, a joiner, a restarted process)
+  kSurvivor,    // it was a member of the previous generation (generation - 1) and goes on
+  kReadmitted,  // it was a member of an earlier generation, was left out of the ones in between
+                // (evicted: stopped, stuck or cut off longer than the lease) and is admitted again
+};
+
+// Why the membership changed from generation - 1 to generation. Read from the store's record of
+// the round (who was a member before, who left gracefully, who was dropped and why, whether the
+// previous generation was aborted), so every member of the generation gets the same reason. When
+// several apply: a member that died (failure), else a live member left out (eviction), else an
+// aborted previous generation (failure), else a graceful leave, else a join.
+enum class ChangeReason : uint8_t {
+  kStart,     // the first generation of the job (or of a job restarted after all members were lost)
+  kJoin,      // workers joined (or a join was requested and the joiner did not make it); no
+              // member of the previous generation is missing
+  kLeave,     // members left gracefully at a batch boundary (SIGTERM, request_leave)
+  kFailure,   // a member died (lease gone, probe refused) or the previous generation was aborted
+              // (peer lost, collective deadline, a failure while it was being built)
+  kEviction,  // a member that was still alive was left out (stuck past EDL_RENDEZVOUS_GRACE_MS)
+};
+
+// "newcomer", "survivor", "readmitted".
+EDL_API const char* role_name(GenerationRole role);
+// "start", "join", "leave", "failure", "eviction".
+EDL_API const char* reason_name(ChangeReason reason);
+
 // Facts about a new membership generation, handed to Stateful::on_generation and reset callbacks.
 struct GenerationInfo {
-  uint64_t generation = 0;
+  uint64_t generation = 0;     // generations are numbered 1, 2, ... per job
   int rank = 0;
   int size = 1;
-  int previous_size = 0;     // 0 at the first generation
+  int previous_size = 0;       // size of generation - 1; 0 at the first generation
   bool after_failure = false;  // true when reached through restore() (a peer failed)
+  GenerationRole role = GenerationRole::kNewcomer;
+  // The generation this worker was last a member of before this one: 0 for a newcomer,
+  // generation - 1 for a survivor, an older one for a readmitted worker.
+  uint64_t previous_generation = 0;
+  ChangeReason reason = ChangeReason::kStart;
 };
 
 // A component with state of its own that follows commit / restore / sync.
@@ -72,6 +106,14 @@ class EDL_API State {
 
   void commit();
   void restore();
+  // Collective on the current generation (inside edl::elastic::run; InvalidArgument elsewhere).
+  // Members allgather (committed step, fresh), where fresh = this State was never synced before.
+  // The best member is the one with the highest committed step; among equal steps a member that
+  // was synced before beats a fresh one (so a newcomer holding the initial state at the same step
+  // never overwrites the job's state); then the lowest rank. When every member holds the same step
+  // and none is fresh nothing moves; otherwise the best member broadcasts its last commit, every
+  // other member adopts it and the best member restores its own commit (uncommitted work is
+  // discarded everywhere). InvalidArgument when no member has committed yet.
   void sync();
   // Step of the last commit (-1 before the first).
   int64_t committed_step() const;

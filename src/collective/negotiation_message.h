@@ -4,10 +4,11 @@
 //   magic u32 "EDLN" | cache size u32 | ceil(cache size / 64) u64 words: bitset of cached requests |
 //   fresh count u32 | fresh count x (kind u8 | dtype u8 | op u8 | root i32 | count u64 |
 //                                     name length u32 | name)
-// Host byte order (same-architecture jobs). The decoder checks every length against the bytes that
-// are actually there before allocating (a count that cannot fit is refused, not reserved), the cache
-// size against this rank's own, every cache bit below it, known kind / dtype / op, and that nothing
-// trails; any violation is a CommError naming the sending rank.
+// Little-endian, written and read with the common codec (common/codec.h). The decoder checks every
+// length against the bytes that are actually there before allocating (a count that cannot fit is
+// refused, not reserved), the cache size against this rank's own, every cache bit below it, known
+// kind / dtype / op, and that nothing trails; any violation is a CommError naming the sending rank
+// and the field.
 // Thread-safety: pure functions.
 #pragma once
 

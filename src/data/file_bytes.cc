@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "common/host_port.h"
 #include "edl/error.h"
 
 namespace edl::data::detail {
@@ -18,12 +19,12 @@ struct FileCloser {
 
 std::vector<uint8_t> read_raw(const std::string& path) {
   std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw DataError(path + ": cannot open: " + std::strerror(errno));
+  if (!f) throw DataError(path + ": cannot open: " + errno_text(errno));
   std::vector<uint8_t> bytes;
   uint8_t buf[1 << 16];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  if (std::ferror(f.get())) throw DataError(path + ": read error: " + std::strerror(errno));
+  if (std::ferror(f.get())) throw DataError(path + ": read error: " + errno_text(errno));
   return bytes;
 }
 

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/codec.h"
+#include "common/host_port.h"
 #include "edl/error.h"
 
 namespace edl::elastic {
@@ -31,7 +33,7 @@ uint32_t crc_of(const std::string& s) {
 }
 
 [[noreturn]] void io_fail(const std::string& what, const std::string& path) {
-  throw DataError("checkpoint: " + what + " '" + path + "': " + std::strerror(errno));
+  throw DataError("checkpoint: " + what + " '" + path + "': " + errno_text(errno));
 }
 
 void write_all(int fd, const char* p, size_t n, const std::string& path) {
@@ -61,9 +63,7 @@ static int64_t step_on_disk(const std::string& path) {
   ssize_t r = ::read(fd, h, sizeof(h));
   ::close(fd);
   if (r != static_cast<ssize_t>(sizeof(h)) || std::memcmp(h, kMagic, sizeof(kMagic)) != 0) return -1;
-  int64_t step;
-  std::memcpy(&step, h + 8, 8);
-  return step;
+  return codec::load_le<int64_t>(h + 8);
 }
 
 bool write_checkpoint(const std::string& dir, const std::string& payload, int64_t step) {
@@ -73,12 +73,12 @@ bool write_checkpoint(const std::string& dir, const std::string& payload, int64_
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_fail("cannot create", tmp);
-  std::string header(kMagic, sizeof(kMagic));
-  uint64_t len = payload.size();
-  uint32_t crc = crc_of(payload);
-  header.append(reinterpret_cast<const char*>(&step), 8);
-  header.append(reinterpret_cast<const char*>(&len), 8);
-  header.append(reinterpret_cast<const char*>(&crc), 4);
+  std::string header;
+  codec::Writer<std::string> w(header);
+  w.raw(kMagic, sizeof(kMagic));
+  w.i64(step);
+  w.u64(payload.size());
+  w.u32(crc_of(payload));
   try {
     write_all(fd, header.data(), header.size(), tmp);
     write_all(fd, payload.data(), payload.size(), tmp);
@@ -146,14 +146,15 @@ std::optional<std::string> read_checkpoint(const std::string& dir, std::string* 
   ::close(fd);
   if (data.size() < kHeader || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0)
     throw DataError("checkpoint file '" + path + "' is not an EDL checkpoint of this version (bad or truncated header)");
-  uint64_t len;
-  uint32_t crc;
-  std::memcpy(&len, data.data() + 16, 8);
-  std::memcpy(&crc, data.data() + 24, 4);
-  if (data.size() - kHeader != len)
+  codec::Reader r(data, "checkpoint file '" + path + "'");
+  r.raw(sizeof(kMagic), "magic");
+  r.i64("step");
+  const uint64_t len = r.u64("payload length");
+  const uint32_t crc = r.u32("checksum");
+  if (r.left() != len)
     throw DataError("checkpoint file '" + path + "' is truncated: header says " + std::to_string(len) +
-                    " payload bytes, file has " + std::to_string(data.size() - kHeader));
-  std::string payload = data.substr(kHeader);
+                    " payload bytes, file has " + std::to_string(r.left()));
+  std::string payload(r.raw(r.left(), "payload"));
   if (crc_of(payload) != crc) throw DataError("checkpoint file '" + path + "' is corrupt: checksum mismatch");
   return payload;
 }

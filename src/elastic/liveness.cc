@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <sstream>
 
+#include "common/host_port.h"
+
 namespace edl::elastic {
 
 LeaseValue parse_lease(const std::string& v) {
@@ -20,10 +22,11 @@ LeaseValue parse_lease(const std::string& v) {
   out.host = host;
   try {
     if (!wall.empty()) out.wall = std::stoll(wall);
-    auto colon = probe.rfind(':');
-    if (colon != std::string::npos) {
-      out.probe_addr = probe.substr(0, colon);
-      out.probe_port = std::stoi(probe.substr(colon + 1));
+    std::string probe_host;
+    int probe_port = 0;
+    if (!probe.empty() && split_host_port(probe, &probe_host, &probe_port).empty()) {
+      out.probe_addr = probe_host;
+      out.probe_port = probe_port;
     }
   } catch (const std::exception&) {
   }

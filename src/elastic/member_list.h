@@ -5,6 +5,7 @@
 // Thread-safety: value types and pure functions.
 #pragma once
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,15 @@ struct Member {
 
 // Prefix of a members value that carries a job error instead of a member list.
 inline constexpr char kJobErrorTag[] = "!job-error ";
+
+// The members value that carries `reason` as a job error.
+inline std::string format_job_error(const std::string& reason) { return kJobErrorTag + reason; }
+
+// The reason a members value carries as a job error; nullopt when it is a member list.
+inline std::optional<std::string> parse_job_error(const std::string& value) {
+  if (value.rfind(kJobErrorTag, 0) != 0) return std::nullopt;
+  return value.substr(sizeof(kJobErrorTag) - 1);
+}
 
 inline std::string format_members(const std::vector<Member>& members) {
   std::string out;

@@ -405,7 +405,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
     fault("rendezvous:arrived");
     auto decided = wait_decision(round, member);
-    if (decided && decided->rfind(kJobErrorTag, 0) == 0) throw JobError(decided->substr(sizeof(kJobErrorTag) - 1));
+    if (auto job_error = decided ? parse_job_error(*decided) : std::nullopt) throw JobError(*job_error);
     if (decided) {
       auto members = parse_members(*decided);
       for (size_t r = 0; r < members.size(); ++r) {
@@ -638,7 +638,7 @@ void Membership::decide_next(uint64_t round) {
 void Membership::publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error) {
   fault("rendezvous:publish");
   if (latest_generation() >= round) return;  // stale: a newer generation exists
-  std::string value = job_error.empty() ? format_members(members) : std::string(kJobErrorTag) + job_error;
+  std::string value = job_error.empty() ? format_members(members) : format_job_error(job_error);
   if (!store_->compare_set(keys_.members(round), std::nullopt, value)) return;  // someone else decided
   if (!job_error.empty()) {
     EDL_LOG(1) << "edl: job error: " << job_error;

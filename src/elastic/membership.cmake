@@ -10,4 +10,5 @@ target_sources(edl PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/step_observer.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/worker.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/worker_observe.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/generation_change.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/api.cc)

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "edl/elastic.h"
+#include "edl/error.h"
 #include "edl/export.h"
 #include "edl/store.h"
 #include "elastic/keys.h"
@@ -68,10 +69,13 @@ struct GenerationView {
   std::shared_ptr<std::atomic<bool>> cancel;
 };
 
-// Internal: thrown by rendezvous() when the job finished while this worker waited to join.
-class EDL_API JobFinished : public std::exception {
+// Not a failure (like MembershipChanged): thrown by rendezvous() when the job finished while this
+// worker waited to join. Worker::run returns quietly on it (or throws JobError for a worker that
+// trained, was evicted and missed the end); edl::init turns it into a JobError naming the job. An
+// edl::Error (docs/errors.md) so that a catch of edl::Error never lets it pass as a foreign exception.
+class EDL_API JobFinished : public Error {
  public:
-  const char* what() const noexcept override { return "edl: the elastic job has finished"; }
+  JobFinished() : Error("edl: the elastic job has finished") {}
 };
 
 class EDL_API Membership {

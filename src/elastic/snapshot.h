@@ -4,11 +4,13 @@
 //   "EDLSNAP2" | job len u32 | job id | lineage len u32 | lineage | epoch i64 | step i64 |
 //   item count u32 | items...
 //   item: name length u32 | name | kind u8 | payload length u64 | payload
-// Integers are little-endian. The job id and lineage (docs/elastic.md, "Lineage") say which job and
+// Integers are little-endian; the lengths are the common codec's str (u32) and blob (u64)
+// (common/codec.h). The job id and lineage (docs/elastic.md, "Lineage") say which job and
 // which history the commit belongs to ("" = not yet known). Decoding checks the identity against
 // `expect` (empty fields are not checked) and every item against the registration (same names, kinds
 // and tensor sizes), and throws DataError naming `origin` and the item on any mismatch or
-// truncation, before any registered memory is written.
+// truncation (the codec's DecodeError, a DataError naming the field), before any registered memory
+// is written.
 // Thread-safety: pure functions over the caller's items.
 #pragma once
 

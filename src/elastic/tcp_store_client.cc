@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "edl/error.h"
 #include "elastic/store_backoff.h"
@@ -291,7 +292,7 @@ class TcpStore final : public Store {
     for (;;) {
       ssize_t r = ::recv(fd_, buf, sizeof(buf), 0);  // fd_ changes only on this thread
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return r == 0 ? "the server closed the connection" : std::strerror(errno);
+      if (r <= 0) return r == 0 ? "the server closed the connection" : errno_text(errno);
       if (!reader->feed(buf, static_cast<size_t>(r))) return "bad frame from the server (" + reader->error() + ")";
       while (reader->next(&body)) {
         std::string err;

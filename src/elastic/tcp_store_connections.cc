@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "elastic/tcp_store_auth.h"
 #include "elastic/tcp_store_server_impl.h"
@@ -45,7 +46,7 @@ bool StoreServer::Impl::accept_one() {
       return shed >= 0;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      EDL_LOG(1) << "store server: accept failed: " << std::strerror(errno);
+      EDL_LOG(1) << "store server: accept failed: " << errno_text(errno);
     }
     return false;
   }

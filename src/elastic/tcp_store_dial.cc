@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/host_port.h"
 #include "edl/error.h"
 #include "elastic/tcp_store_auth.h"
 
@@ -38,7 +39,7 @@ int ms_left(Clock::time_point deadline) {
 int connect_one(const addrinfo* ai, Clock::time_point deadline, std::string* err) {
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    *err = std::strerror(errno);
+    *err = errno_text(errno);
     return -1;
   }
   int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
@@ -53,7 +54,7 @@ int connect_one(const addrinfo* ai, Clock::time_point deadline, std::string* err
     }
   }
   if (e != 0) {
-    *err = std::strerror(e);
+    *err = errno_text(e);
     ::close(fd);
     return -1;
   }
@@ -116,7 +117,7 @@ void send_frame(int fd, const std::string& bytes, const DialTarget& t) {
     if (w > 0) {
       off += static_cast<size_t>(w);
     } else if (!(w < 0 && errno == EINTR)) {
-      throw HandshakeClosed("store " + t.addr + ": connection lost during the handshake (" + std::strerror(errno) + ")");
+      throw HandshakeClosed("store " + t.addr + ": connection lost during the handshake (" + errno_text(errno) + ")");
     }
   }
 }

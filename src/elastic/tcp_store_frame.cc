@@ -1,74 +1,12 @@
 #include "elastic/tcp_store_frame.h"
 
-#include <cstring>
+#include "common/codec.h"
 
 namespace edl::store {
 namespace {
 
-void put_u32(std::string& out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = char(v >> (8 * i));
-  out.append(b, 4);
-}
-
-void put_u64(std::string& out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = char(v >> (8 * i));
-  out.append(b, 8);
-}
-
-void put_str(std::string& out, const std::string& s) {
-  put_u32(out, static_cast<uint32_t>(s.size()));
-  out.append(s);
-}
-
-uint32_t read_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
-
-// Bounds-checked cursor over a body.
-class Cursor {
- public:
-  explicit Cursor(std::string_view s) : s_(s) {}
-  size_t left() const { return s_.size() - pos_; }
-  bool u8(uint8_t* v) {
-    if (left() < 1) return false;
-    *v = static_cast<uint8_t>(s_[pos_++]);
-    return true;
-  }
-  bool u32(uint32_t* v) {
-    if (left() < 4) return false;
-    *v = read_u32(s_.data() + pos_);
-    pos_ += 4;
-    return true;
-  }
-  bool u64(uint64_t* v) {
-    if (left() < 8) return false;
-    uint64_t x = 0;
-    for (int i = 0; i < 8; ++i) x |= uint64_t(static_cast<unsigned char>(s_[pos_ + i])) << (8 * i);
-    pos_ += 8;
-    *v = x;
-    return true;
-  }
-  bool str(std::string* v) {
-    uint32_t n = 0;
-    if (!u32(&n) || left() < n) return false;
-    v->assign(s_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-
- private:
-  std::string_view s_;
-  size_t pos_ = 0;
-};
-
-bool fail(std::string* error, const char* what) {
-  if (error) *error = what;
-  return false;
-}
+// The fewest bytes a list entry takes (an empty str).
+constexpr size_t kMinListEntryBytes = 4;
 
 }  // namespace
 
@@ -101,55 +39,67 @@ std::string encode_frame(const Message& m) {
   size_t size = 4 + 1 + 8 + 1 + 1 + 4 + m.key.size() + 4 + (m.opt ? m.opt->size() : 0) + 4 + m.value.size() + 8 + 4;
   for (const auto& s : m.list) size += 4 + s.size();
   out.reserve(size);
-  put_u32(out, 0);  // patched below
-  out.push_back(char(m.op));
-  put_u64(out, m.id);
-  out.push_back(char(m.status));
-  out.push_back(char(m.opt ? 1 : 0));
-  put_str(out, m.key);
-  put_str(out, m.opt ? *m.opt : std::string());
-  put_str(out, m.value);
-  put_u64(out, static_cast<uint64_t>(m.number));
-  put_u32(out, static_cast<uint32_t>(m.list.size()));
-  for (const auto& s : m.list) put_str(out, s);
-  uint32_t body = static_cast<uint32_t>(out.size() - 4);
-  for (int i = 0; i < 4; ++i) out[i] = char(body >> (8 * i));
+  codec::Writer<std::string> w(out);
+  w.u32(0);  // the body length, patched below
+  w.u8(static_cast<uint8_t>(m.op));
+  w.u64(m.id);
+  w.u8(static_cast<uint8_t>(m.status));
+  w.u8(m.opt ? 1 : 0);
+  w.str(m.key, "key");
+  w.str(m.opt ? *m.opt : std::string(), "opt");
+  w.str(m.value, "value");
+  w.i64(m.number);
+  w.u32(static_cast<uint32_t>(m.list.size()));
+  for (const auto& s : m.list) w.str(s, "list entry");
+  w.patch_u32(0, static_cast<uint32_t>(out.size() - 4));
   return out;
 }
 
-std::optional<Message> decode_message(std::string_view body, std::string* error) {
-  Cursor c(body);
+namespace {
+
+Message decode_fields(codec::Reader& r) {
   Message m;
-  uint8_t op = 0, status = 0, flags = 0;
-  if (!c.u8(&op)) return fail(error, "empty frame"), std::nullopt;
-  if (!is_known_op(op)) return fail(error, "unknown op code"), std::nullopt;
+  const uint8_t op = r.u8("op");
+  if (!is_known_op(op)) r.fail("unknown op code " + std::to_string(op));
   m.op = static_cast<Op>(op);
-  if (!c.u64(&m.id) || !c.u8(&status) || !c.u8(&flags)) return fail(error, "truncated header"), std::nullopt;
-  if (status > static_cast<uint8_t>(Status::kError)) return fail(error, "unknown status"), std::nullopt;
-  if (flags > 1) return fail(error, "unknown flags"), std::nullopt;
+  r.set_kind(std::string("store ") + op_name(m.op) + " frame");
+  m.id = r.u64("id");
+  const uint8_t status = r.u8("status");
+  const uint8_t flags = r.u8("flags");
+  if (status > static_cast<uint8_t>(Status::kError)) r.fail("unknown status " + std::to_string(status));
+  if (flags > 1) r.fail("unknown flags " + std::to_string(flags));
   m.status = static_cast<Status>(status);
-  std::string opt;
-  if (!c.str(&m.key) || !c.str(&opt) || !c.str(&m.value)) return fail(error, "truncated string field"), std::nullopt;
+  m.key = std::string(r.str("key"));
+  std::string_view opt = r.str("opt");
+  m.value = std::string(r.str("value"));
   if (flags & 1) {
-    m.opt = std::move(opt);
+    m.opt = std::string(opt);
   } else if (!opt.empty()) {
-    return fail(error, "absent optional field carries bytes"), std::nullopt;
+    r.fail("absent optional field carries bytes");
   }
-  uint64_t num = 0;
-  uint32_t n = 0;
-  if (!c.u64(&num) || !c.u32(&n)) return fail(error, "truncated number / count"), std::nullopt;
-  m.number = static_cast<int64_t>(num);
-  if (n > c.left() / 4) return fail(error, "list count exceeds frame size"), std::nullopt;
-  m.list.resize(n);
-  for (uint32_t i = 0; i < n; ++i)
-    if (!c.str(&m.list[i])) return fail(error, "truncated list entry"), std::nullopt;
-  if (c.left() != 0) return fail(error, "trailing bytes after message"), std::nullopt;
+  m.number = r.i64("number");
+  const uint32_t n = r.count("list count", kMinListEntryBytes);
+  m.list.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) m.list.emplace_back(r.str("list entry"));
+  r.finish();
   return m;
+}
+
+}  // namespace
+
+std::optional<Message> decode_message(std::string_view body, std::string* error) {
+  codec::Reader r(body, "store frame");
+  try {
+    return decode_fields(r);
+  } catch (const codec::DecodeError& e) {
+    if (error) *error = e.what();
+    return std::nullopt;
+  }
 }
 
 bool FrameReader::check_header() {
   if (pending_bytes() < 4) return true;
-  uint32_t n = read_u32(buf_.data() + off_);
+  uint32_t n = codec::load_le<uint32_t>(buf_.data() + off_);
   if (n == 0) {
     bad_ = true;
     error_ = "frame of length 0";
@@ -176,7 +126,7 @@ bool FrameReader::feed(const char* data, size_t n) {
 bool FrameReader::next(std::string* body) {
   if (bad_ || pending_bytes() < 4) return false;
   if (!check_header()) return false;
-  uint32_t n = read_u32(buf_.data() + off_);
+  uint32_t n = codec::load_le<uint32_t>(buf_.data() + off_);
   if (pending_bytes() - 4 < n) return false;
   body->assign(buf_.data() + off_ + 4, n);
   off_ += 4 + size_t(n);

@@ -4,11 +4,12 @@
 // 64 MiB) followed by N body bytes. Every body — request, response, handshake — has one layout:
 //
 //   u8 op | u64 id | u8 status | u8 flags | str key | str opt | str value | i64 number | u32 n | n x str
-//   (str = u32 length + bytes; flags bit 0 = `opt` is present)
+//   (str = u32 length + bytes; flags bit 0 = `opt` is present; written and read with the common
+//   codec, common/codec.h)
 //
 // Ops are listed in Op. A request and its response carry the same id. The codec is pure (no I/O):
 // FrameReader cuts a byte stream into bodies and rejects oversized / zero lengths; decode_message()
-// rejects unknown ops, truncated fields, trailing bytes and absurd counts. It is what the libFuzzer
+// rejects unknown ops, truncated fields, trailing bytes and absurd counts, naming the op and field. It is what the libFuzzer
 // target tests/fuzz/store_frame_fuzz.cc drives.
 // Thread-safety: a FrameReader is used by one thread; the free functions are pure.
 #pragma once

@@ -46,7 +46,7 @@ StoreServer::Impl::Impl(const StoreServerOptions& o) : opts_(o) {
   if (epfd_ < 0 || wakefd_ < 0) {
     int e = errno;
     close_fds();
-    throw StoreError(std::string("store server: epoll/eventfd failed: ") + std::strerror(e));
+    throw StoreError(std::string("store server: epoll/eventfd failed: ") + errno_text(e));
   }
   add_fd(listenfd_, kListenId, EPOLLIN);
   add_fd(wakefd_, kWakeId, EPOLLIN);
@@ -89,7 +89,7 @@ void StoreServer::Impl::open_listener() {
     freeaddrinfo(res);
     if (listenfd_ >= 0) ::close(listenfd_);
     listenfd_ = -1;
-    throw StoreError("store server: cannot listen on " + opts_.bind_address + ":" + port + ": " + std::strerror(e));
+    throw StoreError("store server: cannot listen on " + opts_.bind_address + ":" + port + ": " + errno_text(e));
   }
   freeaddrinfo(res);
   sockaddr_in sa{};
@@ -118,7 +118,7 @@ void StoreServer::Impl::loop() {
   while (running) {
     int n = epoll_wait(epfd_, events.data(), static_cast<int>(events.size()), next_timeout_ms());
     if (n < 0 && errno != EINTR) {
-      EDL_LOG(0) << "store server: epoll_wait failed: " << std::strerror(errno);
+      EDL_LOG(0) << "store server: epoll_wait failed: " << errno_text(errno);
       break;
     }
     for (int i = 0; i < n; ++i) {

@@ -8,6 +8,7 @@
 #include "edl/elastic.h"
 #include "edl/error.h"
 #include "elastic/worker_metrics.h"
+#include "elastic/generation_change.h"
 
 namespace edl::elastic {
 
@@ -113,6 +114,7 @@ void Worker::count_reset(const std::string& why) {
 
 // Builds the Group of generation v and starts watching it. Throws CommError when a member is gone.
 void Worker::install(const GenerationView& v) {
+  if (view_.id != v.id) previous_generation_ = view_.id;
   view_ = v;
   stats().set_generation(v.id, v.rank, v.size);
   leave_announced_ = false;
@@ -189,6 +191,9 @@ void Worker::finish_generation(bool after_failure) {
   info.size = view_.size;
   info.previous_size = view_.previous_size;
   info.after_failure = after_failure;
+  info.role = role_of(previous_generation_, view_.id);
+  info.previous_generation = previous_generation_;
+  info.reason = change_reason(*store_, membership_.keys(), view_, after_failure);
   state_notify_generation(*state_, info);
 }
 

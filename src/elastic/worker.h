@@ -97,6 +97,7 @@ class EDL_API Worker {
   GroupFactory factory_;
   Membership membership_;
   GenerationView view_;
+  uint64_t previous_generation_ = 0;  // the generation this worker was a member of before view_ (0 = none)
   bool joined_ = false;
   mutable std::mutex mu_;  // guards group_
   std::shared_ptr<Group> group_;

@@ -24,6 +24,7 @@
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
 #include "edl/store.h"
+#include "testing/process.h"
 
 namespace edl::test {
 
@@ -176,39 +177,32 @@ inline std::string make_temp_dir() {
   return d;
 }
 
-// A forked child running fn(); the guard SIGKILLs and reaps it on destruction (any path).
+// A forked child running fn() (exit 0, or 3 when it throws; testing/process.h); the guard SIGKILLs
+// and reaps it on destruction (any path).
 class Child {
  public:
-  explicit Child(const std::function<void()>& fn) {
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      int code = 0;
-      try {
-        fn();
-      } catch (...) {
-        code = 3;
-      }
-      _exit(code);
-    }
-  }
-  ~Child() { kill_and_reap(); }
+  explicit Child(const std::function<void()>& fn)
+      : proc_(edl::testing::Process::forked(
+            [fn] {
+              fn();
+              return 0;
+            },
+            child_options())) {}
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return proc_.pid(); }
   void signal(int sig) {
-    if (pid_ > 0) ::kill(pid_, sig);
+    if (proc_.poll() < 0) ::kill(proc_.pid(), sig);
   }
-  void kill_and_reap() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
+  void kill_and_reap() { proc_.stop(std::chrono::milliseconds(0)); }
 
  private:
-  pid_t pid_ = -1;
+  static edl::testing::SpawnOptions child_options() {
+    edl::testing::SpawnOptions o;
+    o.own_group = false;  // signal() reaches the child alone
+    return o;
+  }
+  edl::testing::Process proc_;
 };
 
 }  // namespace edl::test

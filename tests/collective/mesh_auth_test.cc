@@ -105,6 +105,26 @@ struct FakeRank {
   }
 };
 
+// Rank 0 as a real Communicator (built on its own thread) and rank 1 as `fake`, a world of 2 over a
+// fresh memory store under a unique prefix from `name`.
+std::shared_ptr<Communicator> real_rank0_with(FakeRank& fake, const std::string& name) {
+  auto store = make_memory_store();
+  const std::string prefix = test::unique_prefix(name);
+  std::shared_ptr<Communicator> c0;
+  std::exception_ptr e0;
+  std::thread t([&] {
+    try {
+      c0 = Communicator::create(store, prefix, 0, 2, secret_options("k"));
+    } catch (...) {
+      e0 = std::current_exception();
+    }
+  });
+  fake.join(*store, prefix, 1, 2, "k");
+  t.join();
+  if (e0) std::rethrow_exception(e0);
+  return c0;
+}
+
 std::string raw_hello(uint64_t magic, const mesh::Identity& id, int rank) {
   mesh::HelloWire w{};
   w.magic = magic;
@@ -262,21 +282,8 @@ TEST_CASE("mesh: ranks with different job secrets refuse each other with AuthErr
 
 TEST_CASE("allgather: a peer announcing a 4 GiB contribution fails with CommError before allocating",
           "[collective][mesh]") {
-  auto store = make_memory_store();
-  const std::string prefix = test::unique_prefix("huge");
-  std::shared_ptr<Communicator> c0;
-  std::exception_ptr e0;
-  std::thread t([&] {
-    try {
-      c0 = Communicator::create(store, prefix, 0, 2, secret_options("k"));
-    } catch (...) {
-      e0 = std::current_exception();
-    }
-  });
   FakeRank fake;
-  fake.join(*store, prefix, 1, 2, "k");
-  t.join();
-  if (e0) std::rethrow_exception(e0);
+  std::shared_ptr<Communicator> c0 = real_rank0_with(fake, "huge");
   using Header = collective::TcpCommunicator::Header;
   const uint64_t four_gib = uint64_t{1} << 32;
   Header h{collective::kHeaderMagic, static_cast<uint8_t>(collective::Kind::kAllgather),
@@ -346,12 +353,12 @@ TEST_CASE("negotiation: absurd counts and lengths from a peer are refused with C
   // 4 billion fresh requests in a few bytes.
   std::vector<uint8_t> many = encode_negotiation(0, {}, {});
   std::memset(many.data() + 8, 0xff, 4);
-  refused(many, 0, "lists 4294967295 new requests");
+  refused(many, 0, "fresh request count 4294967295 cannot fit");
   // A name length of ~4 GiB.
   std::vector<uint8_t> long_name = encode_negotiation(0, {}, fresh);
   const uint32_t huge = 0xfffffff0u;
   std::memcpy(long_name.data() + 12 + 15, &huge, 4);
-  refused(long_name, 0, "request name of 4294967280 bytes");
+  refused(long_name, 0, "request name length 4294967280 exceeds");
   refused(encode_negotiation(3, {0b1000}, {}), 3, "cache bit 3 beyond the cache");
   refused(encode_negotiation(2, {0}, {}), 3, "caches diverged");
   std::vector<uint8_t> trailing = good;
@@ -364,21 +371,8 @@ TEST_CASE("negotiation: absurd counts and lengths from a peer are refused with C
 
 TEST_CASE("negotiation: a peer listing one request twice fails the round with CommError, not an invariant error",
           "[collective][mesh]") {
-  auto store = make_memory_store();
-  const std::string prefix = test::unique_prefix("dupneg");
-  std::shared_ptr<Communicator> c0;
-  std::exception_ptr e0;
-  std::thread t([&] {
-    try {
-      c0 = Communicator::create(store, prefix, 0, 2, secret_options("k"));
-    } catch (...) {
-      e0 = std::current_exception();
-    }
-  });
   FakeRank fake;
-  fake.join(*store, prefix, 1, 2, "k");
-  t.join();
-  if (e0) std::rethrow_exception(e0);
+  std::shared_ptr<Communicator> c0 = real_rank0_with(fake, "dupneg");
   // Rank 1 lists "x" twice: with rank 0 not listing it, it would look present on both ranks.
   collective::Engine::Desc d;
   d.kind = collective::kAllreduce;

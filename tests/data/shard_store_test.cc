@@ -4,7 +4,7 @@
 
 #include "testing/shard_sim.h"
 #include "edl/store_server.h"
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 #include "testing/require_dep.h"
 
 namespace {
@@ -42,7 +42,7 @@ TEST_CASE("exactly once over the embedded TCP store", "[data][shards][store]") {
 }
 
 TEST_CASE("exactly once over redis", "[data][shards][store][redis]") {
-  edl::test::RedisServer redis;
+  edl::testing::RedisServer redis;
   if (!edl::testing::require_dep("redis-server", redis.available(), "Debian package redis-server")) return;
   run_audit(edl::make_prefix_store(edl::connect_store(redis.url()), "job2/data/"), 42);
 }

@@ -61,6 +61,7 @@ struct Outcome {
   std::string error;
   int resets = 0;
   int last_size = 0;
+  std::vector<GenerationInfo> generations;  // every on_generation of this worker, in order
 };
 
 struct Cluster {
@@ -127,6 +128,7 @@ struct Cluster {
     st.register_tensor("q", q.data(), q.size(), DataType::kFloat32);
     st.register_scalar("hist", &hist);
     Outcome out;
+    st.on_generation([&out](const GenerationInfo& g) { out.generations.push_back(g); });
     try {
       w.run(st, [&] {
         while (st.step < total) {

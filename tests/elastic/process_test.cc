@@ -4,9 +4,7 @@
 // parameters (CRC) and the full step history. Every child is killed and reaped on all paths.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +20,7 @@
 #include "edl/elastic.h"
 #include "edl/store.h"
 #include "edl/store_server.h"
+#include "testing/process.h"
 
 extern char** environ;
 
@@ -58,14 +57,7 @@ class ProcJob {
     ::close(fd);
     log_ = tmpl;
   }
-  ~ProcJob() {
-    for (auto& [id, pid] : pids_) {
-      ::kill(pid, SIGCONT);
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    ::unlink(log_.c_str());
-  }
+  ~ProcJob() { ::unlink(log_.c_str()); }  // the workers' Process objects SIGKILL and reap them
 
   void spawn(const std::string& id, int min_np, int max_np, const std::string& secret = "process-test-secret",
              const std::map<std::string, std::string>& extra_env = {}, const std::vector<std::string>& extra_args = {}) {
@@ -96,20 +88,12 @@ class ProcJob {
     std::vector<std::string> args = {EDL_TEST_ELASTIC_WORKER, "--steps", std::to_string(steps_), "--step-ms", "10",
                                      "--params", "4096", "--log", log_};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    std::vector<char*> envp, argv;
-    for (auto& s : strs) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int devnull = ::open("/dev/null", O_WRONLY);
-      if (devnull >= 0) ::dup2(devnull, 2);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    pids_[id] = pid;
+    edl::testing::SpawnOptions o;
+    o.env = strs;
+    o.inherit_env = false;
+    o.stderr_path = "/dev/null";
+    o.own_group = false;  // signal() reaches the worker alone, as kill(1) would
+    procs_[id] = edl::testing::Process(args, o);
   }
 
   // Re-reads the log; returns whether pred holds within timeout.
@@ -135,19 +119,12 @@ class ProcJob {
     return m;
   }
 
-  int signal(const std::string& id, int sig) { return ::kill(pids_.at(id), sig); }
+  int signal(const std::string& id, int sig) { return ::kill(procs_.at(id).pid(), sig); }
+  // Shell-style exit status of worker `id`, -1 when it is still running after `timeout`.
   int exit_status(const std::string& id, std::chrono::milliseconds timeout) {
-    auto end = std::chrono::steady_clock::now() + timeout;
-    pid_t pid = pids_.at(id);
-    for (;;) {
-      int st = 0;
-      if (::waitpid(pid, &st, WNOHANG) == pid) {
-        pids_.erase(id);
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      if (std::chrono::steady_clock::now() > end) return -1;
-      std::this_thread::sleep_for(10ms);
-    }
+    const int status = procs_.at(id).wait(timeout);
+    if (status >= 0) procs_.erase(id);
+    return status;
   }
 
   // The finishing workers agree bitwise and hold the whole history.
@@ -206,7 +183,7 @@ class ProcJob {
   int steps_;
   std::unique_ptr<edl::StoreServer> server_;
   std::string log_;
-  std::map<std::string, pid_t> pids_;
+  std::map<std::string, edl::testing::Process> procs_;
 };
 
 }  // namespace

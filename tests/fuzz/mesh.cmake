@@ -21,8 +21,9 @@ edl_add_fuzz(mesh_hello_fuzz mesh_hello_fuzz.cc ${_src}/collective/mesh_handshak
 target_link_libraries(mesh_hello_fuzz PRIVATE OpenSSL::Crypto)
 edl_add_fuzz(collective_header_fuzz collective_header_fuzz.cc ${_src}/collective/wire_header.cc
   ${_src}/common/types.cc)
-edl_add_fuzz(negotiation_fuzz negotiation_fuzz.cc ${_src}/collective/negotiation_message.cc)
-edl_add_fuzz(snapshot_fuzz snapshot_fuzz.cc ${_src}/elastic/snapshot.cc ${_src}/elastic/checkpoint.cc)
+edl_add_fuzz(negotiation_fuzz negotiation_fuzz.cc ${_src}/collective/negotiation_message.cc ${_src}/common/codec.cc)
+edl_add_fuzz(snapshot_fuzz snapshot_fuzz.cc ${_src}/elastic/snapshot.cc ${_src}/elastic/checkpoint.cc
+  ${_src}/common/codec.cc ${_src}/common/host_port.cc)
 target_link_libraries(snapshot_fuzz PRIVATE ZLIB::ZLIB)
 # Stateful's typeinfo lives in state.cc (not linked here): UBSan's vptr check would need it.
 target_compile_options(snapshot_fuzz PRIVATE -fno-sanitize=vptr)

@@ -60,13 +60,14 @@ struct Registration {
 void decode_and_check(const std::string& bytes) {
   Registration reg;
   int64_t epoch = 0, step = 0;
+  SnapshotIdentity id;
   try {
-    decode_snapshot(bytes, reg.items, &epoch, &step, "fuzz");
+    decode_snapshot(bytes, reg.items, &epoch, &step, "fuzz", {}, &id);
   } catch (const edl::DataError&) {
     if (!reg.untouched()) std::abort();  // a rejected snapshot must not half-load
     return;
   }
-  if (encode_snapshot(reg.items, epoch, step) != bytes) std::abort();
+  if (encode_snapshot(reg.items, epoch, step, id) != bytes) std::abort();
 }
 
 const std::string& temp_dir() {
@@ -80,13 +81,15 @@ const std::string& temp_dir() {
 }
 
 void checkpoint_mode(uint8_t flags, const std::string& payload) {
-  std::string file = "EDLCKPT1";
+  std::string file = "EDLCKPT2";
+  const int64_t step = 7;
   uint64_t len = payload.size();
   uint32_t crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(payload.data()),
                                              static_cast<uInt>(payload.size())));
   if (flags & 2) len += 1 + (flags >> 4);  // wrong length
   if (flags & 4) crc ^= 1;                 // wrong checksum
   if (flags & 8) file[3] = 'X';            // wrong magic
+  file.append(reinterpret_cast<const char*>(&step), 8);
   file.append(reinterpret_cast<const char*>(&len), 8);
   file.append(reinterpret_cast<const char*>(&crc), 4);
   file += payload;

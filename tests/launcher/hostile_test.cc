@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "launcher/run_util.h"
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 
 using namespace std::chrono_literals;
 using edl::test::count_of;
@@ -54,7 +54,7 @@ std::multiset<std::string> ids_in(const std::string& err, const std::string& fie
   return ids;
 }
 
-bool redis_or_skip(const edl::test::RedisServer& r) {
+bool redis_or_skip(const edl::testing::RedisServer& r) {
   if (r.available()) return true;
   const char* req = std::getenv("EDL_REQUIRE_DEPS");
   if (req && std::string(req) == "1") FAIL("redis-server is not installed (EDL_REQUIRE_DEPS=1)");
@@ -66,7 +66,7 @@ bool redis_or_skip(const edl::test::RedisServer& r) {
 
 TEST_CASE("edl-run multi-host: kill -9 of one host's edl-run, its workers exit, the rest train on, a restart rejoins",
           "[launcher][elastic][redis][hostile]") {
-  edl::test::RedisServer redis("job-pw");
+  edl::testing::RedisServer redis("job-pw");
   if (!redis_or_skip(redis)) return;
   const std::string job = "kill-host-" + std::to_string(getpid());
   auto args = [&](const std::string& host, int np) {
@@ -176,12 +176,9 @@ TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run 
            {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
   REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=3") != std::string::npos; },
                      60s));
-  auto pids = lines_of(edl::test::read_file(l.dir() + "/pids"));
+  const auto pids = l.worker_pids();
   REQUIRE(pids.size() == 3);
-  std::istringstream line(pids[2]);
-  int slot = 0;
-  pid_t victim = 0;
-  line >> slot >> victim;
+  const pid_t victim = pids.at(2);
   REQUIRE(kill(victim, SIGSTOP) == 0);
   auto r = l.wait(90s);
   INFO(r.err);

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "launcher/run_util.h"
-#include "store/etcd_cluster.h"
+#include "testing/etcd_cluster.h"
 #include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
@@ -15,7 +15,7 @@ using edl::test::lines_of;
 
 TEST_CASE("edl-run elastic on a 3-member etcd cluster survives the etcd leader being killed mid-training",
           "[launcher][elastic][etcd]") {
-  edl::test::EtcdCluster etcd(3);
+  edl::testing::EtcdCluster etcd(3);
   if (!edl::testing::require_dep("etcd", etcd.available(), "Debian package etcd-server")) return;
   Launch l({"--store", etcd.url(), "--job-id", "etcd-job", "--min-np", "2", "--max-np", "2", "-np", "2",
             EDL_LAUNCHER_HELPER, "elastic-train", "400", "10"});

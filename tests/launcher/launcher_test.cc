@@ -15,7 +15,7 @@
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/options.h"
 #include "launcher/run_util.h"
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 #include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
@@ -253,9 +253,8 @@ TEST_CASE("edl-run: SIGINT and SIGTERM are forwarded to every worker", "[launche
 
 TEST_CASE("edl-run: workers ignoring SIGTERM are killed after the grace period", "[launcher]") {
   Launch l({"-np", "2", "--grace-period", "0.3", "--pid-file", "pids", kHelper, "ignore-term"});
-  std::string pidfile = l.dir() + "/pids";
   REQUIRE(l.wait_for([](const std::string& out, const std::string&) { return count_of(out, "ready") == 2; }, 20s));
-  auto pids = lines_of(edl::test::read_file(pidfile));
+  const auto pids = l.worker_pids();
   CHECK(pids.size() == 2);
   auto t0 = std::chrono::steady_clock::now();
   kill(l.pid(), SIGTERM);
@@ -263,8 +262,8 @@ TEST_CASE("edl-run: workers ignoring SIGTERM are killed after the grace period",
   CHECK(r.code == 128 + SIGKILL);
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   CHECK(r.err.find("SIGKILL") != std::string::npos);
-  for (const auto& line : pids) {  // nothing left behind
-    pid_t p = std::stoi(line.substr(line.find(' ') + 1));
+  for (const auto& [slot, p] : pids) {  // nothing left behind
+    INFO("slot " << slot);
     CHECK(kill(p, 0) != 0);
   }
 }
@@ -383,12 +382,9 @@ TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced an
             "elastic-train", "150", "10"});
   REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return count_of(err, "event=generation") >= 1; },
                      30s));
-  auto pids = lines_of(edl::test::read_file(l.dir() + "/pids"));
+  const auto pids = l.worker_pids();
   REQUIRE(pids.size() == 3);
-  std::istringstream first(pids[1]);
-  int slot = 0;
-  pid_t victim = 0;
-  first >> slot >> victim;
+  const pid_t victim = pids.at(1);
   REQUIRE(kill(victim, SIGKILL) == 0);
   auto r = l.wait(60s);
   INFO(r.err);
@@ -407,7 +403,7 @@ TEST_CASE("edl-run elastic: a killed worker of a real elastic job is replaced an
 }
 
 TEST_CASE("edl-run elastic: two launchers on one redis store form one job", "[launcher][elastic][redis]") {
-  edl::test::RedisServer redis("job-pw");
+  edl::testing::RedisServer redis("job-pw");
   if (!edl::testing::require_dep("redis-server", redis.available(), "Debian package redis-server")) return;
   std::vector<std::string> common = {"--store", redis.url(), "--secret", "job-pw", "--job-id", "two-hosts",
                                      "--min-np", "3", "--max-np", "3"};

@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +15,6 @@
 #include <sstream>
 #include <stdexcept>
 
-extern char** environ;
 
 namespace edl::test {
 
@@ -47,43 +45,23 @@ Launch::Launch(const std::vector<std::string>& args, const std::vector<std::stri
   dir_ = tmpl;
   std::vector<std::string> argv{EDL_RUN_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::string out = dir_ + "/out", err = dir_ + "/err";
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) envs.push_back(*e);
-  envs.insert(envs.end(), env.begin(), env.end());
-  std::vector<char*> cenv;
-  for (auto& e : envs) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
+  edl::testing::SpawnOptions o;
+  o.stdout_path = dir_ + "/out";
+  o.stderr_path = dir_ + "/err";
+  o.env = env;
+  o.cwd = dir_;  // relative paths (e.g. --pid-file pids) land in dir()
+  o.own_group = true;
+  o.die_with_parent = true;
   int stall[2] = {-1, -1};
   if (stall_stdout && pipe2(stall, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   stalled_fd_ = stall[0];
-  pid_t parent = getpid();
-  pid_ = fork();
-  if (pid_ == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    if (chdir(dir_.c_str()) != 0) _exit(1);  // relative paths (e.g. --pid-file pids) land in dir()
-    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(stall_stdout ? stall[1] : o, 1);
-    dup2(e, 2);
-    execve(cargv[0], cargv.data(), cenv.data());
-    _exit(126);
-  }
+  o.stdout_fd = stall[1];
+  proc_ = edl::testing::Process(argv, o);
   if (stall[1] >= 0) close(stall[1]);
 }
 
 Launch::~Launch() {
-  if (!reaped_ && pid_ > 0) {
-    kill(-pid_, SIGKILL);
-    kill(pid_, SIGKILL);
-    int st = 0;
-    waitpid(pid_, &st, 0);
-  }
+  proc_.stop(std::chrono::milliseconds(0));  // SIGKILL to the group, reaped
   if (stalled_fd_ >= 0) close(stalled_fd_);
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
@@ -93,49 +71,28 @@ std::string Launch::out() const { return read_file(dir_ + "/out"); }
 std::string Launch::err() const { return read_file(dir_ + "/err"); }
 
 RunResult Launch::wait(std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!reaped_) {
-    int st = 0;
-    pid_t r = waitpid(pid_, &st, WNOHANG);
-    if (r == pid_) {
-      reaped_ = true;
-      code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      break;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(-pid_, SIGKILL);
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &st, 0);
-      reaped_ = true;
-      code_ = -1;
-      break;
-    }
-    usleep(10000);
+  if (!timed_out_ && proc_.wait(timeout) < 0) {
+    proc_.stop(std::chrono::milliseconds(0));
+    timed_out_ = true;
   }
-  return RunResult{code_, out(), err()};
+  return RunResult{timed_out_ ? -1 : proc_.poll(), out(), err()};
 }
 
 void Launch::kill_launcher() {
-  if (reaped_) return;
-  kill(pid_, SIGKILL);
-  int st = 0;
-  waitpid(pid_, &st, 0);
-  reaped_ = true;
-  code_ = 128 + SIGKILL;
+  if (proc_.poll() >= 0) return;
+  ::kill(proc_.pid(), SIGKILL);  // edl-run alone, not its group
+  proc_.wait(std::chrono::seconds(30));
 }
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
-  close(fd);
-  return ntohs(a.sin_port);
+std::map<int, pid_t> Launch::worker_pids() const {
+  std::map<int, pid_t> pids;
+  for (const auto& line : lines_of(read_file(dir_ + "/pids"))) {
+    std::istringstream in(line);
+    int slot = 0;
+    pid_t pid = 0;
+    if (in >> slot >> pid) pids[slot] = pid;
+  }
+  return pids;
 }
 
 std::vector<pid_t> processes_with_env(const std::vector<std::string>& needles) {

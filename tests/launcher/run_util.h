@@ -6,8 +6,12 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "testing/ports.h"
+#include "testing/process.h"
 
 namespace edl::test {
 
@@ -26,7 +30,7 @@ class Launch {
   Launch(const Launch&) = delete;
   Launch& operator=(const Launch&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return proc_.pid(); }
   std::string out() const;
   std::string err() const;
   // Waits until pred(out, err) holds; false on timeout.
@@ -36,20 +40,21 @@ class Launch {
   // SIGKILLs edl-run alone (not its workers: they must notice by themselves) and reaps it.
   void kill_launcher();
   const std::string& dir() const { return dir_; }
+  // The worker pids in the pid file dir()/pids (started with `--pid-file pids`): slot -> pid.
+  std::map<int, pid_t> worker_pids() const;
 
  private:
-  pid_t pid_ = -1;
   int stalled_fd_ = -1;  // read end of the never-read stdout pipe
   std::string dir_;
-  bool reaped_ = false;
-  int code_ = -1;
+  edl::testing::Process proc_;  // own process group, killed with its group when this object dies
+  bool timed_out_ = false;
 };
 
 RunResult run_edl(const std::vector<std::string>& args, std::chrono::milliseconds timeout = std::chrono::seconds(30),
                   const std::vector<std::string>& env = {});
 
-// A port that was free a moment ago (bound to 127.0.0.1:0, then released).
-int free_port();
+// A port that was free a moment ago (testing/ports.h).
+using edl::testing::free_port;
 
 // Live (not zombie) processes whose environment holds every one of `needles` ("NAME=value").
 std::vector<pid_t> processes_with_env(const std::vector<std::string>& needles);

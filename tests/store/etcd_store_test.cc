@@ -18,11 +18,11 @@
 
 #include "edl/error.h"
 #include "edl/store.h"
-#include "store/etcd_cluster.h"
+#include "testing/etcd_cluster.h"
 #include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
-using edl::test::EtcdCluster;
+using edl::testing::EtcdCluster;
 
 namespace {
 

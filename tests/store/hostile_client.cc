@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 
 #include "elastic/tcp_store_auth.h"
 #include "elastic/tcp_store_frame.h"
+#include "testing/process.h"
 
 namespace edl::test {
 namespace {
@@ -80,14 +80,16 @@ Flood start_flood(int port) {
   Flood f;
   int p[2];
   if (pipe(p) != 0) return f;
-  pid_t parent = getpid();
-  f.pid = fork();
-  if (f.pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    close(p[0]);
-    flood(port, p[1]);
-  }
+  edl::testing::SpawnOptions o;
+  o.own_group = false;
+  o.die_with_parent = true;
+  f.pid = edl::testing::fork_call(
+      [&] {
+        close(p[0]);
+        flood(port, p[1]);
+        return 0;
+      },
+      o);
   close(p[1]);
   f.rounds_fd = p[0];
   return f;

@@ -17,13 +17,13 @@
 
 #include "edl/error.h"
 #include "edl/store.h"
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 #include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
 
 TEST_CASE("redis store: wrong or missing password gives AuthError", "[store][redis]") {
-  auto& server = edl::test::RedisServer::shared();
+  auto& server = edl::testing::RedisServer::shared();
   if (!edl::testing::require_dep("redis-server", server.available(), "Debian package redis-server")) return;
   edl::StoreOptions o;
   o.secret = "not-the-password";
@@ -33,7 +33,7 @@ TEST_CASE("redis store: wrong or missing password gives AuthError", "[store][red
 }
 
 TEST_CASE("redis store: server death fails waiters and calls with StoreError", "[store][redis]") {
-  edl::test::RedisServer server("pw");
+  edl::testing::RedisServer server("pw");
   if (!edl::testing::require_dep("redis-server", server.available(), "Debian package redis-server")) return;
   edl::StoreOptions o;
   o.secret = "pw";
@@ -166,7 +166,7 @@ edl::StoreOptions reconnecting(const std::string& secret, std::chrono::milliseco
 }  // namespace
 
 TEST_CASE("redis store: kill -9 and restart with the append-only file: the job goes on", "[store][redis][reconnect]") {
-  edl::test::RedisServer server("pw", /*appendonly=*/true);
+  edl::testing::RedisServer server("pw", /*appendonly=*/true);
   if (!server.available()) {
     WARN("redis-server is not installed: skipping");
     return;
@@ -213,7 +213,7 @@ TEST_CASE("redis store: kill -9 and restart with the append-only file: the job g
 }
 
 TEST_CASE("redis store: add and compare_set across a dropped reply are applied exactly once", "[store][redis][reconnect]") {
-  edl::test::RedisServer server("pw");
+  edl::testing::RedisServer server("pw");
   if (!server.available()) {
     WARN("redis-server is not installed: skipping");
     return;
@@ -236,7 +236,7 @@ TEST_CASE("redis store: add and compare_set across a dropped reply are applied e
 }
 
 TEST_CASE("redis store: a server gone past the deadline gives StoreError naming the URL", "[store][redis][reconnect]") {
-  edl::test::RedisServer server("pw");
+  edl::testing::RedisServer server("pw");
   if (!server.available()) {
     WARN("redis-server is not installed: skipping");
     return;

@@ -9,8 +9,8 @@
 #include "edl/error.h"
 #include "edl/store.h"
 #include "edl/store_server.h"
-#include "store/etcd_cluster.h"
-#include "store/redis_server.h"
+#include "testing/etcd_cluster.h"
+#include "testing/redis_server.h"
 #include "testing/require_dep.h"
 
 using namespace std::chrono_literals;
@@ -42,7 +42,7 @@ struct TcpBackend {
 
 struct RedisBackend {
   static constexpr const char* name = "redis";
-  edl::test::RedisServer& server = edl::test::RedisServer::shared();
+  edl::testing::RedisServer& server = edl::testing::RedisServer::shared();
   RedisBackend() {
     if (server.available()) server.flush();
   }
@@ -59,7 +59,7 @@ struct RedisBackend {
 template <bool kSingle>
 struct EtcdBackendT {
   static constexpr const char* name = kSingle ? "etcd-1" : "etcd-3";
-  edl::test::EtcdCluster& cluster = kSingle ? edl::test::EtcdCluster::shared_single() : edl::test::EtcdCluster::shared();
+  edl::testing::EtcdCluster& cluster = kSingle ? edl::testing::EtcdCluster::shared_single() : edl::testing::EtcdCluster::shared();
   std::atomic<int> next{0};  // connect() is called from several threads
   EtcdBackendT() {
     if (cluster.available()) cluster.clear();

@@ -9,14 +9,14 @@
 
 #include "launcher/run_util.h"
 #include "store/hostile_client.h"
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::vector<std::string> job_args(const edl::test::RedisServer& redis, const std::string& job, int steps) {
+std::vector<std::string> job_args(const edl::testing::RedisServer& redis, const std::string& job, int steps) {
   return {"--store", redis.url(), "--secret", "pw", "--job-id", job, "--min-np", "2", "--max-np", "2", "-np", "2",
           EDL_LAUNCHER_HELPER, "elastic-train", std::to_string(steps), "10"};
 }
@@ -40,7 +40,7 @@ std::set<std::string> finals(const std::string& out) {
 }  // namespace
 
 TEST_CASE("store outage: redis kill -9 and restart from its AOF, the edl-run job goes on", "[store][redis][outage]") {
-  edl::test::RedisServer redis("pw", /*appendonly=*/true);
+  edl::testing::RedisServer redis("pw", /*appendonly=*/true);
   if (!redis.available()) {
     WARN("redis-server is not installed: skipping");
     return;
@@ -61,7 +61,7 @@ TEST_CASE("store outage: redis kill -9 and restart from its AOF, the edl-run job
 
 TEST_CASE("store outage: redis gone past EDL_STORE_TIMEOUT_MS, edl-run exits non-zero naming the store",
           "[store][redis][outage]") {
-  edl::test::RedisServer redis("pw");
+  edl::testing::RedisServer redis("pw");
   if (!redis.available()) {
     WARN("redis-server is not installed: skipping");
     return;

@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include "elastic/tcp_store_auth.h"
 #include "elastic/tcp_store_frame.h"
 #include "store/hostile_client.h"
+#include "testing/process.h"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -318,18 +318,18 @@ namespace {
 pid_t spawn_server(const std::string& secret, int* port) {
   int p[2];
   REQUIRE(pipe(p) == 0);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    close(p[0]);
-    edl::StoreServer server({"127.0.0.1", 0, secret});
-    int got = server.port();
-    if (write(p[1], &got, sizeof(got)) != sizeof(got)) _exit(1);
-    for (;;) pause();
-  }
+  edl::testing::SpawnOptions o;
+  o.own_group = false;
+  o.die_with_parent = true;
+  const pid_t pid = edl::testing::fork_call(
+      [&] {
+        close(p[0]);
+        edl::StoreServer server({"127.0.0.1", 0, secret});
+        int got = server.port();
+        if (write(p[1], &got, sizeof(got)) != sizeof(got)) return 1;
+        for (;;) pause();
+      },
+      o);
   close(p[1]);
   REQUIRE(read(p[0], port, sizeof(*port)) == sizeof(*port));
   close(p[0]);

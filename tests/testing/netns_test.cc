@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "testing/netns.h"
+#include "testing/process.h"
 #include "testing/require_dep.h"
 
 using edl::testing::LinkSpec;
@@ -84,17 +85,17 @@ TEST_CASE("a fatal signal removes the namespaces, remove_stale cleans up after S
                                   NetnsCluster::unsupported_reason()))
     return;
   for (int sig : {SIGTERM, SIGKILL}) {
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      signal(SIGTERM, SIG_DFL);  // not the test framework's handler: die as a bench would
-      try {
-        NetnsCluster c(2, LinkSpec{});
-        raise(sig);
-      } catch (...) {
-      }
-      _exit(3);  // only reached if the cluster could not be built
-    }
+    // The child gets the default action for SIGTERM (not the test framework's handler): it dies
+    // as a bench would. It returns only if the cluster could not be built.
+    edl::testing::SpawnOptions o;
+    o.own_group = false;
+    const pid_t pid = edl::testing::fork_call(
+        [sig] {
+          NetnsCluster c(2, LinkSpec{});
+          raise(sig);
+          return 3;
+        },
+        o);
     int st = wait_child(pid);
     REQUIRE(WIFSIGNALED(st));
     CHECK(WTERMSIG(st) == sig);

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "edl/error.h"
+
 namespace edl::launcher {
 
 std::vector<int> allowed_cpus() {
@@ -18,12 +20,12 @@ std::vector<int> allowed_cpus() {
 
 std::vector<int> cpus_for_slot(const std::string& mode, int slot, int slots, const std::vector<int>& cpus) {
   if (mode != "none" && mode != "core" && mode != "auto")
-    throw std::invalid_argument("--bind-to must be none, core or auto, got '" + mode + "'");
+    throw InvalidArgument("--bind-to must be none, core or auto, got '" + mode + "'");
   if (mode == "none" || slots <= 0 || cpus.empty()) return {};
   const int n = static_cast<int>(cpus.size());
   if (slots > n) {
     if (mode == "core")
-      throw std::invalid_argument("--bind-to core: " + std::to_string(slots) + " worker slots but only " +
+      throw InvalidArgument("--bind-to core: " + std::to_string(slots) + " worker slots but only " +
                                   std::to_string(n) + " CPUs to bind them to (use --bind-to auto or none)");
     return {};
   }

@@ -25,7 +25,7 @@ std::vector<int> allowed_cpus();
 
 // The CPUs for local slot `slot` of `slots` under `mode`, chosen from `cpus`; empty = do not bind.
 // slots <= 0 means "no fixed number of slots" (elastic without --max-np): never bind. Throws
-// std::invalid_argument for "core" when slots > cpus.size() and for an unknown mode.
+// InvalidArgument for "core" when slots > cpus.size() and for an unknown mode.
 std::vector<int> cpus_for_slot(const std::string& mode, int slot, int slots, const std::vector<int>& cpus);
 
 // "0-3" / "0,2" style list for logs.

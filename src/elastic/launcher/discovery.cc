@@ -11,6 +11,8 @@
 #include <chrono>
 #include <sstream>
 
+#include "common/spawn.h"
+
 namespace edl::launcher {
 
 DiscoveryResult parse_discovery(const std::string& output) {
@@ -53,24 +55,16 @@ DiscoveryResult run_discovery(const std::string& script, int timeout_ms, const s
     d.error = "pipe failed";
     return d;
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_BLOCK, &all, &old);  // the child resets edl-run's handlers before unblocking
-  pid_t pid = fork();
-  if (pid != 0) sigprocmask(SIG_SETMASK, &old, nullptr);
+  edl::ExecSpec spec;
+  spec.argv = {"/bin/sh", "-c", script};
+  spec.inherit_env = true;
+  spec.stdout_fd = out[1];
+  const pid_t pid = edl::fork_exec(spec);
   if (pid < 0) {
     ::close(out[0]);
     ::close(out[1]);
     d.error = "fork failed";
     return d;
-  }
-  if (pid == 0) {
-    for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(s, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &old, nullptr);
-    setpgid(0, 0);
-    dup2(out[1], 1);
-    execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
   }
   ::close(out[1]);
   std::string text;

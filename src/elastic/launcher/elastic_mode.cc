@@ -27,7 +27,7 @@ std::shared_ptr<Store> ElasticLauncher::first_connect(const StoreWatcherOptions&
     } catch (const AuthError&) {
       throw;
     } catch (const StoreError& e) {
-      if (Clock::now() - start >= wo.lost_after) throw;
+      if (Clock::now() - start >= wo.reconnect_timeout) throw;
       if (!logged) log(std::string("event=store-wait reason=\"") + e.what() + "\" (retrying for EDL_STORE_TIMEOUT_MS)");
       logged = true;
       std::this_thread::sleep_for(milliseconds(200));
@@ -38,13 +38,13 @@ std::shared_ptr<Store> ElasticLauncher::first_connect(const StoreWatcherOptions&
 int ElasticLauncher::run() {
   StoreWatcherOptions wo;
   wo.job_id = job_.job_id;
-  wo.url = job_.store_url;
-  wo.lost_after = milliseconds(Config::from_env().store_timeout_ms);
+  wo.store_url = job_.store_url;
+  wo.reconnect_timeout = milliseconds(Config::from_env().store_timeout_ms);
   StoreOptions so;
   so.secret = job_.secret;
-  so.reconnect_timeout = std::chrono::milliseconds(0);  // the watcher reconnects itself, within wo.lost_after
-  so.connect_timeout = std::min<milliseconds>(so.connect_timeout, std::max<milliseconds>(wo.lost_after / 2, milliseconds(100)));
-  so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.lost_after, milliseconds(100)));
+  so.reconnect_timeout = std::chrono::milliseconds(0);  // the watcher reconnects itself, within wo.reconnect_timeout
+  so.connect_timeout = std::min<milliseconds>(so.connect_timeout, std::max<milliseconds>(wo.reconnect_timeout / 2, milliseconds(100)));
+  so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.reconnect_timeout, milliseconds(100)));
   wo.connect = [url = job_.store_url, so] { return connect_store(url, so); };
   watcher_ = std::make_unique<StoreWatcher>(first_connect(wo), wo);
   metrics_ = std::make_unique<MetricsService>(metrics_options(o_), t0_, [this](const std::string& kv) { log(kv); });

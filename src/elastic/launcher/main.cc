@@ -98,24 +98,30 @@ int run_main(int argc, char** argv) {
   }
   try {  // --bind-to core with more worker slots than CPUs is a usage error
     (void)cpus_for_slot(options.bind_to, 0, options.elastic ? options.max_np : options.np, allowed_cpus());
-  } catch (const std::invalid_argument& e) {
+  } catch (const edl::InvalidArgument& e) {
     std::cerr << "edl-run: error: " << e.what() << "\n";
     return 2;
   }
   try {
     resolve_program(options.command[0]);
-  } catch (const std::exception& e) {
+  } catch (const edl::InvalidArgument& e) {
     log_event(std::string("error: ") + e.what());
     return 127;  // like a shell: command not found / not executable
   }
+  // Every error of edl-run itself is an edl::Error (docs/errors.md): InvalidArgument (a bad
+  // value, exit 2), StoreError / AuthError (the store cannot be reached or refuses the secret),
+  // JobError (a worker cannot be started), InternalError (a bug). Anything else is a bug too.
   try {
     Job job = prepare_job(options);
     return options.elastic ? run_elastic(options, job) : run_static(options, job);
   } catch (const edl::InvalidArgument& e) {
     log_event(std::string("error: ") + e.what());
     return 2;
-  } catch (const std::exception& e) {
+  } catch (const edl::Error& e) {
     log_event(std::string("error: ") + e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    log_event(std::string("internal error: ") + e.what());
     return 1;
   }
 }

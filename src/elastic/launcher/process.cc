@@ -1,11 +1,7 @@
 #include "elastic/launcher/process.h"
 
-#include "elastic/launcher/output.h"
-
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +11,11 @@
 #include <cstring>
 #include <set>
 #include <stdexcept>
+
+#include "common/host_port.h"
+#include "common/spawn.h"
+#include "edl/error.h"
+#include "elastic/launcher/output.h"
 
 extern char** environ;
 
@@ -30,7 +31,7 @@ bool is_executable_file(const std::string& path) {
 
 std::string resolve_program(const std::string& program) {
   if (program.find('/') != std::string::npos) {
-    if (!is_executable_file(program)) throw std::runtime_error("program '" + program + "' is not an executable file");
+    if (!is_executable_file(program)) throw InvalidArgument("program '" + program + "' is not an executable file");
     return program;
   }
   const char* path = std::getenv("PATH");
@@ -45,7 +46,7 @@ std::string resolve_program(const std::string& program) {
     if (is_executable_file(cand)) return cand;
     start = end + 1;
   }
-  throw std::runtime_error("program '" + program + "' was not found in PATH");
+  throw InvalidArgument("program '" + program + "' was not found in PATH");
 }
 
 std::vector<std::string> make_environment(const std::vector<std::string>& overrides,
@@ -106,53 +107,25 @@ void OutputPump::close_fd() {
 Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                       const std::string& tag, const std::vector<int>& cpus, int inherit_fd) {
   int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  if (pipe2(out, O_CLOEXEC) != 0) throw JobError("cannot start a worker: pipe failed: " + errno_text(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
-    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+    throw JobError("cannot start a worker: pipe failed: " + errno_text(errno));
   }
-  // Everything the child touches is prepared before fork (only async-signal-safe calls after it).
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  pid_t parent = getpid();
-  cpu_set_t cpu_set;
-  CPU_ZERO(&cpu_set);
-  for (int c : cpus) CPU_SET(c, &cpu_set);
-  // Block signals across fork: the child must not run edl-run's handlers (they would write into
-  // edl-run's signal pipe) before it has reset them to the defaults.
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_BLOCK, &all, &old);
-  pid_t pid = fork();
-  if (pid != 0) sigprocmask(SIG_SETMASK, &old, nullptr);
+  edl::ExecSpec spec;
+  spec.argv = argv;
+  spec.env = env;
+  spec.stdout_fd = out[1];
+  spec.stderr_fd = err[1];
+  spec.cpus = cpus;
+  spec.inherit_fd = inherit_fd;
+  const pid_t pid = edl::fork_exec(spec);
   if (pid < 0) {
-    int e = errno;
+    const int e = errno;
     for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-    throw std::runtime_error(std::string("fork failed: ") + std::strerror(e));
+    throw JobError("cannot start a worker: fork failed: " + errno_text(e));
   }
-  if (pid == 0) {
-    for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(s, SIG_DFL);
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(137);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    if (inherit_fd >= 3) fcntl(inherit_fd, F_SETFD, 0);  // this child's fd table only
-    if (!cpus.empty()) sched_setaffinity(0, sizeof(cpu_set), &cpu_set);  // best effort
-    execve(cargv[0], cargv.data(), cenv.data());
-    const char msg[] = "edl-run: exec failed\n";
-    ssize_t w = ::write(2, msg, sizeof(msg) - 1);
-    (void)w;
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from the parent: no race with an early signal
   ::close(out[1]);
   ::close(err[1]);
   fcntl(out[0], F_SETFL, O_NONBLOCK);

@@ -14,7 +14,7 @@
 
 namespace edl::launcher {
 
-// Resolves PROGRAM through PATH like execvp; throws std::runtime_error naming it when not found.
+// Resolves PROGRAM through PATH like execvp; throws InvalidArgument naming it when not found.
 std::string resolve_program(const std::string& program);
 
 // The current environment with `overrides` ("NAME=value") replacing same-named entries and the
@@ -48,7 +48,7 @@ struct Process {
 
 // Forks and execs argv[0] (already resolved) with env; output tagged "[tag]"; bound to `cpus`
 // when not empty (binding.h); `inherit_fd` (>= 3, or -1) stays open across exec in the child
-// (edl-run's liveness pipe, EDL_LAUNCHER_FD). Throws std::runtime_error when fork or pipe fails.
+// (edl-run's liveness pipe, EDL_LAUNCHER_FD). Throws JobError when fork or pipe fails.
 Process spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                       const std::string& tag, const std::vector<int>& cpus = {}, int inherit_fd = -1);
 

@@ -44,7 +44,7 @@ struct StoreWatcher::State {
   std::string job_error, job_failed, last_error;
   std::string throughput;                           // <job>/throughput, "" = none yet
   std::map<std::string, std::string> stragglers;    // <job>/straggler/<worker> -> report
-  // The end of the last round that reached the store: the store counts as lost lost_after later
+  // The end of the last round that reached the store: the store counts as lost reconnect_timeout later
   // (not after the first error: a silently cut link first shows as a request that times out).
   std::chrono::steady_clock::time_point last_ok = std::chrono::steady_clock::now();
 };
@@ -87,8 +87,8 @@ std::string StoreWatcher::job_failed() const {
 
 std::string StoreWatcher::store_lost() const {
   std::lock_guard<std::mutex> lock(s_->mu);
-  if (!s_->unreachable || std::chrono::steady_clock::now() - s_->last_ok < s_->opt.lost_after) return "";
-  return "the store " + s_->opt.url + " has been unreachable for more than " + std::to_string(s_->opt.lost_after.count()) +
+  if (!s_->unreachable || std::chrono::steady_clock::now() - s_->last_ok < s_->opt.reconnect_timeout) return "";
+  return "the store " + s_->opt.store_url + " has been unreachable for more than " + std::to_string(s_->opt.reconnect_timeout.count()) +
          " ms (EDL_STORE_TIMEOUT_MS): " + s_->last_error;
 }
 
@@ -120,7 +120,6 @@ void StoreWatcher::poll_once(State& st, std::optional<std::string>* known, uint6
     st.store = s;
   }
   elastic::Keys keys(st.opt.job_id);
-  const std::string error_tag = elastic::kJobErrorTag;
   auto cur = s->get(keys.gen());
   uint64_t g = parse_gen(cur);
   if (g > *reported) {
@@ -145,7 +144,7 @@ void StoreWatcher::poll_once(State& st, std::optional<std::string>* known, uint6
     std::lock_guard<std::mutex> lock(st.mu);
     if (throughput) st.throughput = *throughput;
     st.stragglers = std::move(stragglers);
-    if (next && next->rfind(error_tag, 0) == 0) st.job_error = next->substr(error_tag.size());
+    if (auto job_error = next ? elastic::parse_job_error(*next) : std::nullopt) st.job_error = *job_error;
     if (failed) st.job_failed = failed->empty() ? "(no reason given)" : *failed;
   }
   st.live = static_cast<int>(s->keys(keys.lease_prefix()).size());
@@ -156,8 +155,8 @@ void StoreWatcher::poll_once(State& st, std::optional<std::string>* known, uint6
 
 void StoreWatcher::on_error(State& st, const std::string& what) {
   if (!st.unreachable.exchange(true)) {
-    log_event("warning: cannot reach the store " + st.opt.url + ": " + what + " (reconnecting; the job fails after " +
-              std::to_string(st.opt.lost_after.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
+    log_event("warning: cannot reach the store " + st.opt.store_url + ": " + what + " (reconnecting; the job fails after " +
+              std::to_string(st.opt.reconnect_timeout.count()) + " ms, EDL_STORE_TIMEOUT_MS)");
   }
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -177,7 +176,7 @@ void StoreWatcher::loop(const std::shared_ptr<State>& s) {
         std::lock_guard<std::mutex> lock(s->mu);
         s->last_ok = std::chrono::steady_clock::now();
       }
-      if (s->unreachable.exchange(false)) log_event("store " + s->opt.url + " answers again");
+      if (s->unreachable.exchange(false)) log_event("store " + s->opt.store_url + " answers again");
     } catch (const Error& e) {
       on_error(*s, e.what());
     } catch (const std::exception& e) {

@@ -6,7 +6,7 @@
 // wait_change() on <job>/gen (at most 500 ms at a time) — no busy polling.
 //
 // Store loss: when a request fails, the watcher reconnects (through `connect`) every 100 ms;
-// once a request has failed, `lost_after` (EDL_STORE_TIMEOUT_MS) after the last round that reached
+// once a request has failed, `reconnect_timeout` (EDL_STORE_TIMEOUT_MS) after the last round that reached
 // the store store_lost() returns the reason, naming the store URL — on time, even while a request
 // or a reconnect of the watcher is still hanging. The launcher fails the job with it.
 // Thread-safety: every public method from any thread. The destructor does not wait for a request
@@ -39,8 +39,9 @@ struct GenerationEvent {
 
 struct StoreWatcherOptions {
   std::string job_id;
-  std::string url;                                      // for messages
-  std::chrono::milliseconds lost_after{30000};          // EDL_STORE_TIMEOUT_MS
+  std::string store_url;                                // for messages (as LaunchOptions / Job)
+  // EDL_STORE_TIMEOUT_MS: unreachable this long = the store is lost (as StoreOptions::reconnect_timeout)
+  std::chrono::milliseconds reconnect_timeout{30000};
   std::function<std::shared_ptr<Store>()> connect;      // (re)connects; throws edl::Error
 };
 
@@ -55,7 +56,7 @@ class StoreWatcher {
   std::string job_error() const;     // "!job-error" of the runtime, "" = none
   std::string job_failed() const;    // value of <job>/failed, "" = none
   bool unreachable() const;          // the last request failed
-  // "" unless a request failed and no round reached the store for lost_after: then the reason.
+  // "" unless a request failed and no round reached the store for reconnect_timeout: then the reason.
   std::string store_lost() const;
 
   // Observability (docs/observability.md): rank 0's latest <job>/throughput value ("" = none yet)

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/host_port.h"
+#include "edl/error.h"
+
 namespace edl::launcher {
 namespace {
 
@@ -40,7 +43,7 @@ void install_handlers() {
 Supervisor::Supervisor() {
   install_handlers();
   if (pipe2(link_, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("cannot create the worker liveness pipe: ") + std::strerror(errno));
+    throw JobError("cannot create the worker liveness pipe: " + errno_text(errno));
   if (link_[0] <= 2) {  // must survive the child's dup2 onto 0..2
     int fd = fcntl(link_[0], F_DUPFD_CLOEXEC, 3);
     ::close(link_[0]);

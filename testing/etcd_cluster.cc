@@ -1,10 +1,7 @@
-#include "store/etcd_cluster.h"
+#include "testing/etcd_cluster.h"
 
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,29 +15,14 @@
 #include <stdexcept>
 #include <thread>
 
-namespace edl::test {
+#include "testing/ports.h"
+#include "testing/process.h"
+
+namespace edl::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-// n distinct free ports: every socket stays bound until all are chosen.
-std::vector<int> free_ports(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    socklen_t len = sizeof(sa);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(sa.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
-}
 
 const char* etcd_binary() {
   static const char* path = access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : nullptr;
@@ -122,20 +104,12 @@ void EtcdCluster::spawn(int i) {
                                    "--initial-cluster-token", "edl-test-" + std::to_string(getpid()) + dir_,
                                    "--logger", "zap", "--log-level", "warn"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::string log = dir_ + "/" + m.name + ".log";
-  pid_t parent = getpid();
-  m.pid = fork();
-  if (m.pid < 0) throw std::runtime_error("fork failed");
-  if (m.pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    if (!freopen(log.c_str(), "a", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(126);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  SpawnOptions o;
+  o.log = dir_ + "/" + m.name + ".log";  // stdout and stderr, appended across restarts
+  o.append = true;
+  o.own_group = false;
+  o.die_with_parent = true;
+  m.pid = edl::testing::spawn(args, o);
 }
 
 std::string EtcdCluster::log_tail(int i) const {
@@ -146,6 +120,13 @@ std::string EtcdCluster::log_tail(int i) const {
   return s.size() > 2000 ? s.substr(s.size() - 2000) : s;
 }
 
+// Throws naming member i, with the tail of its log, when its process exited.
+void EtcdCluster::check_alive(int i) const {
+  int status = 0;
+  if (waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid)
+    throw std::runtime_error("etcd member " + members_[i].name + " exited: " + log_tail(i));
+}
+
 // Every running member is up and knows the leader (a member that exited is an error).
 void EtcdCluster::wait_ready() const {
   auto deadline = Clock::now() + 20s;
@@ -153,9 +134,7 @@ void EtcdCluster::wait_ready() const {
     bool all = true;
     for (int i = 0; i < size(); ++i) {
       if (members_[i].pid <= 0) continue;
-      int status = 0;
-      if (waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid)
-        throw std::runtime_error("etcd member " + members_[i].name + " exited: " + log_tail(i));
+      check_alive(i);
       auto st = post(members_[i].client_port, "/v3/maintenance/status", nlohmann::json::object());
       all = all && st && st->contains("leader");
     }
@@ -170,9 +149,7 @@ int EtcdCluster::leader() const {
   while (Clock::now() < deadline) {
     for (int i = 0; i < size(); ++i) {
       if (members_[i].pid <= 0) continue;
-      int status = 0;
-      if (waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid)
-        throw std::runtime_error("etcd member " + members_[i].name + " exited: " + log_tail(i));
+      check_alive(i);
       auto st = post(members_[i].client_port, "/v3/maintenance/status", nlohmann::json::object());
       if (!st || !st->contains("leader")) continue;
       std::string leader_id = (*st)["leader"].get<std::string>();
@@ -257,4 +234,4 @@ EtcdCluster& EtcdCluster::shared_single() {
   return cluster;
 }
 
-}  // namespace edl::test
+}  // namespace edl::testing

@@ -1,10 +1,7 @@
-#include "store/redis_server.h"
+#include "testing/redis_server.h"
 
 #include <hiredis/hiredis.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,21 +13,11 @@
 #include <thread>
 #include <vector>
 
-namespace edl::test {
-namespace {
+#include "testing/ports.h"
+#include "testing/process.h"
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  int port = ntohs(sa.sin_port);
-  close(fd);
-  return port;
-}
+namespace edl::testing {
+namespace {
 
 bool installed() { return access("/usr/bin/redis-server", X_OK) == 0 || system("command -v redis-server >/dev/null 2>&1") == 0; }
 
@@ -77,18 +64,11 @@ void RedisServer::launch() {
     args.push_back("--requirepass");
     args.push_back(password_);
   }
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t parent = getpid();
-  pid_ = fork();
-  if (pid_ == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    freopen("/dev/null", "w", stdout);
-    execvp("redis-server", argv.data());
-    _exit(127);
-  }
+  SpawnOptions o;
+  o.stdout_path = "/dev/null";
+  o.own_group = false;
+  o.die_with_parent = true;
+  pid_ = spawn(args, o);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     if (redisContext* c = connect_auth(port_, password_)) {
@@ -138,4 +118,4 @@ RedisServer& RedisServer::shared() {
   return server;
 }
 
-}  // namespace edl::test
+}  // namespace edl::testing

@@ -1,11 +1,12 @@
-// Test helper: a private redis-server on a free port with a temp dir, killed when the object dies
-// (and by PR_SET_PDEATHSIG if the test process itself dies).
+// Real-server fixture for tests and benches: a private redis-server on a free port with a temp dir,
+// killed when the object dies (and by PR_SET_PDEATHSIG if the test process itself dies).
+// Not thread-safe: drive it from one thread.
 #pragma once
 
 #include <memory>
 #include <string>
 
-namespace edl::test {
+namespace edl::testing {
 
 class RedisServer {
  public:
@@ -41,4 +42,4 @@ class RedisServer {
   std::string dir_;
 };
 
-}  // namespace edl::test
+}  // namespace edl::testing

@@ -1,4 +1,4 @@
-// Test helper: a private etcd cluster (/usr/bin/etcd, 3.4) of 1..N members on free 127.0.0.1 ports,
+// Real-server fixture for tests and benches: a private etcd cluster (/usr/bin/etcd, 3.4) of 1..N members on free 127.0.0.1 ports,
 // data in a temp dir (on /dev/shm when there is one: etcd fsyncs every write). Members can be killed
 // (SIGKILL) and restarted on their data dir; the leader can be found. Every member is killed by pid
 // and the dir removed when the object dies (and by PR_SET_PDEATHSIG if the test process dies).
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace edl::test {
+namespace edl::testing {
 
 class EtcdCluster {
  public:
@@ -55,6 +55,7 @@ class EtcdCluster {
   };
   void spawn(int i);
   void wait_ready() const;
+  void check_alive(int i) const;
   std::string log_tail(int i) const;
 
   std::vector<Member> members_;
@@ -63,4 +64,4 @@ class EtcdCluster {
   std::vector<std::string> extra_args_;
 };
 
-}  // namespace edl::test
+}  // namespace edl::testing

@@ -1,0 +1,79 @@
+#include "elastic/generation_change.h"
+
+#include <set>
+#include <string>
+
+#include "elastic/member_list.h"
+
+namespace edl::elastic {
+
+const char* role_name(GenerationRole role) {
+  switch (role) {
+    case GenerationRole::kNewcomer: return "newcomer";
+    case GenerationRole::kSurvivor: return "survivor";
+    case GenerationRole::kReadmitted: return "readmitted";
+  }
+  return "unknown";
+}
+
+const char* reason_name(ChangeReason reason) {
+  switch (reason) {
+    case ChangeReason::kStart: return "start";
+    case ChangeReason::kJoin: return "join";
+    case ChangeReason::kLeave: return "leave";
+    case ChangeReason::kFailure: return "failure";
+    case ChangeReason::kEviction: return "eviction";
+  }
+  return "unknown";
+}
+
+GenerationRole role_of(uint64_t previous, uint64_t generation) {
+  if (previous == 0) return GenerationRole::kNewcomer;
+  return previous + 1 == generation ? GenerationRole::kSurvivor : GenerationRole::kReadmitted;
+}
+
+namespace {
+
+std::set<std::string> ids_under(Store& store, const std::string& prefix) {
+  std::set<std::string> ids;
+  for (const auto& k : store.keys(prefix)) ids.insert(k.substr(prefix.size()));
+  return ids;
+}
+
+}  // namespace
+
+ChangeReason change_reason(Store& store, const Keys& keys, const GenerationView& v, bool after_failure) {
+  if (v.id <= 1) return ChangeReason::kStart;
+  auto prev_value = store.get(keys.members(v.id - 1));
+  if (!prev_value || parse_job_error(*prev_value)) return ChangeReason::kStart;  // all members were lost
+  std::set<std::string> now;
+  for (const auto& m : v.members) now.insert(m.id);
+  const std::set<std::string> left = ids_under(store, keys.left_prefix(v.id - 1));
+  const std::string dropped_prefix = keys.dropped(v.id, "");
+  const bool aborted = after_failure || store.get(keys.abort(v.id - 1)).has_value();
+  bool died = false, evicted = false, leave = false, join = false;
+  std::set<std::string> before;
+  for (const auto& m : parse_members(*prev_value)) {
+    before.insert(m.id);
+    if (now.count(m.id)) continue;
+    if (left.count(m.id)) {
+      leave = true;
+      continue;
+    }
+    // Left out without a graceful leave: "alive but ..." (heartbeating but stuck) is an eviction;
+    // a lease gone, a refused probe or a stopped heartbeat is a failure.
+    auto why = store.get(dropped_prefix + m.id);
+    if (why && why->rfind("alive", 0) == 0) evicted = true;
+    else died = true;
+  }
+  for (const auto& id : now) join = join || !before.count(id);
+  // A member that died explains an abort; so does an eviction (the progress deadline aborts the
+  // generation of a stuck member before the round leaves it out).
+  if (died) return ChangeReason::kFailure;
+  if (evicted) return ChangeReason::kEviction;
+  if (aborted) return ChangeReason::kFailure;
+  if (leave) return ChangeReason::kLeave;
+  return ChangeReason::kJoin;  // newcomers, or a join request whose joiner did not make it
+}
+
+}  // namespace edl::elastic
