@@ -142,6 +142,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench reader_bench 600 "$B/reader_bench"
   run_bench store_bench 600 "$B/store_bench"
   run_bench optimizer_bench 1200 "$B/optimizer_bench"
+  run_bench torch_bench 1200 "$B/torch_bench"  # built only with libtorch (edl::torch): skipped otherwise
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench shard_audit 900 "$B/shard_audit"
   run_bench chaos_bench 1800 "$B/chaos_bench" --faults "$CHAOS_FAULTS" "${CHAOS_ARGS[@]}"
