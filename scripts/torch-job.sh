@@ -10,8 +10,8 @@ set -euo pipefail
 BUILD_DIR=${1:-${EDL_BUILD_DIR:-build}}
 RUN="$BUILD_DIR/src/elastic/edl-run"
 TRAIN="$BUILD_DIR/examples/edl-torch-fashion-mnist"
-EPOCHS=${EDL_TORCH_EPOCHS:-2}
-RECORDS=${EDL_TORCH_TRAIN_RECORDS:-10000}
+EPOCHS=${EDL_TORCH_EPOCHS:-3}
+RECORDS=${EDL_TORCH_TRAIN_RECORDS:-30000}
 TEST_RECORDS=${EDL_TORCH_TEST_RECORDS:-10000}
 MAX_DIFF=${EDL_TORCH_MAX_DIFF_PP:-0.5}
 for f in "$RUN" "$TRAIN"; do [ -x "$f" ] || { echo "torch-job: $f is missing: build with libtorch-dev installed" >&2; exit 1; }; done
@@ -37,7 +37,7 @@ echo "== torch job 2/2: the same with worker 1 killed (kill -9) part-way and a r
 job=$!
 steps_per_epoch=$(( RECORDS / 64 ))
 for _ in $(seq 1 2400); do  # a third of the first epoch
-  s=$(sed -n 's/^step \([0-9]*\) .*/\1/p' "$work/log" 2>/dev/null | tail -n 1)
+  s=$(sed -n 's/.*step \([0-9]*\) epoch .*/\1/p' "$work/log" 2>/dev/null | tail -n 1)
   [ -n "$s" ] && [ "$s" -ge $(( steps_per_epoch / 3 )) ] && break
   kill -0 "$job" 2>/dev/null || break
   sleep 0.25

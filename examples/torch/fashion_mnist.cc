@@ -1,15 +1,16 @@
 // edl-torch-fashion-mnist: a libtorch ResNet20 trained elastically on Fashion-MNIST with edl::torch
 // (docs/torch.md walks through it). Run it under edl-run; kill, add or remove workers at any time:
-//   edl-run --min-np 1 --max-np 3 -np 2 build/examples/torch/edl-torch-fashion-mnist --epochs 2
+//   edl-run --min-np 1 --max-np 3 -np 2 build/examples/edl-torch-fashion-mnist --epochs 3
 // scripts/torch-job.sh runs it with a kill -9 and a join and compares the test accuracy with a run
-// without failures. Options: --epochs E (2) --train-records N (10000) --test-records N (10000)
-// --batch B (global batch, 64) --lr LR (0.05) --threads T (1) --seed S (1) --data DIR.
+// without failures. Options: --epochs E (3) --train-records N (30000) --test-records N (10000)
+// --batch B (global batch, 64) --lr LR (0.05, cosine-decayed to 0) --threads T (1) --seed S (1) --data DIR.
 // Prints "final test accuracy: X%" on rank 0.
 #include <edl/data.h>
 #include <edl/edl.h>
 #include <edl/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -20,7 +21,7 @@
 namespace {
 
 std::map<std::string, std::string> parse(int argc, char** argv) {
-  std::map<std::string, std::string> args = {{"epochs", "2"},     {"train-records", "10000"},
+  std::map<std::string, std::string> args = {{"epochs", "3"},     {"train-records", "30000"},
                                              {"test-records", "10000"}, {"batch", "64"},
                                              {"lr", "0.05"},      {"threads", "1"},
                                              {"seed", "1"},       {"data", edl::data::kFashionMnistDir}};
@@ -69,11 +70,17 @@ int main(int argc, char** argv) {
     edl_examples::ResNet20 net(1, 10);
     torch::optim::SGD sgd(net->parameters(),
                           torch::optim::SGDOptions(std::stod(args["lr"])).momentum(0.9).weight_decay(5e-4));
-    // A fixed global batch split over however many workers there are: the LR stays put.
+    // A fixed global batch split over however many workers there are (so no LR rescaling), and a
+    // cosine LR schedule over the optimizer steps, which EDL applies to the param groups.
     edl::torch::DistributedOptimizerOptions oo;
     oo.scaling.lr_scaling = edl::optim::LrScaling::kNone;
     oo.scaling.batch.mode = edl::optim::BatchMode::kFixedGlobal;
     oo.scaling.batch.global_batch = std::stoi(args["batch"]);
+    const double lr = std::stod(args["lr"]);
+    const double total = std::stod(args["epochs"]) * std::ceil(records / std::stod(args["batch"]));
+    oo.scaling.schedule = [lr, total](int64_t, int64_t step) {
+      return lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, static_cast<double>(step) / total)));
+    };
     edl::torch::DistributedOptimizer opt(sgd, *net, oo);
 
     edl::data::ShardOptions so;  // every record of every epoch trained exactly once, whatever happens
@@ -109,9 +116,11 @@ int main(int argc, char** argv) {
           torch::nn::functional::cross_entropy(net->forward(x), y).backward();  // hooks start the allreduce
         }
         opt.step();  // waits, averages, torch SGD step
-        if (edl::rank() == 0 && state.step % 50 == 0)
-          std::printf("step %lld epoch %lld workers %d\n", static_cast<long long>(state.step),
-                      static_cast<long long>(rec.epoch + 1), edl::size());
+        if (edl::rank() == 0 && state.step % 50 == 0) {
+          std::printf("step %lld epoch %lld workers %d lr %.4f\n", static_cast<long long>(state.step),
+                      static_cast<long long>(rec.epoch + 1), edl::size(), sgd.param_groups()[0].options().get_lr());
+          std::fflush(stdout);
+        }
         edl::notify_batch_end();  // commit; joins and graceful leaves happen here
       }
     });
