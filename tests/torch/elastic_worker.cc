@@ -87,8 +87,15 @@ int main(int argc, char** argv) {
       return g;
     });
 
+    // After the pause (the marker exists) the members go on past --steps until the replacement has
+    // joined (size 2 again; at most 20x the steps), so a slow start of the joiner under load cannot
+    // end the job first. Every member evaluates this alike (same step, same size, same file).
+    auto more = [&] {
+      if (state.step < steps) return true;
+      return !dir.empty() && access(marker.c_str(), F_OK) == 0 && edl::size() < 2 && state.step < 20 * steps;
+    };
     edl::elastic::run(state, [&] {
-      while (state.step < steps) {
+      while (more()) {
         edl::data::StepRecords rec = shards.next();
         const int64_t n = static_cast<int64_t>(rec.records.size());
         opt.zero_grad();
@@ -105,7 +112,7 @@ int main(int argc, char** argv) {
         edl::notify_batch_end();
       }
     });
-    if (state.step >= steps && !dir.empty()) {
+    if (state.step >= steps && edl::size() >= 2 && !dir.empty()) {
       std::ofstream out(dir + "/params." + std::to_string(getpid()), std::ios::binary);
       for (const auto& p : net->parameters()) {
         auto c = p.detach().contiguous();
