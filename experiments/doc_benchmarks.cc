@@ -364,6 +364,12 @@ const std::vector<Section>& sections() {
        "(`store_rendezvous`: the store's share of a rendezvous, not the whole elastic protocol).",
        nullptr},
       {"optimizer_bench", "Distributed optimizer overlap", "", optimizer_section},
+      {"torch_bench", "edl::torch on the libtorch ResNet20 (docs/torch.md)",
+       "Target: `edl` at 1 worker within 3% of `plain` (the two run interleaved in one process); 2 workers "
+       "compared with `independent` (two copies side by side, no communication: the ceiling); `overlap`: the "
+       "share of the allreduce hidden behind backward. `ok`: the ranks (and plain vs edl at 1 worker) end "
+       "with identical parameters.",
+       nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
       {"netns_check", "Emulated links (netns + tc)",
