@@ -112,8 +112,8 @@ class DistributedOptimizer : public elastic::Stateful {
   // hook counters reset.
   void discard_step();
 
-  // LR the next step will use for param group 0 (before warmup / rescale decisions of a pending
-  // generation are applied, this applies them).
+  // The LR param group 0 gets at the next step (applies a pending generation's rescaling first);
+  // with rescale = false, group 0's current LR.
   double lr();
   ::torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // The reduce-only EDL optimizer underneath (bucket layout, step statistics, rescaler).
