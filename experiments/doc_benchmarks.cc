@@ -543,6 +543,12 @@ const std::vector<Section>& sections() {
        nullptr},
       {"optimizer_bench", "Distributed optimizer overlap", "", optimizer_section},
       {"timeline_bench", "Timeline overhead (ResNet20 step, timeline on / off)", "", timeline_section},
+      {"torch_bench", "edl::torch on the libtorch ResNet20 (docs/torch.md)",
+       "Target: `edl` at 1 worker within 3% of `plain` (the two run interleaved in one process); 2 workers "
+       "compared with `independent` (two copies side by side, no communication: the ceiling); `overlap`: the "
+       "share of the allreduce hidden behind backward. `ok`: the ranks (and plain vs edl at 1 worker) end "
+       "with identical parameters.",
+       nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
       {"metrics_timeline", "Job metrics around a kill and a join",

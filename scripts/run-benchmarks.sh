@@ -151,6 +151,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench store_bench 600 "$B/store_bench"
   run_bench optimizer_bench 1200 "$B/optimizer_bench"
   run_bench timeline_bench 900 "$B/timeline_bench"
+  run_bench torch_bench 1200 "$B/torch_bench"  # built only with libtorch (edl::torch): skipped otherwise
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
   run_bench autoscale_bench 1800 "$B/autoscale_bench" "${AUTOSCALE_ARGS[@]}"
   # Job metrics around a kill and a join (edl-run --metrics-file; docs/observability.md, "Plots").

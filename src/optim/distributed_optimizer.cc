@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "collective/engine.h"
 #include "collective/runtime_state.h"
 #include "common/timeline.h"
 #include "edl/error.h"
@@ -115,6 +116,8 @@ struct DistributedOptimizer::Impl {
   std::shared_ptr<Communicator> explicit_comm;  // options.comm or set_communicator()
   std::shared_ptr<Communicator> comm;           // the one in use (null: world of 1)
   std::unique_ptr<Reducer> reducer;             // null when the world has one member
+  std::shared_ptr<collective::Engine> engine;   // the global world's engine (null otherwise)
+  std::shared_ptr<Communicator> layout_checked;  // check_layout: the communicator already verified
   std::string name_prefix;                      // "edl.optim.<n>." (n-th optimizer of this process)
   int world_size = 1;
 
@@ -177,6 +180,7 @@ struct DistributedOptimizer::Impl {
     // silently drifting apart, and the weighted mean gets its denominator from the same allreduce.
     buckets.back().buf.resize(buckets.back().count + kControl, 0.0f);
     for (auto& p : params) {
+      if (opt.optimizer.kind == OptimizerKind::kNone) continue;  // reduce only: no slots
       if (is_sgd()) {
         if (opt.optimizer.momentum > 0) p.slot1.assign(p.count, 0.0f);
       } else {
@@ -191,7 +195,7 @@ struct DistributedOptimizer::Impl {
   void resolve() {
     EDL_CHECK(!in_step, InvalidArgument, "DistributedOptimizer: cannot change the communicator during a step");
     std::shared_ptr<Communicator> next;
-    std::shared_ptr<collective::Engine> engine;
+    engine.reset();
     if (!opt.local) {
       if (explicit_comm) {
         next = explicit_comm;
@@ -226,10 +230,50 @@ struct DistributedOptimizer::Impl {
     }
   }
 
+  // check_layout: one allgather of (parameters, elements, hash of names and counts) per communicator.
+  void verify_layout() {
+    if (!opt.check_layout || !comm || comm->size() < 2 || layout_checked == comm) return;
+    uint64_t hash = 1469598103934665603ull, elements = 0;  // FNV-1a
+    auto mix = [&](const void* bytes, size_t n) {
+      for (size_t i = 0; i < n; ++i) hash = (hash ^ static_cast<const uint8_t*>(bytes)[i]) * 1099511628211ull;
+    };
+    for (const auto& p : params) {
+      mix(p.name.data(), p.name.size());
+      mix(&p.count, sizeof p.count);
+      elements += p.count;
+    }
+    const int64_t mine[3] = {static_cast<int64_t>(params.size()), static_cast<int64_t>(elements),
+                             static_cast<int64_t>(hash)};
+    std::vector<uint8_t> all;
+    if (engine) {
+      engine->allgather(mine, 3, DataType::kInt64, &all, nullptr, name_prefix + "layout", true).wait();
+    } else {
+      comm->allgatherv(mine, 3, DataType::kInt64, all);
+    }
+    EDL_CHECK(all.size() == 3 * sizeof(int64_t) * static_cast<size_t>(comm->size()), MismatchError,
+              "DistributedOptimizer: parameter layout check got " + std::to_string(all.size()) + " bytes");
+    std::vector<int64_t> v(all.size() / sizeof(int64_t));
+    std::memcpy(v.data(), all.data(), all.size());
+    for (int r = 0; r < comm->size(); ++r) {
+      const int64_t* o = v.data() + 3 * r;
+      if (o[0] == v[0] && o[1] == v[1] && o[2] == v[2]) continue;
+      std::string first;
+      for (const auto& p : params) first += (first.empty() ? "" : ", ") + p.name;
+      if (first.size() > 300) first = first.substr(0, 300) + "...";
+      throw MismatchError("DistributedOptimizer: ranks registered different parameters: rank 0 has " +
+                          std::to_string(v[0]) + " parameters / " + std::to_string(v[1]) + " elements, rank " +
+                          std::to_string(r) + " has " + std::to_string(o[0]) + " / " + std::to_string(o[1]) +
+                          (o[0] == v[0] && o[1] == v[1] ? " (same counts, different names or shapes)" : "") +
+                          "; this rank (" + std::to_string(comm->rank()) + ") has [" + first + "]");
+    }
+    layout_checked = comm;
+  }
+
   void begin_step() {
     if (in_step) return;
     finalize();
     resolve();
+    verify_layout();
     passes = opt.accumulation_steps > 0 ? opt.accumulation_steps : rescaler.batch_plan().accumulation_steps;
     step_lr = rescaler.step_params().lr;
     step_samples = next_samples;
@@ -465,7 +509,13 @@ struct DistributedOptimizer::Impl {
       grad_scale = static_cast<float>(1.0 / (total_samples * p));
     }
     const auto& o = opt.optimizer;
-    if (is_sgd()) {
+    if (o.kind == OptimizerKind::kNone) {  // reduce only: the mean gradient goes back to the caller
+      for (auto& p : params) {
+        float* g = buckets[p.bucket].buf.data() + p.offset;
+        float* out = p.user_grad != nullptr ? p.user_grad : g;
+        for (size_t i = 0; i < p.count; ++i) out[i] = g[i] * grad_scale;
+      }
+    } else if (is_sgd()) {
       optim::detail::SgdStep s;
       s.lr = static_cast<float>(step_lr);
       s.momentum = static_cast<float>(o.momentum);

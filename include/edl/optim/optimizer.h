@@ -65,6 +65,11 @@ enum class OptimizerKind : uint8_t {
   kSGD = 0,    // v = mu * v + lr * (g + wd * w);  w -= v   (Nesterov: w -= mu * v + lr * g)
   kAdam = 1,   // Adam (Kingma & Ba 2015) with L2 weight decay added to the gradient
   kAdamW = 2,  // Adam with decoupled weight decay (Loshchilov & Hutter 2019): w -= lr * wd * w
+  // Reduce only: step() averages the gradients and writes the mean back (into the user's gradient
+  // buffer, or into grad_slot() for zero-copy parameters) without touching the parameters; another
+  // optimizer applies the update (edl::torch::DistributedOptimizer wraps torch's optimizers this way).
+  // The optimizer options below are ignored; the scaling policy still drives lr() and rescaler().
+  kNone = 3,
 };
 
 struct OptimizerOptions {
@@ -99,6 +104,12 @@ struct DistributedOptimizerOptions {
   bool fp16_compression = false;
   // Backward passes per step; 0 = the scaling policy's batch plan (max_local_batch). Default 0.
   int accumulation_steps = 0;
+  // Verify once per communicator (at the first step of each generation, before any bucket is
+  // launched) that every rank registered the same parameters: one allgather of (parameter count,
+  // elements, hash of the names and counts). Ranks that differ all get MismatchError naming the
+  // first rank that differs, instead of a hang or a silent mix-up when bucket sizes happen to
+  // agree. Encode shapes in the names to check shapes. Default off (edl::torch turns it on).
+  bool check_layout = false;
 };
 
 // Timing of the last completed step (seconds), for benchmarks and logs.

@@ -1,0 +1,303 @@
+// torch_bench: what edl::torch costs and gains on the libtorch ResNet20 (examples/torch/resnet20.h),
+// training on random Fashion-MNIST-shaped batches (1x28x28, 10 classes), each worker a forked process
+// with --threads intra-op threads:
+//   workers 1  plain           torch SGD alone (no EDL): the baseline
+//   workers 1  edl             the same through edl::torch::DistributedOptimizer in an edl::init()
+//                              world of one (hooks, gradient copies, bookkeeping): overhead, target <= 3%.
+//                              Both run in ONE process, their steps interleaved (mode "overhead"), so
+//                              that a shared machine's load hits both alike; "ok" = identical parameters
+//   workers 2  independent     two plain copies side by side, no communication: the ceiling for 2 workers
+//   workers 2  edl             2 ranks, EDL allreduce overlapped with backward (the default)
+//   workers 2  edl-no-overlap  the same with every bucket launched by step()
+// images_per_s = workers * batch / step time (the median over --iters steps after --warmup, the
+// slowest rank's median); step_ms is that step time. Every EDL row also checks that both ranks end
+// with bitwise identical parameters ("ok"); the overlap column is the share of the allreduce time
+// hidden behind backward (edl::OptimizerStepStats).
+//
+//   torch_bench [--batch 32] [--threads 1] [--warmup 3] [--iters 20] [--modes LIST] [--json PATH]
+//   (--modes overhead,independent,edl,edl-no-overlap)
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <edl/edl.h>
+#include <edl/store_server.h>
+#include <edl/torch.h>
+
+#include "common/bench_util.h"
+#include "resnet20.h"
+#include "testing/process.h"
+
+namespace {
+
+using edl::bench::Json;
+using edl::bench::now_s;
+
+struct Config {
+  int batch = 32, threads = 1, warmup = 3, iters = 20;
+};
+
+struct Mode {
+  std::string name;
+  int workers;
+  bool edl;
+  bool overlap;
+  bool paired;  // 1 worker: also a plain copy in the same process, steps interleaved
+};
+
+// What a child reports: its median step time, the median overlap fraction, a parameter checksum.
+struct Report {
+  double step_s = 0;
+  double base_step_s = 0;  // paired mode: the plain copy's median step
+  double overlap = 0;
+  double checksum = 0;
+  double base_checksum = 0;  // paired mode: the plain copy's (EDL in a world of 1 must match it)
+};
+
+bool read_all(int fd, void* buf, size_t n, double deadline_s) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const int left_ms = static_cast<int>((deadline_s - now_s()) * 1e3);
+    if (left_ms <= 0) return false;
+    pollfd pfd{fd, POLLIN, 0};
+    if (poll(&pfd, 1, left_ms) <= 0) continue;
+    ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// One model + optimizer (+ the EDL wrapper) trained on a fixed random batch.
+struct Trainer {
+  Trainer(const Config& cfg, const Mode& mode) : net(1, 10) {
+    images = torch::rand({cfg.batch, 1, 28, 28}) * 2 - 1;
+    labels = torch::randint(0, 10, {cfg.batch}, torch::kLong);
+    sgd = std::make_unique<torch::optim::SGD>(net->parameters(),
+                                              torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
+    if (mode.edl) {
+      edl::torch::DistributedOptimizerOptions o;
+      o.overlap = mode.overlap;
+      o.scaling.lr_scaling = edl::optim::LrScaling::kNone;
+      opt = std::make_unique<edl::torch::DistributedOptimizer>(*sgd, *net, o);
+    }
+  }
+  double step() {  // seconds
+    const double t0 = now_s();
+    sgd->zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(images), labels).backward();
+    if (opt) {
+      opt->step();
+    } else {
+      sgd->step();
+    }
+    return now_s() - t0;
+  }
+  double checksum() {
+    double c = 0;
+    for (const auto& p : net->parameters()) c += p.detach().to(torch::kDouble).abs().sum().item<double>();
+    return c;
+  }
+  edl_examples::ResNet20 net;
+  torch::Tensor images, labels;
+  std::unique_ptr<torch::optim::SGD> sgd;
+  std::unique_ptr<edl::torch::DistributedOptimizer> opt;
+};
+
+// One worker: joins the world (EDL modes), trains warmup + iters steps, reports. The paired mode
+// (1 worker) trains a plain copy and an EDL copy of the same model in one process, alternating their
+// steps (and their order), so that the load of a shared machine hits both alike.
+Report train(const Config& cfg, const Mode& mode) {
+  torch::set_num_threads(cfg.threads);
+  torch::manual_seed(42);  // the same parameters and data on every rank
+  Trainer main(cfg, mode);
+  std::unique_ptr<Trainer> plain;
+  if (mode.paired) {
+    torch::manual_seed(42);
+    plain = std::make_unique<Trainer>(cfg, Mode{"plain", 1, false, true, false});
+  }
+  std::vector<double> times, base_times, overlaps;
+  for (int i = 0; i < cfg.warmup + cfg.iters; ++i) {
+    double t = 0, b = 0;
+    if (plain && i % 2 == 1) b = plain->step();
+    t = main.step();
+    if (plain && i % 2 == 0) b = plain->step();
+    if (i >= cfg.warmup) {
+      times.push_back(t);
+      if (plain) base_times.push_back(b);
+      if (main.opt) overlaps.push_back(main.opt->reducer().last_step_stats().overlap_fraction());
+    }
+  }
+  Report r;
+  r.step_s = edl::bench::median(times);
+  r.base_step_s = plain ? edl::bench::median(base_times) : 0;
+  r.overlap = overlaps.empty() ? 0 : edl::bench::median(overlaps);
+  r.checksum = main.checksum();
+  r.base_checksum = plain ? plain->checksum() : r.checksum;
+  return r;
+}
+
+[[noreturn]] void child(const Config& cfg, const Mode& mode, int rank, int url_fd, int out_fd) {
+  int code = 1;
+  try {
+    if (mode.edl && mode.workers > 1) {
+      char url[256] = {0};
+      if (!read_all(url_fd, url, sizeof url, now_s() + 60)) _exit(3);
+      setenv("EDL_STORE", url, 1);
+      setenv("EDL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("EDL_SIZE", std::to_string(mode.workers).c_str(), 1);
+      setenv("EDL_LOG_LEVEL", "0", 1);
+    }
+    if (mode.edl) edl::init();
+    Report r = train(cfg, mode);
+    if (write(out_fd, &r, sizeof r) == static_cast<ssize_t>(sizeof r)) code = 0;
+    if (mode.edl) edl::shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "torch_bench worker %d: %s\n", rank, e.what());
+    code = 2;
+  }
+  _exit(code);
+}
+
+// Runs one mode: forks its workers (before any thread exists here), starts a store when they need
+// one, collects the reports. Throws when a worker fails.
+std::vector<Report> run_mode(const Config& cfg, const Mode& mode) {
+  const int n = mode.workers;
+  std::vector<std::array<int, 2>> url(n), out(n);
+  std::vector<pid_t> pids(n);
+  for (int r = 0; r < n; ++r) {
+    if (pipe(url[r].data()) != 0 || pipe(out[r].data()) != 0) throw std::runtime_error("pipe failed");
+    edl::testing::SpawnOptions so;
+    so.own_group = false;
+    pids[r] = edl::testing::fork_call([&]() -> int { child(cfg, mode, r, url[r][0], out[r][1]); }, so);
+    close(url[r][0]);
+    close(out[r][1]);
+  }
+  std::vector<Report> reports(n);
+  std::vector<bool> ok(n, false);
+  {
+    std::unique_ptr<edl::StoreServer> server;
+    if (mode.edl && n > 1) {
+      server = std::make_unique<edl::StoreServer>();
+      char u[256] = {0};
+      std::strncpy(u, server->url().c_str(), sizeof u - 1);
+      for (int r = 0; r < n; ++r) (void)!write(url[r][1], u, sizeof u);
+    }
+    const double deadline = now_s() + 600;
+    for (int r = 0; r < n; ++r) ok[r] = read_all(out[r][0], &reports[r], sizeof(Report), deadline);
+  }
+  std::string failed;
+  for (int r = 0; r < n; ++r) {
+    if (!ok[r]) kill(pids[r], SIGKILL);
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    close(url[r][1]);
+    close(out[r][0]);
+    if (!ok[r]) failed += " rank " + std::to_string(r) + " (status " + std::to_string(edl::testing::exit_status(status)) + ")";
+  }
+  if (!failed.empty()) throw std::runtime_error("mode " + mode.name + ": worker failed:" + failed);
+  return reports;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options options("torch_bench", "edl::torch overhead, 2-worker speedup and overlap on the libtorch ResNet20");
+  options.add_options()("batch", "images per worker per step", cxxopts::value<int>()->default_value("32"))(
+      "threads", "intra-op threads per worker", cxxopts::value<int>()->default_value("1"))(
+      "warmup", "untimed steps", cxxopts::value<int>()->default_value("3"))(
+      "iters", "timed steps", cxxopts::value<int>()->default_value("20"))(
+      "modes", "comma-separated: overhead (1 worker, plain and edl interleaved), independent, edl, edl-no-overlap (2 workers)",
+      cxxopts::value<std::string>()->default_value("overhead,independent,edl,edl-no-overlap"))(
+      "json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))(
+      "help", "usage");
+  auto args = edl::bench::parse_flags(options, argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << std::endl;
+    return 0;
+  }
+  Config cfg;
+  cfg.batch = args["batch"].as<int>();
+  cfg.threads = args["threads"].as<int>();
+  cfg.warmup = args["warmup"].as<int>();
+  cfg.iters = args["iters"].as<int>();
+  const std::vector<Mode> all = {{"overhead", 1, true, true, true},
+                                 {"independent", 2, false, true, false},
+                                 {"edl", 2, true, true, false},
+                                 {"edl-no-overlap", 2, true, false, false}};
+  std::vector<Mode> modes;
+  for (const auto& name : edl::bench::split(args["modes"].as<std::string>())) {
+    bool found = false;
+    for (const auto& m : all) found = found || (m.name == name && (modes.push_back(m), true));
+    if (!found) {
+      std::fprintf(stderr, "torch_bench: unknown mode '%s' (run with --help for usage)\n", name.c_str());
+      return 2;
+    }
+  }
+  edl::bench::JsonRows json(args["json"].as<std::string>());
+  edl::bench::Table table({"model", "workers", "mode", "images/s", "step_ms", "vs_plain_1", "overlap", "ok"}, 15);
+  table.header();
+  double base_ips = 0;
+  int failures = 0;
+  auto emit = [&](int workers, const std::string& mode, double step_s, double overlap, bool edl, bool ok) {
+    const double ips = workers * cfg.batch / step_s;
+    if (mode == "plain") base_ips = ips;
+    const double vs = base_ips > 0 ? ips / base_ips : 0;
+    failures += ok ? 0 : 1;
+    table.row({"resnet20", std::to_string(workers), mode, edl::bench::fmt(ips, 1), edl::bench::fmt(step_s * 1e3, 1),
+               base_ips > 0 ? edl::bench::fmt(vs, 3) : "-", edl ? edl::bench::fmt(overlap, 2) : "-", ok ? "ok" : "WRONG"});
+    Json row;
+    row["bench"] = "torch_bench";
+    row["model"] = "resnet20";
+    row["workers"] = workers;
+    row["mode"] = mode;
+    row["images_per_s"] = ips;
+    row["step_ms"] = step_s * 1e3;
+    row["vs_plain_1"] = vs;
+    row["overlap"] = overlap;
+    row["batch"] = cfg.batch;
+    row["threads"] = cfg.threads;
+    row["ok"] = ok;
+    json.write(row);
+  };
+  for (const auto& m : modes) {
+    std::vector<Report> rep;
+    try {
+      rep = run_mode(cfg, m);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "torch_bench: %s\n", e.what());
+      ++failures;
+      continue;
+    }
+    if (m.paired) {  // EDL in a world of one must train exactly like plain libtorch
+      const bool same = rep[0].checksum == rep[0].base_checksum && std::isfinite(rep[0].checksum);
+      emit(1, "plain", rep[0].base_step_s, 0, false, std::isfinite(rep[0].base_checksum));
+      emit(1, "edl", rep[0].step_s, rep[0].overlap, true, same);
+      std::printf("  overhead of edl::torch at 1 worker: %+.1f%% step time (target <= 3%%)\n",
+                  (rep[0].step_s / rep[0].base_step_s - 1) * 100);
+      continue;
+    }
+    double step_s = 0, overlap = 0;
+    for (const auto& r : rep) {
+      step_s = std::max(step_s, r.step_s);
+      overlap += r.overlap / rep.size();
+    }
+    // Ranks of one EDL world must hold the same parameters; independent copies start equal and
+    // train on equal data, so they match too.
+    bool ok = true;
+    for (const auto& r : rep) ok = ok && r.checksum == rep[0].checksum && std::isfinite(r.checksum);
+    emit(m.workers, m.name, step_s, overlap, m.edl, ok);
+  }
+  return failures == 0 ? 0 : 1;
+}

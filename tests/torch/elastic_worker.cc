@@ -1,0 +1,135 @@
+// edl_torch_elastic_worker: the worker of tests/torch/kill_join_test.sh. A small libtorch MLP trained
+// with edl::torch under edl-run (fixed global batch, shard generator, elastic State). With
+// --pause-dir D, the worker of rank 1 stops INSIDE backward at step --pause-step (an autograd hook on
+// the first layer's weight, whose gradient comes last, so later buckets are already in flight): it
+// writes its pid to D/paused and sleeps until the test kills it (only once: the file marks it done).
+// At the end every worker that trained all steps writes its parameters to D/params.<pid> (raw float32).
+// Usage: edl_torch_elastic_worker --dir D [--steps 120] [--pause-step 10] [--sleep-ms 20]
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include <edl/data.h>
+#include <edl/edl.h>
+#include <edl/torch.h>
+
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(16, 64))),
+        fc2(register_module("fc2", torch::nn::Linear(64, 64))),
+        fc3(register_module("fc3", torch::nn::Linear(64, 4))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(Net);
+
+// Record i: 16 features and one of 4 classes, a pure function of i.
+void record(uint64_t i, float* x, int64_t* y) {
+  uint64_t h = i * 0x9E3779B97F4A7C15ull + 1;
+  float s = 0;
+  for (int j = 0; j < 16; ++j) {
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    x[j] = static_cast<float>(static_cast<double>(h >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    s += x[j] * static_cast<float>(j % 3 - 1);
+  }
+  *y = (s > 0 ? 1 : 0) + (x[0] > 0 ? 2 : 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> a = {{"dir", ""}, {"steps", "120"}, {"pause-step", "10"}, {"sleep-ms", "20"}};
+  for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
+  const std::string dir = a["dir"];
+  const int64_t steps = std::stoll(a["steps"]), pause_step = std::stoll(a["pause-step"]);
+  const int sleep_ms = std::stoi(a["sleep-ms"]);
+  try {
+    edl::init();
+    torch::set_num_threads(1);
+    Net net;
+    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    edl::torch::DistributedOptimizerOptions oo;
+    oo.scaling.lr_scaling = edl::optim::LrScaling::kNone;
+    oo.scaling.batch.mode = edl::optim::BatchMode::kFixedGlobal;
+    oo.scaling.batch.global_batch = 24;
+    oo.bucket_cap_bytes = 8 << 10;  // several buckets: some are in flight when rank 1 stops
+    edl::torch::DistributedOptimizer opt(sgd, *net, oo);
+    edl::data::ShardOptions so;
+    so.records = 24 * 1000;
+    so.records_per_shard = 240;
+    so.seed = 3;
+    so.batch_size = 24;
+    so.batch_for_size = [&](int size) {
+      return static_cast<uint64_t>(edl::optim::plan_batch(oo.scaling.batch, size).local_batch);
+    };
+    edl::data::ShardGenerator shards(so);
+    edl::elastic::State state;
+    edl::torch::register_state(state, *net, opt);
+    state.register_component("shards", &shards);
+
+    const std::string marker = dir + "/paused";
+    net->fc1->weight.register_hook([&](torch::Tensor g) {
+      if (state.step == pause_step && edl::rank() == 1 && !dir.empty() && access(marker.c_str(), F_OK) != 0) {
+        std::ofstream(marker + ".tmp") << getpid() << "\n";
+        std::rename((marker + ".tmp").c_str(), marker.c_str());
+        std::this_thread::sleep_for(std::chrono::seconds(60));  // killed here by the test
+      }
+      return g;
+    });
+
+    // After the pause (the marker exists) the members go on past --steps until the replacement has
+    // joined (size 2 again; at most 20x the steps), so a slow start of the joiner under load cannot
+    // end the job first. Every member evaluates this alike (same step, same size, same file).
+    auto more = [&] {
+      if (state.step < steps) return true;
+      return !dir.empty() && access(marker.c_str(), F_OK) == 0 && edl::size() < 2 && state.step < 20 * steps;
+    };
+    edl::elastic::run(state, [&] {
+      while (more()) {
+        edl::data::StepRecords rec = shards.next();
+        const int64_t n = static_cast<int64_t>(rec.records.size());
+        opt.zero_grad();
+        opt.set_step_samples(static_cast<uint64_t>(n));
+        if (n > 0) {
+          auto x = torch::empty({n, 16});
+          auto y = torch::empty({n}, torch::kLong);
+          for (int64_t i = 0; i < n; ++i)
+            record(rec.records[i], x.data_ptr<float>() + 16 * i, y.data_ptr<int64_t>() + i);
+          torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+        }
+        opt.step();
+        std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));  // leaves time for a join
+        edl::notify_batch_end();
+      }
+    });
+    if (state.step >= steps && edl::size() >= 2 && !dir.empty()) {
+      std::ofstream out(dir + "/params." + std::to_string(getpid()), std::ios::binary);
+      for (const auto& p : net->parameters()) {
+        auto c = p.detach().contiguous();
+        out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * sizeof(float));
+      }
+    }
+    std::printf("worker %d: %lld steps, world %d\n", static_cast<int>(getpid()), static_cast<long long>(state.step),
+                edl::size());
+    edl::shutdown();
+    return 0;
+  } catch (const edl::elastic::JobFailed& e) {
+    std::fprintf(stderr, "edl_torch_elastic_worker: %s\n", e.what());
+    edl::shutdown();
+    return edl::elastic::kJobFailedExitCode;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edl_torch_elastic_worker: %s\n", e.what());
+    edl::shutdown();
+    return 1;
+  }
+}
