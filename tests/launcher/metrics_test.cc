@@ -241,6 +241,28 @@ TEST_CASE("metrics: exposition, CSV and report formats", "[launcher][metrics]") 
   CHECK(edl::launcher::format_number(3) == "3");
 }
 
+TEST_CASE("metrics: straggler reports and the autoscaling advice are exported", "[launcher][metrics]") {
+  const auto t0 = MetricsClock::now();
+  JobMetrics m(t0);
+  m.on_generation(1, {"a:0.0", "a:1.0"}, t0);
+  std::string text = edl::launcher::prometheus_text(m.snapshot(t0 + 1s));
+  CHECK(sample(text, "edl_straggler_reports_total") == 0.0);
+  CHECK(sample(text, "edl_recommended_world_size") == 0.0);  // no decision yet
+  CHECK(std::isnan(sample(text, "edl_scaling_efficiency").value_or(0)));
+  m.on_straggler_report();
+  m.on_straggler_report();
+  m.on_advice(3, 0.82);
+  text = edl::launcher::prometheus_text(m.snapshot(t0 + 2s));
+  INFO(text);
+  CHECK(sample(text, "edl_straggler_reports_total") == 2.0);
+  CHECK(sample(text, "edl_recommended_world_size") == 3.0);
+  CHECK(sample(text, "edl_scaling_efficiency") == Approx(0.82));
+  m.on_advice(2, -1);  // a decision without a measured efficiency (e.g. a probe)
+  text = edl::launcher::prometheus_text(m.snapshot(t0 + 3s));
+  CHECK(sample(text, "edl_recommended_world_size") == 2.0);
+  CHECK(std::isnan(sample(text, "edl_scaling_efficiency").value_or(0)));
+}
+
 TEST_CASE("metrics: report datagrams from older and newer senders decode", "[launcher][metrics]") {
   WorkerReport r = report("w:0.0", 7, Phase::kSync, 3, 2, 5);
   std::string bytes = edl::metrics::encode(r);

@@ -27,6 +27,7 @@ void ElasticLauncher::on_observations() {
     if (it != stragglers_seen_.end() && it->second == report) continue;
     stragglers_seen_[worker] = report;
     ++straggler_reports_;
+    if (metrics_) metrics_->job().on_straggler_report();
     log("event=straggler " + report);
   }
   const std::string t = watcher_->throughput();
@@ -41,6 +42,7 @@ void ElasticLauncher::on_observations() {
   const Recommendation r = autoscaler_.last();
   if (r.decision == decisions_seen_) return;  // no decision on this sample
   decisions_seen_ = r.decision;
+  if (metrics_) metrics_->job().on_advice(r.world_size, r.efficiency);
   if (changed) {
     char eff[32] = "none";
     if (r.efficiency != -1) std::snprintf(eff, sizeof(eff), "%.3f", r.efficiency);

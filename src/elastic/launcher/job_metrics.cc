@@ -180,6 +180,17 @@ void JobMetrics::on_restart(MetricsClock::time_point now) {
   ++totals_.restarts;
 }
 
+void JobMetrics::on_straggler_report() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++totals_.straggler_reports;
+}
+
+void JobMetrics::on_advice(int recommended_world_size, double efficiency) {
+  std::lock_guard<std::mutex> lock(mu_);
+  totals_.recommended_world_size = recommended_world_size;
+  totals_.scaling_efficiency = efficiency < 0 ? std::nullopt : std::optional<double>(efficiency);
+}
+
 void JobMetrics::on_generation(uint64_t gen, const std::vector<std::string>& members, MetricsClock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   integrate(now);

@@ -76,6 +76,10 @@ struct JobSnapshot {
   double goodput_samples_per_second = 0;  // committed samples / uptime
   std::optional<double> goodput_ratio;    // committed samples / the same world sizes without failures
   double effective_training_ratio = 0;    // training time / uptime
+  // Stragglers and autoscaling (docs/observability.md): fed by edl-run's observation loop.
+  uint64_t straggler_reports = 0;         // straggler reports edl-run logged
+  int recommended_world_size = 0;         // the autoscaler's latest recommendation (0 = none yet)
+  std::optional<double> scaling_efficiency;  // the s_{k,d} behind it (none = not measured)
 };
 
 class JobMetrics {
@@ -90,6 +94,9 @@ class JobMetrics {
   void on_failure(const std::string& worker_id, bool recovers, MetricsClock::time_point now);
   void on_restart(MetricsClock::time_point now);
   void on_generation(uint64_t gen, const std::vector<std::string>& members, MetricsClock::time_point now);
+  // A straggler report was logged; the autoscaler decided (efficiency < 0: not measured).
+  void on_straggler_report();
+  void on_advice(int recommended_world_size, double efficiency);
 
   JobSnapshot snapshot(MetricsClock::time_point now);
 

@@ -46,6 +46,9 @@ const Meta kScalars[] = {
     {"edl_effective_training_ratio", "gauge", "Training time / uptime."},
     {"edl_goodput_samples_per_second", "gauge", "Committed samples per second of uptime."},
     {"edl_goodput_ratio", "gauge", "Committed samples / what the same world sizes would do without failures (NaN = unknown)."},
+    {"edl_straggler_reports_total", "counter", "Straggler reports edl-run logged (docs/observability.md, Stragglers)."},
+    {"edl_recommended_world_size", "gauge", "The autoscaler's recommended world size (0 = no decision yet)."},
+    {"edl_scaling_efficiency", "gauge", "The s_{k,d} behind the latest recommendation (NaN = not measured)."},
 };
 
 std::string escape_label(const std::string& v) {
@@ -98,7 +101,9 @@ std::vector<std::pair<std::string, double>> scalar_samples(const JobSnapshot& s)
       s.store_op_seconds, recovery_sum, phase_s(Phase::kTraining),
       phase_s(Phase::kStarting) + phase_s(Phase::kRendezvous), phase_s(Phase::kSync), phase_s(Phase::kRecovery),
       s.mean_world_size, s.effective_training_ratio, s.goodput_samples_per_second,
-      s.goodput_ratio ? *s.goodput_ratio : std::numeric_limits<double>::quiet_NaN()};
+      s.goodput_ratio ? *s.goodput_ratio : std::numeric_limits<double>::quiet_NaN(), double(s.straggler_reports),
+      double(s.recommended_world_size),
+      s.scaling_efficiency ? *s.scaling_efficiency : std::numeric_limits<double>::quiet_NaN()};
   static_assert(sizeof(values) / sizeof(values[0]) == sizeof(kScalars) / sizeof(kScalars[0]),
                 "one value per scalar metric");
   std::vector<std::pair<std::string, double>> out;
