@@ -12,15 +12,6 @@
 namespace edl::launcher {
 namespace {
 
-// Options that take a value: needed to find where PROGRAM starts (its own flags are not ours).
-const std::set<std::string> kValued = {
-    "-np", "--np", "-n", "--min-np", "--max-np", "--host-discovery-script", "--discovery-interval-ms",
-    "--reset-limit", "--blacklist-cooldown-range", "--store", "--store-bind", "--store-port", "--secret",
-    "--job-id", "--hostname", "--grace-period", "--rendezvous-timeout", "--pid-file", "--bind-to",
-    "--straggler-factor", "--straggler-steps", "--scaling-threshold", "--scaling-step", "--scaling-interval",
-    "--max-global-batch", "--timeline",
-    "--metrics-port", "--metrics-bind", "--metrics-file", "--metrics-interval", "--report"};
-
 std::string local_hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
@@ -125,29 +116,10 @@ void set_timeline_env(std::vector<std::string>* env, const LaunchOptions& o, con
   env->push_back("EDL_TIMELINE=" + o.timeline_dir + "/worker-" + name + ".json");
 }
 
-bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* help_text) {
-  // Split "edl-run [OPTIONS] PROGRAM ARGS..." (or "... -- PROGRAM ARGS...").
-  std::vector<std::string> ours{argc > 0 ? argv[0] : "edl-run"};
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a.empty() || a[0] != '-' || a == "-") break;
-    if (a == "-np" || a == "-n") a = "--np";  // Horovod / mpirun spelling
-    if (kValued.count(a) && a.find('=') == std::string::npos) {
-      if (i + 1 >= argc) throw UsageError("option " + a + " needs a value");
-      a += "=" + std::string(argv[++i]);  // "--opt=value": values may start with '-'
-    }
-    ours.push_back(a);
-  }
-  for (; i < argc; ++i) out->command.push_back(argv[i]);
+namespace {
 
-  cxxopts::Options o("edl-run", "Launch an EDL job: N local worker processes around an embedded store.");
-  o.custom_help("[OPTIONS]");
-  o.positional_help("PROGRAM [ARGS...]");
+// The option table of edl-run (its --help).
+void declare_options(cxxopts::Options& o) {
   o.add_options()
       ("n,np", "number of workers (static) / initial local workers (elastic)", cxxopts::value<int>())
       ("min-np", "elastic: fewest workers the job may run with", cxxopts::value<int>())
@@ -196,20 +168,64 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
        cxxopts::value<long long>()->default_value("0"))
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
-  *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
-               "  edl-run --min-np 2 --max-np 4 -np 3 --reset-limit 3 ./train\n";
+}
 
-  std::vector<char*> cargv;
-  for (auto& s : ours) cargv.push_back(s.data());
-  cxxopts::ParseResult r;
-  try {
-    r = o.parse(static_cast<int>(cargv.size()), cargv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw UsageError(e.what());
+// "--name" (and "-x") of every option that takes a value: needed to find where PROGRAM starts (its
+// own flags are not ours), derived from the table so that the two never disagree.
+std::set<std::string> valued_options(const cxxopts::Options& o) {
+  std::set<std::string> valued = {"-np"};  // Horovod / mpirun spelling of --np
+  for (const auto& d : o.group_help("").options) {
+    if (d.is_boolean) continue;
+    if (!d.s.empty()) valued.insert("-" + d.s);
+    for (const auto& l : d.l) valued.insert("--" + l);
   }
-  if (r.count("help")) return false;
-  if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+  return valued;
+}
 
+// Splits "edl-run [OPTIONS] PROGRAM ARGS..." (or "... -- PROGRAM ARGS...") into our arguments (values
+// joined as "--opt=value", since values may start with '-') and the command.
+std::vector<std::string> split_arguments(int argc, char** argv, const std::set<std::string>& valued,
+                                         std::vector<std::string>* command) {
+  std::vector<std::string> ours{argc > 0 ? argv[0] : "edl-run"};
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-' || a == "-") break;
+    if (a == "-np" || a == "-n") a = "--np";
+    if (valued.count(a) && a.find('=') == std::string::npos) {
+      if (i + 1 >= argc) throw UsageError("option " + a + " needs a value");
+      a += "=" + std::string(argv[++i]);
+    }
+    ours.push_back(a);
+  }
+  for (; i < argc; ++i) command->push_back(argv[i]);
+  return ours;
+}
+
+// --blacklist-cooldown-range MIN,MAX (whole seconds).
+void parse_cooldown_range(const std::string& range, LaunchOptions* out) {
+  LaunchOptions& L = *out;
+  size_t comma = range.find(',');
+  try {
+    if (comma == std::string::npos) throw std::invalid_argument("no comma");
+    size_t p1 = 0, p2 = 0;
+    L.cooldown_min_s = std::stoi(range.substr(0, comma), &p1);
+    L.cooldown_max_s = std::stoi(range.substr(comma + 1), &p2);
+    if (p1 != comma || p2 != range.size() - comma - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw UsageError("--blacklist-cooldown-range '" + range + "' is not MIN,MAX (whole seconds)");
+  }
+  if (L.cooldown_min_s < 0 || L.cooldown_max_s < L.cooldown_min_s)
+    throw UsageError("--blacklist-cooldown-range '" + range + "' needs 0 <= MIN <= MAX");
+
+}
+
+// The job shape, the store, identity and worker handling flags.
+void read_core_options(const cxxopts::ParseResult& r, LaunchOptions* out) {
   LaunchOptions& L = *out;
   if (r.count("np")) L.np = r["np"].as<int>();
   L.elastic = r.count("elastic") || r.count("min-np") || r.count("max-np") || r.count("host-discovery-script");
@@ -241,25 +257,12 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
   if (L.bind_to != "none" && L.bind_to != "core" && L.bind_to != "auto")
     throw UsageError("--bind-to must be none, core or auto, got '" + L.bind_to + "'");
 
-  parse_observability(r, &L);
+  parse_cooldown_range(r["blacklist-cooldown-range"].as<std::string>(), &L);
+}
 
-  std::string range = r["blacklist-cooldown-range"].as<std::string>();
-  size_t comma = range.find(',');
-  try {
-    if (comma == std::string::npos) throw std::invalid_argument("no comma");
-    size_t p1 = 0, p2 = 0;
-    L.cooldown_min_s = std::stoi(range.substr(0, comma), &p1);
-    L.cooldown_max_s = std::stoi(range.substr(comma + 1), &p2);
-    if (p1 != comma || p2 != range.size() - comma - 1) throw std::invalid_argument("trailing");
-  } catch (const std::exception&) {
-    throw UsageError("--blacklist-cooldown-range '" + range + "' is not MIN,MAX (whole seconds)");
-  }
-  if (L.cooldown_min_s < 0 || L.cooldown_max_s < L.cooldown_min_s)
-    throw UsageError("--blacklist-cooldown-range '" + range + "' needs 0 <= MIN <= MAX");
-
-  parse_metrics_options(r, &L);
-
-  // Validation.
+// Checks across options, after every option was read.
+void validate(const cxxopts::ParseResult& r, LaunchOptions* out) {
+  LaunchOptions& L = *out;
   if (L.command.empty()) throw UsageError("no PROGRAM given");
   if (!L.elastic) {
     if (L.np < 1) throw UsageError(r.count("np") ? "-np must be at least 1, got " + std::to_string(L.np)
@@ -291,6 +294,30 @@ bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* 
       L.store_url.rfind("etcd://", 0) != 0)
     throw UsageError("--store '" + L.store_url + "' must be etcd://HOST:PORT[,HOST:PORT...], redis://HOST:PORT "
                      "or tcp://HOST:PORT");
+}
+
+}  // namespace
+
+bool parse_command_line(int argc, char** argv, LaunchOptions* out, std::string* help_text) {
+  cxxopts::Options o("edl-run", "Launch an EDL job: N local worker processes around an embedded store.");
+  declare_options(o);
+  *help_text = o.help() + "\nExamples:\n  edl-run -np 4 ./train --epochs 3\n"
+               "  edl-run --min-np 2 --max-np 4 -np 3 --reset-limit 3 ./train\n";
+  std::vector<std::string> ours = split_arguments(argc, argv, valued_options(o), &out->command);
+  std::vector<char*> cargv;
+  for (auto& s : ours) cargv.push_back(s.data());
+  cxxopts::ParseResult r;
+  try {
+    r = o.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (r.count("help")) return false;
+  if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+  read_core_options(r, out);
+  parse_observability(r, out);
+  parse_metrics_options(r, out);
+  validate(r, out);
   return true;
 }
 
