@@ -47,8 +47,10 @@ void chaos_section(std::ostream& md, const DataSet& d, Plots&) {
   if (summary) {
     const Json& s = *summary;
     const double trials_n = num(s, "trials"), ok_n = num(s, "ok"), p99 = num(s, "recovery_p99_ms", NAN);
-    table(md, {"trials", "ok", "kills", "recovery p50 ms", "recovery p99 ms", "recovery max ms", "store", "verdict"},
-          {{cell(s["trials"]), cell(s["ok"]), cell(s.value("kills", Json(0))), fixed(num(s, "recovery_p50_ms", NAN), 0),
+    const std::vector<std::string> head = {"trials", "ok", "kills", "recovery p50 ms", "recovery p99 ms",
+                                           "recovery max ms", "store", "verdict"};
+    table(md, head,
+          std::vector<std::vector<std::string>>{{cell(s["trials"]), cell(s["ok"]), cell(s.value("kills", Json(0))), fixed(num(s, "recovery_p50_ms", NAN), 0),
             fixed(p99, 0), fixed(num(s, "recovery_max_ms", NAN), 0), s.value("store", ""),
             "all ok: " + verdict(ok_n == trials_n) + "; p99 <= 1000 ms: " + verdict(!(p99 > 1000))}});
     if (s.contains("ok_by_kind") && s["ok_by_kind"].is_object()) {
@@ -99,9 +101,10 @@ void chaos_mtbf_section(std::ostream& md, const DataSet& d, const std::string& b
       for (const auto& x : r["recovery_ms"]) rec.push_back(x.get<double>());
   std::sort(rec.begin(), rec.end());
   std::string worst = rec.empty() ? "" : fixed(rec.back(), 0);
-  table(md, {"mtbf_s", "pairs", "goodput median", "goodput_records median", "kills", "slowest recovery ms", "target",
-             "verdict"},
-        {{fixed(mtbf, 0), cell(s["pairs"]), fixed(g, 3), fixed(num(s, "goodput_records_median", NAN), 3),
+  const std::vector<std::string> head = {"mtbf_s", "pairs", "goodput median", "goodput_records median", "kills",
+                                         "slowest recovery ms", "target", "verdict"};
+  table(md, head,
+        std::vector<std::vector<std::string>>{{fixed(mtbf, 0), cell(s["pairs"]), fixed(g, 3), fixed(num(s, "goodput_records_median", NAN), 3),
           std::to_string(rec.size()), worst, std::isnan(target) ? "" : ">= " + fixed(target, 2),
           std::isnan(target) ? "" : verdict(g >= target) + (s.value("ok", false) ? "" : "; a run failed")}});
 }
