@@ -450,9 +450,12 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       tried = true;
       if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
     }
-    // Wait for the decision in slices of two heartbeats; after each empty slice the decider's
-    // liveness is checked: lease gone or probe refused (a kill -9) = dead, taken over at once.
-    auto v = store_->wait_change(keys_.members(round), std::nullopt, 2 * opt_.heartbeat);
+    // Wait for the decision in slices; after each empty slice the decider's liveness is checked:
+    // lease gone or probe refused (a kill -9) = dead, taken over at once. A member (training stops
+    // until the decision) checks every 200 ms at most, so a decider killed right after it won the
+    // election costs ~0.2 s; a newcomer, which may wait for long, every two heartbeats.
+    const milliseconds slice = member ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200)) : 2 * opt_.heartbeat;
+    auto v = store_->wait_change(keys_.members(round), std::nullopt, slice);
     if (v) return v;
     check_finished();
     check_failed();
