@@ -445,16 +445,20 @@ bool Membership::eligible(uint64_t round, bool member) {
 
 std::optional<std::string> Membership::wait_decision(uint64_t round, bool member) {
   bool tried = false;
+  const auto waiting_since = Clock::now();
   for (;;) {
     if (!tried && eligible(round, member)) {
       tried = true;
       if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
     }
-    // Wait for the decision in slices; after each empty slice the decider's liveness is checked:
-    // lease gone or probe refused (a kill -9) = dead, taken over at once. A member (training stops
-    // until the decision) checks every 200 ms at most, so a decider killed right after it won the
-    // election costs ~0.2 s; a newcomer, which may wait for long, every two heartbeats.
-    const milliseconds slice = member ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200)) : 2 * opt_.heartbeat;
+    // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
+    // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. A
+    // member (its training waits for the decision) checks every 200 ms at most, so a decider killed
+    // right after it won the election costs ~0.2 s; so does a newcomer during its first lease of
+    // waiting (the members it replaces may be dying one after the other: a double kill), then every
+    // two heartbeats (it may wait for long, e.g. at EDL_MAX_NP).
+    const bool fast = member || Clock::now() - waiting_since < opt_.lease;
+    const milliseconds slice = fast ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200)) : 2 * opt_.heartbeat;
     auto v = store_->wait_change(keys_.members(round), std::nullopt, slice);
     if (v) return v;
     check_finished();
