@@ -1,6 +1,6 @@
 # chaos_bench (issue 13 item 7): random fault schedules against an elastic job under edl-run, with
-# the fault-point worker chaos_worker. The ctest runs a few trials of the kinds the runtime handles
-# and checks correctness only (exit status, identical parameters, exactly-once), never timing.
+# the fault-point worker chaos_worker. The ctest runs a few trials of every fault kind and checks
+# correctness only (exit status, identical parameters, exactly-once), never timing.
 edl_add_bench(chaos_worker chaos_worker.cc)
 edl_add_bench(chaos_bench chaos_bench.cc chaos_trial.cc chaos_job.cc)
 add_dependencies(chaos_bench chaos_worker)
@@ -13,10 +13,10 @@ if(EDL_BUILD_TESTS)
   set_tests_properties("bench: chaos_bench rejects bad flag values" PROPERTIES LABELS bench TIMEOUT 120)
 endif()
 if(EDL_BUILD_TESTS AND TARGET edl-run)
-  add_test(NAME "bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave, flood, hostile)"
-    COMMAND chaos_bench --trials 4 --seed 7 --faults kill,kill2,stop,join,leave,flood,hostile --edl-run $<TARGET_FILE:edl-run>
+  add_test(NAME "bench: chaos_bench trials (kill in every phase, kill2, stop, stopforever, join, leave, stuck, flood, hostile)"
+    COMMAND chaos_bench --trials 4 --seed 7 --faults kill,kill2,stop,stopforever,join,leave,stuck,flood,hostile --edl-run $<TARGET_FILE:edl-run>
             --worker $<TARGET_FILE:chaos_worker>)
-  set_tests_properties("bench: chaos_bench trials (kill in every phase, kill2, stop, join, leave, flood, hostile)"
+  set_tests_properties("bench: chaos_bench trials (kill in every phase, kill2, stop, stopforever, join, leave, stuck, flood, hostile)"
     PROPERTIES LABELS bench TIMEOUT 600)
   # Negative control: without the data position in the State a kill breaks the job or the audit.
   add_test(NAME "bench: chaos_bench negative control fails"

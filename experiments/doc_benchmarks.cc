@@ -1,5 +1,6 @@
 // docs/benchmarks.md: one section per bench (see doc_benchmarks.h).
 #include "doc_benchmarks.h"
+#include "doc_chaos.h"
 
 #include <algorithm>
 #include <cmath>
@@ -556,6 +557,11 @@ const std::vector<Section>& sections() {
        "one worker killed with SIGKILL (edl-run replaces it), later a third worker joins.",
        metrics_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
+      {"chaos_bench", "Chaos trials (random faults under edl-run)", "", chaos_section},
+      {"chaos_mtbf", "Goodput under failures, MTBF 10 s", "",
+       [](std::ostream& md, const DataSet& d, Plots&) { chaos_mtbf_section(md, d, "chaos_mtbf"); }},
+      {"chaos_mtbf30", "Goodput under failures, MTBF 30 s", "",
+       [](std::ostream& md, const DataSet& d, Plots&) { chaos_mtbf_section(md, d, "chaos_mtbf30"); }},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
       {"scaling_bench", "Scaling (FTlib benchmark reproduction)", "", scaling_section},

@@ -206,15 +206,33 @@ void Membership::loop() {
         lock.lock();
       }
       store_failed = false;
+    } catch (const StoreError& e) {
+      // The store client retried for its own deadline (EDL_STORE_TIMEOUT_MS) before throwing:
+      // the lease can no longer be kept. Escalated to the training thread (check_store()).
+      if (!lock.owns_lock()) lock.lock();
+      if (!store_error_) {
+        const std::string why = std::string("worker ") + opt_.worker_id + " lost the store: " + e.what();
+        store_error_ = why;
+        const uint64_t epoch = watch_.epoch;
+        lock.unlock();
+        report_failure(epoch, why);  // wakes a training thread blocked in a collective
+        lock.lock();
+      }
+      cv_.wait_for(lock, opt_.heartbeat);
     } catch (const std::exception& e) {
       if (!lock.owns_lock()) lock.lock();
       if (!store_failed) {
-        EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": store error in the lease thread: " << e.what();
+        EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": error in the lease thread: " << e.what();
       }
       store_failed = true;
       cv_.wait_for(lock, opt_.heartbeat);
     }
   }
+}
+
+void Membership::check_store() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (store_error_) throw StoreError(*store_error_);
 }
 
 // One read per member per round: its lease value. A member is reported when its lease is gone (the
@@ -400,6 +418,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
   uint64_t round = member ? previous->id + 1 : latest_generation() + 1;
   for (;;) {
     check_finished();
+    if (leave_requested_.load()) throw LeftBeforeAdmission();
     fault("rendezvous:arrive");
     arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
@@ -432,9 +451,13 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
 
 bool Membership::eligible(uint64_t round, bool member) {
   if (round == 1 || member) return true;
-  // A newcomer decides only when no member of the previous generation is alive (whole job died).
+  // A newcomer decides only when no member of the previous generation is alive (whole job died),
+  // or when that generation was aborted: its survivors arrive within milliseconds and the decision
+  // waits for them, but a generation whose every live member is stuck inside a batch (it aborted
+  // itself by the progress deadline) has nobody else left to decide and drop the stuck ones.
   auto prev = store_->get(keys_.members(round - 1));
   if (!prev) return false;
+  if (store_->get(keys_.abort(round - 1))) return true;
   auto live = live_workers();
   std::set<std::string> alive(live.begin(), live.end());
   for (const auto& m : parse_members(*prev))
@@ -444,17 +467,25 @@ bool Membership::eligible(uint64_t round, bool member) {
 
 std::optional<std::string> Membership::wait_decision(uint64_t round, bool member) {
   bool tried = false;
+  const auto waiting_since = Clock::now();
   for (;;) {
     if (!tried && eligible(round, member)) {
       tried = true;
       if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
     }
-    // Wait for the decision in slices of two heartbeats; after each empty slice the decider's
-    // liveness is checked: lease gone or probe refused (a kill -9) = dead, taken over at once.
-    auto v = store_->wait_change(keys_.members(round), std::nullopt, 2 * opt_.heartbeat);
+    // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
+    // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. A
+    // member (its training waits for the decision) checks every 200 ms at most, so a decider killed
+    // right after it won the election costs ~0.2 s; so does a newcomer during its first lease of
+    // waiting (the members it replaces may be dying one after the other: a double kill), then every
+    // two heartbeats (it may wait for long, e.g. at EDL_MAX_NP).
+    const bool fast = member || Clock::now() - waiting_since < opt_.lease;
+    const milliseconds slice = fast ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200)) : 2 * opt_.heartbeat;
+    auto v = store_->wait_change(keys_.members(round), std::nullopt, slice);
     if (v) return v;
     check_finished();
     check_failed();
+    if (leave_requested_.load()) throw LeftBeforeAdmission();
     if (latest_generation() >= round) return std::nullopt;  // round went stale (its keys were cleaned)
     auto d = store_->get(keys_.decider(round));
     if (!d) {
@@ -609,8 +640,8 @@ void Membership::decide_next(uint64_t round) {
       dead.insert(a.id);
       store_->set(keys_.dropped(round, a.id), "dead: arrived, then its liveness probe was refused");
     }
-    for (const auto& m : prev)
-      if (expected.count(m.id) && in.count(m.id) && !dead.count(m.id)) members.push_back(m);
+    for (const auto& m : prev)  // arrived, still leased (not left since), not dead
+      if (expected.count(m.id) && in.count(m.id) && alive.count(m.id) && !dead.count(m.id)) members.push_back(m);
     std::set<std::string> placed;
     for (const auto& m : members) placed.insert(m.id);
     for (const auto& a : arr) {  // newcomers (and members dropped above that arrived late) in arrival order

@@ -78,6 +78,13 @@ class EDL_API JobFinished : public Error {
   JobFinished() : Error("edl: the elastic job has finished") {}
 };
 
+// Internal: thrown by rendezvous() when request_leave() was called while this worker waited for a
+// decision (e.g. edl-run ends a worker that a generation left out): it leaves instead of joining.
+class EDL_API LeftBeforeAdmission : public std::exception {
+ public:
+  const char* what() const noexcept override { return "edl: asked to leave while waiting to be admitted"; }
+};
+
 class EDL_API Membership {
  public:
   Membership(std::shared_ptr<Store> store, MembershipOptions options);
@@ -104,6 +111,9 @@ class EDL_API Membership {
   void watch(const GenerationView& g, std::function<void(const std::string&)> on_failure);
   void unwatch();
   bool change_pending() const { return pending_.load(std::memory_order_relaxed); }
+  // Asks a rendezvous in progress to give up (LeftBeforeAdmission) at its next check (within two
+  // heartbeats); a decision that already includes this worker is still taken. Any thread.
+  void request_leave() { leave_requested_.store(true); }
 
   // The training thread passed a batch boundary (or entered the user's function): resets the
   // progress deadline of the watched generation and arms it.
@@ -111,6 +121,10 @@ class EDL_API Membership {
   // The communicator of the watched generation is built: the lease thread stops probing the
   // members' liveness sockets every heartbeat (leases and socket errors cover the rest).
   void built();
+
+  // Throws StoreError when the lease thread lost the store (its client gave up after its own retry
+  // deadline, EDL_STORE_TIMEOUT_MS); the message names the worker and the store. Any thread.
+  void check_store();
 
   // `<job>/failed`: the job failed with an error a restart cannot cure (first reason wins).
   void mark_failed(const std::string& reason);
@@ -191,6 +205,8 @@ class EDL_API Membership {
   SilenceTracker silence_;
   uint64_t silence_epoch_ = 0;
   std::atomic<bool> pending_{false};
+  std::atomic<bool> leave_requested_{false};
+  std::optional<std::string> store_error_;  // guarded by mu_: the lease thread's fatal store error
   // Progress (guarded by mu_): last batch boundary by this worker's monotonic clock, armed by the
   // first progress() of a watch, and the longest batch seen (for the automatic deadline).
   std::chrono::steady_clock::time_point last_progress_{};

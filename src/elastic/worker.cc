@@ -356,6 +356,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
     }
   } reset{this};
   state_ = &state;
+  if (leave_requested_.load()) membership_.request_leave();  // asked before run() began
   if (!opt_.checkpoint_dir.empty() && state_checkpoint_dir(state).empty()) state.set_checkpoint_dir(opt_.checkpoint_dir);
   state_set_persist(state, false);  // rank 0 of each generation persists, once ranks are known
   try {
@@ -417,6 +418,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
         why = describe(cause);
       }
       if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
+      membership_.check_store();  // a generation aborted because the store is gone: final
       if (what == kUser && failed_.load()) {
         // The generation failed under us (e.g. a peer died mid-step) and the user's code turned the
         // resulting error into its own: a peer failure, not a user error.
@@ -452,6 +454,12 @@ void Worker::run(State& state, const std::function<void()>& fn) {
     membership_.unwatch();
     membership_.stop();
     throw;
+  } catch (const LeftBeforeAdmission&) {
+    // Asked to leave (SIGTERM) while waiting in a rendezvous: e.g. evicted after a SIGSTOP and
+    // ended by edl-run. Its state is the last commit; nobody waits for it.
+    EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job while waiting to be admitted";
+    membership_.unwatch();
+    membership_.stop();
   } catch (const JobFinished&) {
     if (view_.id != 0)  // it trained, was evicted (e.g. stopped too long) and missed the end: stale state
       throw JobError("edl: worker " + opt_.membership.worker_id + " was evicted after generation " +
@@ -479,6 +487,7 @@ void Worker::notify_batch_end() {
   EDL_CHECK(in_run_ && state_ != nullptr, InvalidArgument,
             "edl::notify_batch_end() must be called inside edl::elastic::run");
   if (crashed_) throw AbortedError("simulated crash of worker " + opt_.membership.worker_id);
+  membership_.check_store();  // the lease thread lost the store: nothing can keep this job elastic
   state_->step += 1;
   stats().batch_end(state_->step);
   const int64_t compute_us = observer_.measure_compute_us();

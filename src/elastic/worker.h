@@ -57,7 +57,12 @@ class EDL_API Worker {
   // See edl::notify_batch_end.
   void notify_batch_end();
   // Graceful leave at the next batch boundary (async-signal-safe).
-  void request_leave() { leave_requested_.store(true); }
+  // A worker waiting in a rendezvous inside run() (e.g. evicted, waiting to be admitted again)
+  // leaves from there instead: run() returns.
+  void request_leave() {
+    leave_requested_.store(true);
+    if (in_run_.load()) membership_.request_leave();
+  }
   bool in_run() const { return in_run_.load(); }
 
   std::shared_ptr<Group> group() const;

@@ -304,3 +304,28 @@ TEST_CASE("processes: a worker stuck inside a batch is evicted by the progress d
   int c_status = job.exit_status("c", 30s);
   CHECK((c_status == 0 || c_status == 1));  // rejoined and finished, or evicted with stale state
 }
+
+// Issue 13 item 6: the store dies under a training job. Each worker's lease thread loses it after
+// the client's own retry deadline (EDL_STORE_TIMEOUT_MS, 1 s here) and the training thread fails
+// with that StoreError, naming the store, instead of training on without a lease.
+TEST_CASE("processes: the store dies while workers train: each fails with a StoreError naming the store",
+          "[process][store-lost]") {
+  ProcJob job("plost", 100000);  // minutes of training: only the store loss ends it
+  const std::string url = job.server().url();
+  const std::string hostport = url.substr(url.find("://") + 3);
+  std::map<std::string, std::string> env = {{"EDL_STORE_TIMEOUT_MS", "1000"}};
+  job.spawn("a", 2, 2, "process-test-secret", env);
+  job.spawn("b", 2, 2, "process-test-secret", env);
+  REQUIRE(job.wait_for([&] { return job.max_step() >= 10; }, 60s));
+  job.server().stop();
+  for (const std::string id : {"a", "b"}) {
+    INFO("worker " << id);
+    int status = job.exit_status(id, 60s);
+    CHECK(status != 0);
+    CHECK(status != -1);  // exited by itself
+  }
+  REQUIRE(job.wait_for([&] { return job.errors.size() == 2; }, 5s));
+  // The lease thread's escalation ("lost the store: ...") or, when the peer's abort came first, the
+  // same dead client's error out of the next store call: either way the store and its deadline.
+  for (const auto& e : job.errors) CHECK_THAT(e, Catch::Contains(hostport) && Catch::Contains("EDL_STORE_TIMEOUT_MS"));
+}

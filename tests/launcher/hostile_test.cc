@@ -239,11 +239,13 @@ TEST_CASE("edl-run stays responsive while a worker floods its stdout", "[launche
   CHECK(r.err.find("received Terminated; forwarding it to the workers") != std::string::npos);
 }
 
-TEST_CASE("edl-run elastic: the runtime restores the program's own SIGTERM handler at shutdown", "[launcher][elastic]") {
+TEST_CASE("edl-run elastic: the runtime's SIGTERM handler is SA_RESTART and the program's own is restored at shutdown",
+          "[launcher][elastic]") {
   auto r = edl::test::run_edl({"--min-np", "1", "-np", "1", kHelper, "elastic-train", "5", "1", "--own-sigterm-handler"},
                               60s);
   INFO(r.err);
   CHECK(r.code == 0);
+  CHECK(count_of(r.out, "sigterm handler during the job: the runtime's, SA_RESTART on") == 1);
   CHECK(count_of(r.out, "sigterm handler restored") == 1);
 }
 

@@ -14,7 +14,8 @@
 //                        1 KiB lines to stdout meanwhile. --user-error-at-step K: the rank-0 worker
 //                        acts as the runtime does on a non-retryable error (writes <job>/failed with
 //                        the reason, exits 3) at step K. --own-sigterm-handler: install a SIGTERM
-//                        handler before init, print whether it is back after shutdown
+//                        handler before init, print the runtime's handler (SA_RESTART) during the
+//                        job and whether the own one is back after shutdown
 //   flood                print 1 KiB lines to stdout until killed (default SIGTERM action)
 #include <signal.h>
 #include <unistd.h>
@@ -189,6 +190,13 @@ int main(int argc, char** argv) {
           if (write(1, line.data(), line.size()) < 0) return;
       });
     edl::init();
+    if (own_handler) {  // the runtime's SIGTERM handler while the job runs: restartable system calls
+      struct sigaction cur {};
+      sigaction(SIGTERM, nullptr, &cur);
+      std::printf("sigterm handler during the job: %s, SA_RESTART %s\n",
+                  cur.sa_handler == on_signal ? "the program's" : "the runtime's",
+                  (cur.sa_flags & SA_RESTART) ? "on" : "off");
+    }
     std::vector<float> w(1024, static_cast<float>(getpid() % 97)), grad(1024);  // differs per process until sync
     edl::elastic::State state;
     state.register_tensor("w", w.data(), w.size(), edl::DataType::kFloat32);
