@@ -88,10 +88,8 @@ std::vector<Result> measure(collective::TcpCommunicator& ctl, std::vector<float>
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  cxxopts::Options opts("allreduce_bench", "float32 allreduce: EDL vs Gloo, nccl-tests columns");
+// The command line (docs/benchmarks.md lists the rows).
+void declare_flags(cxxopts::Options& opts) {
   opts.add_options()("json", "append JSON rows to PATH (rank 0)", cxxopts::value<std::string>()->default_value(""))(
       "min-bytes", "smallest message", cxxopts::value<size_t>()->default_value("4096"))(
       "max-bytes", "largest message", cxxopts::value<size_t>()->default_value(std::to_string(256u << 20)))(
@@ -118,172 +116,190 @@ int main(int argc, char** argv) {
       "shm-chunk-kib", "EDL shared-memory round size (0 = default)", cxxopts::value<size_t>()->default_value("0"))(
       "shm-eager-kib", "EDL shared-memory eager limit (-1 = default)", cxxopts::value<long>()->default_value("-1"))(
       "h,help", "help");
+}
+
+// Everything the rows of one rank run on: one communicator per transport row (every rank decides
+// the same: the rows exist on all or none), the forced TCP algorithms, Gloo's context.
+struct Backends {
+  int rank = 0, n = 1, hosts = 1;
+  bool mpi = false;
+  std::string impls, link;
+  std::shared_ptr<collective::TcpCommunicator> comm, comm_tcp, comm_shm, comm_hier;
+  std::vector<std::pair<std::string, std::shared_ptr<collective::TcpCommunicator>>> forced;
+  std::shared_ptr<gloo::rendezvous::Context> gctx;
+  bool want(const std::string& impl) const { return impls.find("," + impl + ",") != std::string::npos; }
+};
+
+collective::AlgorithmTuning tuning_from_flags(const cxxopts::ParseResult& args, collective::AlgorithmTuning tuning) {
+  if (args["chunk-kib"].as<size_t>() > 0) tuning.chunk_bytes = args["chunk-kib"].as<size_t>() << 10;
+  if (args["eager-kib"].as<long>() >= 0) tuning.eager_bytes = static_cast<size_t>(args["eager-kib"].as<long>()) << 10;
+  if (args["window-mib"].as<size_t>() > 0) tuning.window_bytes = args["window-mib"].as<size_t>() << 20;
+  if (args["spin-us"].as<long>() >= 0) tuning.spin = std::chrono::microseconds(args["spin-us"].as<long>());
+  if (args["shm-chunk-kib"].as<size_t>() > 0) tuning.shm_chunk_bytes = args["shm-chunk-kib"].as<size_t>() << 10;
+  if (args["shm-eager-kib"].as<long>() >= 0)
+    tuning.shm_eager_bytes = static_cast<size_t>(args["shm-eager-kib"].as<long>()) << 10;
+  return tuning;
+}
+
+// A communicator of `transport` that is kept only when it really uses `expect` (else a note, no rows).
+std::shared_ptr<collective::TcpCommunicator> transport_comm(const Backends& b, const char* name, Transport transport,
+                                                            const char* expect, const char* why_not) {
+  auto c = collective::make_world_communicator(name, transport);
+  if (expect && std::string(c->transport_name()) != expect) {
+    if (b.rank == 0 && b.n > 1) std::cerr << "allreduce_bench: " << why_not << std::endl;
+    return nullptr;
+  }
+  return c;
+}
+
+Backends open_backends(const cxxopts::ParseResult& args, bool mpi) {
+  Backends b;
+  b.rank = edl::rank();
+  b.n = edl::size();
+  b.mpi = mpi;
+  b.impls = "," + args["impl"].as<std::string>() + ",";
+  b.comm = collective::make_world_communicator("allreduce_bench");
+  const collective::AlgorithmTuning tuning = tuning_from_flags(args, b.comm->tuning());
+  b.comm->set_tuning(tuning);
+  if (b.want("edl_tcp")) b.comm_tcp = transport_comm(b, "allreduce_bench_tcp", Transport::kTcp, nullptr, "");
+  if (b.want("edl_hier"))
+    b.comm_hier = transport_comm(b, "allreduce_bench_hier", Transport::kAuto, "hier",
+                                 "the ranks do not span several hosts with equal rank counts, no edl_hier rows");
+  for (auto [name, algo] : {std::pair<const char*, collective::AllreduceAlgorithm>{"edl_tcp_direct",
+                                                                                    collective::AllreduceAlgorithm::kDirect},
+                            {"edl_tcp_hd", collective::AllreduceAlgorithm::kHalvingDoubling},
+                            {"edl_tcp_ring", collective::AllreduceAlgorithm::kRing}}) {
+    if (!b.want(name)) continue;  // forced algorithms of the TCP path (crossover measurements)
+    auto c = collective::make_world_communicator(std::string("allreduce_bench_") + name, Transport::kTcp);
+    collective::AlgorithmTuning t = tuning;
+    t.eager_bytes = algo == collective::AllreduceAlgorithm::kDirect ? (size_t{1} << 40) : 0;
+    t.direct_total_bytes = t.eager_bytes;
+    t.hd_max_bytes = algo == collective::AllreduceAlgorithm::kHalvingDoubling ? (size_t{1} << 40) : 0;
+    t.hd_min_ranks = 2;
+    c->set_tuning(t);
+    b.forced.emplace_back(name, c);
+  }
+  if (b.want("edl_shm"))
+    b.comm_shm = transport_comm(b, "allreduce_bench_shm", Transport::kAuto, "shm", "ranks on several hosts, no edl_shm rows");
+  for (auto* c : {&b.comm_tcp, &b.comm_shm, &b.comm_hier})
+    if (*c) (*c)->set_tuning(tuning);
+  const char* emulated = std::getenv("EDL_EMULATED_HOSTS");
+  b.hosts = emulated ? std::atoi(emulated) : 1;
+  b.link = args["link-label"].as<std::string>().empty() ? "loopback" : args["link-label"].as<std::string>();
+  if (b.n > 1 && (b.want("gloo_ring") || b.want("gloo_ring_chunked") || b.want("gloo_halving_doubling"))) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    b.gctx = std::make_shared<gloo::rendezvous::Context>(b.rank, b.n);
+    GlooStoreAdapter gstore(collective::world_store(), "allreduce_bench/gloo/");
+    b.gctx->connectFullMesh(gstore, dev);
+  }
+  return b;
+}
+
+// The rows of one message size: every implementation timed side by side (measure), then printed.
+void run_size(Backends& b, size_t bytes, const cxxopts::ParseResult& args, JsonRows& json, Table& table) {
+  const size_t count = bytes / sizeof(float);
+  std::vector<float> buf(count);
+  int iters = args["iters"].as<int>();
+  if (iters <= 0) iters = static_cast<int>(std::max<size_t>(5, std::min<size_t>(200, (256u << 20) / bytes)));
+  std::vector<std::pair<std::string, std::function<void()>>> runs;
+  auto edl_row = [&](const std::string& name, collective::TcpCommunicator* c) {
+    runs.emplace_back(name, [&buf, count, c] { c->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+  };
+  if (b.want("edl")) edl_row("edl", b.comm.get());
+  if (b.comm_tcp) edl_row("edl_tcp", b.comm_tcp.get());
+  if (b.comm_shm) edl_row("edl_shm", b.comm_shm.get());
+  if (b.comm_hier) edl_row("edl_hier", b.comm_hier.get());
+  for (auto& f : b.forced) edl_row(f.first, f.second.get());
+#ifdef EDL_BENCH_WITH_MPI
+  if (b.mpi && b.want("mpi"))
+    runs.emplace_back(mpi_row_name(), [&] {
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    });
+#endif
+  std::unique_ptr<gloo::AllreduceRing<float>> g_ring;
+  std::unique_ptr<gloo::AllreduceRingChunked<float>> g_chunked;
+  std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> g_hd;
+  if (b.gctx) {
+    std::vector<float*> ptrs{buf.data()};
+    if (b.want("gloo_ring")) {
+      g_ring = std::make_unique<gloo::AllreduceRing<float>>(b.gctx, ptrs, static_cast<int>(count));
+      runs.emplace_back("gloo_ring", [&] { g_ring->run(); });
+    }
+    if (b.want("gloo_ring_chunked")) {
+      g_chunked = std::make_unique<gloo::AllreduceRingChunked<float>>(b.gctx, ptrs, static_cast<int>(count));
+      runs.emplace_back("gloo_ring_chunked", [&] { g_chunked->run(); });
+    }
+    if (b.want("gloo_halving_doubling")) {
+      g_hd = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(b.gctx, ptrs, static_cast<int>(count));
+      runs.emplace_back("gloo_halving_doubling", [&] { g_hd->run(); });
+    }
+  }
+  std::vector<std::function<void()>> ops;
+  for (auto& run : runs) ops.push_back(run.second);
+  std::vector<Result> results = measure(*b.comm, buf, iters, args["warmup"].as<int>(), ops);
+  if (b.rank != 0) return;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const Result& r = results[k];
+    const double algbw = static_cast<double>(bytes) / (r.time_us * 1e-6) / 1e9;
+    const double busbw = algbw * 2.0 * (b.n - 1) / b.n;
+    table.row({runs[k].first, std::to_string(b.n), std::to_string(bytes), fmt(r.time_us, 1), fmt(algbw, 3),
+               fmt(busbw, 3), std::to_string(r.wrong)});
+    json.write(Json{{"impl", runs[k].first}, {"ranks", b.n},         {"hosts", b.hosts},
+                    {"link", b.link},        {"repeat", args["repeat-index"].as<int>()},
+                    {"bytes", bytes},        {"count", count},       {"iters", iters},
+                    {"time_us", r.time_us},  {"algbw_gbps", algbw},  {"busbw_gbps", busbw},
+                    {"wrong", r.wrong}});
+  }
+}
+
+// --suite: every configuration in one run (allreduce_launch.h).
+int run_suite_from_flags(const cxxopts::ParseResult& args) {
+#ifdef EDL_BENCH_WITH_MPI
+  const bool with_mpi = true;
+#else
+  const bool with_mpi = false;
+#endif
+  std::vector<std::string> extra;  // size range and iterations given to the suite go to every configuration
+  for (const char* f : {"min-bytes", "max-bytes", "factor"})
+    if (args.count(f)) extra.push_back("--" + std::string(f) + "=" + std::to_string(args[f].as<size_t>()));
+  if (args.count("iters")) extra.push_back("--iters=" + std::to_string(args["iters"].as<int>()));
+  return run_suite(args["json"].as<std::string>(), with_mpi, extra, args["suite-repeats"].as<int>());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("allreduce_bench", "float32 allreduce: EDL vs Gloo, nccl-tests columns");
+  declare_flags(opts);
   auto args = edl::bench::parse_flags(opts, argc, argv);
   if (args.count("help")) {
     std::cout << opts.help() << std::endl;
     return 0;
   }
-  if (args.count("suite")) {
-#ifdef EDL_BENCH_WITH_MPI
-    const bool with_mpi = true;
-#else
-    const bool with_mpi = false;
-#endif
-    std::vector<std::string> extra;  // size range and iterations given to the suite go to every configuration
-    for (const char* f : {"min-bytes", "max-bytes", "factor"})
-      if (args.count(f)) extra.push_back("--" + std::string(f) + "=" + std::to_string(args[f].as<size_t>()));
-    if (args.count("iters")) extra.push_back("--iters=" + std::to_string(args["iters"].as<int>()));
-    return run_suite(args["json"].as<std::string>(), with_mpi, extra, args["suite-repeats"].as<int>());
-  }
+  if (args.count("suite")) return run_suite_from_flags(args);
   if (args["local-ranks"].as<int>() > 0 && args["emulated-hosts"].as<int>() > 0)
     return run_emulated_ranks(args["local-ranks"].as<int>(), args["emulated-hosts"].as<int>(),
                               args["link"].as<std::string>(), argc, argv);
   if (args["local-ranks"].as<int>() > 0) return run_local_ranks(args["local-ranks"].as<int>(), argc, argv);
+  bool mpi = false;
 #ifdef EDL_BENCH_WITH_MPI
   std::unique_ptr<StoreServer> mpi_store;
-  const bool mpi = launched_by_mpirun();
+  mpi = launched_by_mpirun();
   if (mpi) mpi_store = init_mpi_world(&argc, &argv);
 #endif
-
   try {
     edl::init();
-    const int rank = edl::rank(), n = edl::size();
-    auto comm = collective::make_world_communicator("allreduce_bench");
-    collective::AlgorithmTuning tuning = comm->tuning();
-    if (args["chunk-kib"].as<size_t>() > 0) tuning.chunk_bytes = args["chunk-kib"].as<size_t>() << 10;
-    if (args["eager-kib"].as<long>() >= 0) tuning.eager_bytes = static_cast<size_t>(args["eager-kib"].as<long>()) << 10;
-    if (args["window-mib"].as<size_t>() > 0) tuning.window_bytes = args["window-mib"].as<size_t>() << 20;
-    if (args["spin-us"].as<long>() >= 0) tuning.spin = std::chrono::microseconds(args["spin-us"].as<long>());
-    if (args["shm-chunk-kib"].as<size_t>() > 0) tuning.shm_chunk_bytes = args["shm-chunk-kib"].as<size_t>() << 10;
-    if (args["shm-eager-kib"].as<long>() >= 0)
-      tuning.shm_eager_bytes = static_cast<size_t>(args["shm-eager-kib"].as<long>()) << 10;
-    comm->set_tuning(tuning);
-    const std::string impls = "," + args["impl"].as<std::string>() + ",";
-    auto want = [&](const char* impl) { return impls.find(std::string(",") + impl + ",") != std::string::npos; };
-    // One communicator per transport row (every rank decides the same: the rows exist on all or none).
-    std::shared_ptr<collective::TcpCommunicator> comm_tcp, comm_shm, comm_hier;
-    if (want("edl_tcp")) comm_tcp = collective::make_world_communicator("allreduce_bench_tcp", Transport::kTcp);
-    if (want("edl_hier")) {
-      comm_hier = collective::make_world_communicator("allreduce_bench_hier", Transport::kAuto);
-      if (std::string(comm_hier->transport_name()) != "hier") {
-        if (rank == 0 && n > 1)
-          std::cerr << "allreduce_bench: the ranks do not span several hosts with equal rank counts, no edl_hier rows"
-                    << std::endl;
-        comm_hier.reset();
-      }
-    }
-    // Forced algorithms of the TCP path (crossover measurements).
-    std::vector<std::pair<std::string, std::shared_ptr<collective::TcpCommunicator>>> forced;
-    for (auto [name, algo] : {std::pair<const char*, collective::AllreduceAlgorithm>{"edl_tcp_direct",
-                                                                                      collective::AllreduceAlgorithm::kDirect},
-                              {"edl_tcp_hd", collective::AllreduceAlgorithm::kHalvingDoubling},
-                              {"edl_tcp_ring", collective::AllreduceAlgorithm::kRing}}) {
-      if (!want(name)) continue;
-      auto c = collective::make_world_communicator(std::string("allreduce_bench_") + name, Transport::kTcp);
-      collective::AlgorithmTuning t = tuning;
-      t.eager_bytes = algo == collective::AllreduceAlgorithm::kDirect ? (size_t{1} << 40) : 0;
-      t.direct_total_bytes = t.eager_bytes;
-      t.hd_max_bytes = algo == collective::AllreduceAlgorithm::kHalvingDoubling ? (size_t{1} << 40) : 0;
-      t.hd_min_ranks = 2;
-      c->set_tuning(t);
-      forced.emplace_back(name, c);
-    }
-    if (want("edl_shm")) {
-      comm_shm = collective::make_world_communicator("allreduce_bench_shm", Transport::kAuto);
-      if (std::string(comm_shm->transport_name()) != "shm") {
-        if (rank == 0 && n > 1) std::cerr << "allreduce_bench: ranks on several hosts, no edl_shm rows" << std::endl;
-        comm_shm.reset();
-      }
-    }
-    for (auto* c : {&comm_tcp, &comm_shm, &comm_hier})
-      if (*c) (*c)->set_tuning(tuning);
-    const char* emulated = std::getenv("EDL_EMULATED_HOSTS");
-    const int hosts = emulated ? std::atoi(emulated) : 1;
-    const std::string link = args["link-label"].as<std::string>().empty() ? "loopback" : args["link-label"].as<std::string>();
-
-    std::shared_ptr<gloo::rendezvous::Context> gctx;
-    if (n > 1 && (want("gloo_ring") || want("gloo_ring_chunked") || want("gloo_halving_doubling"))) {
-      gloo::transport::tcp::attr attr;
-      attr.hostname = "127.0.0.1";
-      auto dev = gloo::transport::tcp::CreateDevice(attr);
-      gctx = std::make_shared<gloo::rendezvous::Context>(rank, n);
-      GlooStoreAdapter gstore(collective::world_store(), "allreduce_bench/gloo/");
-      gctx->connectFullMesh(gstore, dev);
-    }
-
-    JsonRows json(rank == 0 ? args["json"].as<std::string>() : "");
+    Backends b = open_backends(args, mpi);
+    JsonRows json(b.rank == 0 ? args["json"].as<std::string>() : "");
     Table table({"impl", "ranks", "bytes", "time_us", "algbw_GB/s", "busbw_GB/s", "wrong"});
-    if (rank == 0) table.header();
+    if (b.rank == 0) table.header();
     const size_t maxb = args["max-bytes"].as<size_t>();
-    for (size_t bytes = args["min-bytes"].as<size_t>(); bytes <= maxb; bytes *= args["factor"].as<size_t>()) {
-      const size_t count = bytes / sizeof(float);
-      std::vector<float> buf(count);
-      int iters = args["iters"].as<int>();
-      if (iters <= 0) iters = static_cast<int>(std::max<size_t>(5, std::min<size_t>(200, (256u << 20) / bytes)));
-      const int warmup = args["warmup"].as<int>();
-      std::vector<std::pair<std::string, std::function<void()>>> runs;
-      if (want("edl"))
-        runs.emplace_back("edl", [&] { comm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
-      if (comm_tcp)
-        runs.emplace_back("edl_tcp", [&] { comm_tcp->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
-      if (comm_shm)
-        runs.emplace_back("edl_shm", [&] { comm_shm->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
-      if (comm_hier)
-        runs.emplace_back("edl_hier", [&] { comm_hier->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
-      for (auto& f : forced) {
-        auto* c = f.second.get();
-        runs.emplace_back(f.first, [&buf, count, c] { c->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum); });
-      }
-#ifdef EDL_BENCH_WITH_MPI
-      if (mpi && want("mpi"))
-        runs.emplace_back(mpi_row_name(), [&] {
-          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        });
-#endif
-      std::unique_ptr<gloo::AllreduceRing<float>> g_ring;
-      std::unique_ptr<gloo::AllreduceRingChunked<float>> g_chunked;
-      std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> g_hd;
-      if (gctx) {
-        std::vector<float*> ptrs{buf.data()};
-        if (want("gloo_ring")) {
-          g_ring = std::make_unique<gloo::AllreduceRing<float>>(gctx, ptrs, static_cast<int>(count));
-          runs.emplace_back("gloo_ring", [&] { g_ring->run(); });
-        }
-        if (want("gloo_ring_chunked")) {
-          g_chunked = std::make_unique<gloo::AllreduceRingChunked<float>>(gctx, ptrs, static_cast<int>(count));
-          runs.emplace_back("gloo_ring_chunked", [&] { g_chunked->run(); });
-        }
-        if (want("gloo_halving_doubling")) {
-          g_hd = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(gctx, ptrs, static_cast<int>(count));
-          runs.emplace_back("gloo_halving_doubling", [&] { g_hd->run(); });
-        }
-      }
-      std::vector<std::function<void()>> ops;
-      for (auto& run : runs) ops.push_back(run.second);
-      std::vector<Result> results = measure(*comm, buf, iters, warmup, ops);
-      for (size_t k = 0; k < runs.size(); ++k) {
-        const std::string& impl = runs[k].first;
-        const Result& r = results[k];
-        const double algbw = static_cast<double>(bytes) / (r.time_us * 1e-6) / 1e9;
-        const double busbw = algbw * 2.0 * (n - 1) / n;
-        if (rank == 0) {
-          table.row({impl, std::to_string(n), std::to_string(bytes), fmt(r.time_us, 1), fmt(algbw, 3), fmt(busbw, 3),
-                     std::to_string(r.wrong)});
-          json.write(Json{{"impl", impl},          {"ranks", n},           {"hosts", hosts},
-                          {"link", link},          {"repeat", args["repeat-index"].as<int>()},
-                          {"bytes", bytes},
-                          {"count", count},        {"iters", iters},       {"time_us", r.time_us},
-                          {"algbw_gbps", algbw},   {"busbw_gbps", busbw},  {"wrong", r.wrong}});
-        }
-      }
-    }
-    comm->barrier();
-    comm_tcp.reset();
-    comm_shm.reset();
-    comm_hier.reset();
-    forced.clear();
-    comm.reset();
-    gctx.reset();
+    for (size_t bytes = args["min-bytes"].as<size_t>(); bytes <= maxb; bytes *= args["factor"].as<size_t>())
+      run_size(b, bytes, args, json, table);
+    b.comm->barrier();
+    b = Backends{};  // communicators and the Gloo context go before shutdown
     edl::shutdown();
   } catch (const std::exception& e) {
     std::cerr << "allreduce_bench: " << e.what() << std::endl;

@@ -192,18 +192,27 @@ DATA="$ROOT/docs/data"
 if [ "$OUT" != "$DATA" ]; then
   # A bench of this run replaces its rows and its status line; the others' stay as they were, with
   # their own provenance (each section of the docs names the run it comes from).
+  # Only the benches selected in this invocation (--only) are published: $OUT may hold older
+  # results of other benches from earlier runs, which must not replace the committed ones.
   mkdir -p "$DATA"
   touch "$DATA/status.tsv"
-  while IFS=$'\t' read -r name _; do
-    [ -n "$name" ] && rm -f "$DATA/$name.jsonl" "$DATA/$name.csv"
+  MINE="$OUT/status.published.tsv"
+  : > "$MINE"
+  while IFS=$'\t' read -r name rest; do
+    [ -n "$name" ] && selected "$name" && printf '%s\t%s\n' "$name" "$rest" >> "$MINE"
   done < "$STATUS"
-  awk -F'\t' 'NR == FNR { mine[$1] = 1; next } !($1 in mine)' "$STATUS" "$DATA/status.tsv" > "$DATA/status.tsv.new"
-  cat "$STATUS" >> "$DATA/status.tsv.new"
+  while IFS=$'\t' read -r name _; do
+    [ -n "$name" ] || continue
+    rm -f "$DATA/$name.jsonl" "$DATA/$name.csv"
+    for f in "$OUT/$name.jsonl" "$OUT/$name.csv"; do
+      [ -e "$f" ] && cp "$f" "$DATA/"
+    done
+  done < "$MINE"
+  awk -F'\t' 'NR == FNR { mine[$1] = 1; next } !($1 in mine)' "$MINE" "$DATA/status.tsv" > "$DATA/status.tsv.new"
+  cat "$MINE" >> "$DATA/status.tsv.new"
   mv "$DATA/status.tsv.new" "$DATA/status.tsv"
-  for f in "$OUT"/*.jsonl "$OUT"/*.csv "$OUT"/machine.txt; do
-    [ -e "$f" ] && cp "$f" "$DATA/"
-  done
-  if grep -q "^cluster_sim"$'\t' "$STATUS" 2>/dev/null; then
+  [ -e "$OUT/machine.txt" ] && cp "$OUT/machine.txt" "$DATA/"
+  if grep -q "^cluster_sim"$'\t' "$MINE" 2>/dev/null; then
     rm -rf "$DATA/series"
     [ -d "$OUT/series" ] && cp -r "$OUT/series" "$DATA/series"
   fi

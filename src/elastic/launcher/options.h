@@ -3,9 +3,10 @@
 #pragma once
 
 #include <chrono>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "edl/error.h"
 
 namespace edl::launcher {
 
@@ -56,10 +57,11 @@ struct LaunchOptions {
 // (replacing an inherited EDL_TIMELINE). Without it the environment is left as it is.
 void set_timeline_env(std::vector<std::string>* env, const LaunchOptions& o, const std::string& name);
 
-// Bad command line: message for the user; edl-run prints it with the usage and exits 2.
-class UsageError : public std::runtime_error {
+// Bad command line: message for the user; edl-run prints it with the usage and exits 2. An
+// edl::InvalidArgument (docs/errors.md), like every other bad value edl-run refuses.
+class UsageError : public edl::InvalidArgument {
  public:
-  using std::runtime_error::runtime_error;
+  using edl::InvalidArgument::InvalidArgument;
 };
 
 // Parses argv. Returns false when --help was printed (exit 0). Throws UsageError.
