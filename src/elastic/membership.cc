@@ -486,7 +486,8 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
     check_finished();
     check_failed();
     if (leave_requested_.load()) throw LeftBeforeAdmission();
-    if (latest_generation() >= round) return std::nullopt;  // round went stale (its keys were cleaned)
+    std::optional<std::string> decision;
+    if (round_over(round, &decision)) return decision;
     auto d = store_->get(keys_.decider(round));
     if (!d) {
       tried = false;
@@ -498,6 +499,20 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       if (store_->compare_set(keys_.decider(round), d, opt_.worker_id)) decide(round, member);
     }
   }
+}
+
+// After an empty slice: has <job>/gen reached `round`? Then the round is over for this waiter, and
+// *decision is the round's decision (which may well list us) when `round` is the current generation,
+// nullopt when a newer one exists (the round is stale; its keys may be cleaned). The decision can
+// land between the end of the empty slice and the read of <job>/gen (publish() sets g<round>/members,
+// then <job>/gen), so it is read again here, after <job>/gen: a worker the decider admitted is never
+// lost in that gap (it would wait as a newcomer for the next round while the generation's other
+// members wait for it to connect, up to the connect timeout; docs/elastic.md, "Rendezvous").
+bool Membership::round_over(uint64_t round, std::optional<std::string>* decision) {
+  const uint64_t latest = latest_generation();
+  if (latest < round) return false;  // not over: keep waiting
+  *decision = latest == round ? store_->get(keys_.members(round)) : std::nullopt;
+  return true;
 }
 
 void Membership::decide(uint64_t round, bool member) {
