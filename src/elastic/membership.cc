@@ -238,7 +238,8 @@ void Membership::check_store() {
 // One read per member per round: its lease value. A member is reported when its lease is gone (the
 // store expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's
 // own expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
-// communicator is being built, when its liveness probe is refused (the process died).
+// communicator is being built, when its liveness probe is refused (the process died) or when it
+// arrived at the next rendezvous instead of connecting.
 void Membership::check_peers(const Watch& w) {
   std::vector<std::optional<std::string>> leases;
   std::map<std::string, std::string> beats;
@@ -260,10 +261,21 @@ void Membership::check_peers(const Watch& w) {
     const auto& lease = leases[r];
     bool refused = lease && w.building && m.id != opt_.worker_id && probe_refused(parse_lease(*lease), opt_.hostname);
     bool quiet = silent.count(m.id) > 0;
-    if (lease && !refused && !quiet) continue;
+    // A member that arrived at the next round while we still connect will never connect to G (a
+    // member gets there only after G failed, or after a batch boundary that all members passed).
+    bool moved_on = lease && !refused && !quiet && w.building && m.id != opt_.worker_id &&
+                    store_->get(keys_.in(w.view.id + 1, m.id)).has_value();
+    if (moved_on) {  // still connecting now, after that read (`w` is a copy: built() may have come since)
+      std::lock_guard<std::mutex> lock(mu_);
+      moved_on = watch_.epoch == w.epoch && watch_.building;
+      if (!moved_on) continue;
+    }
+    if (lease && !refused && !quiet && !moved_on) continue;
     if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
     if (store_->get(keys_.finished())) return;               // the job is over; leases go away
-    std::string why = refused ? "died: its liveness probe was refused"
+    std::string why = moved_on  ? "arrived at the rendezvous of generation " + std::to_string(w.view.id + 1) +
+                                      " instead of connecting"
+                      : refused ? "died: its liveness probe was refused"
                       : !lease ? "stopped heartbeating: its lease expired"
                                : "stopped heartbeating: its lease expired (no new beat for " +
                                      std::to_string(silent[m.id].count()) + " ms as seen by worker " + opt_.worker_id + ")";

@@ -139,3 +139,29 @@ TEST_CASE("a later-round decision landing right after a member's empty slice sti
   CHECK(member_ids(a2) == member_ids(a1));  // survivors keep their order
   CHECK(member_ids(b2) == member_ids(a2));
 }
+
+TEST_CASE("a member that arrives at the next rendezvous instead of connecting fails the generation at once",
+          "[rendezvous][race]") {
+  // Whatever made it leave (e.g. the race above), a member of G that is waiting at G+1 will never
+  // connect to G: the members still connecting abort G instead of waiting for the connect timeout.
+  auto store = edl::make_memory_store();
+  Membership a(store, race_opts("jr3", "a", 2, 2));
+  Membership b(store, race_opts("jr3", "b", 2, 2));
+  auto fa = std::async(std::launch::async, [&] { return a.rendezvous(nullptr); });
+  auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+  GenerationView va = fa.get();
+  fb.get();
+  std::promise<std::string> failed;
+  std::atomic<bool> once{false};
+  a.watch(va, [&](const std::string& why) {
+    if (!once.exchange(true)) failed.set_value(why);
+  });
+  store->set("jr3/g2/in/b", "99 hostA");  // b arrived at round 2 (it stays alive: its lease runs)
+  auto f = failed.get_future();
+  REQUIRE(f.wait_for(20s) == std::future_status::ready);  // hang guard only: a heartbeat is 100 ms
+  std::string why = f.get();
+  CHECK(why.find("worker b") != std::string::npos);
+  CHECK(why.find("arrived at the rendezvous of generation 2") != std::string::npos);
+  CHECK(store->get("jr3/g1/abort").has_value());
+  a.unwatch();
+}
