@@ -235,7 +235,8 @@ void Membership::check_store() {
   if (store_error_) throw StoreError(*store_error_);
 }
 
-// One read per member per round: its lease value. A member is reported when its lease is gone (the
+// One read per member per round: its lease value (while the communicator is being built, also its
+// arrival key at the next round). A member is reported when its lease is gone (the
 // store expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's
 // own expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
 // communicator is being built, when its liveness probe is refused (the process died) or when it
