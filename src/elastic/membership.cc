@@ -235,10 +235,12 @@ void Membership::check_store() {
   if (store_error_) throw StoreError(*store_error_);
 }
 
-// One read per member per round: its lease value. A member is reported when its lease is gone (the
+// One read per member per round: its lease value (while the communicator is being built, also its
+// arrival key at the next round). A member is reported when its lease is gone (the
 // store expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's
 // own expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
-// communicator is being built, when its liveness probe is refused (the process died).
+// communicator is being built, when its liveness probe is refused (the process died) or when it
+// arrived at the next rendezvous instead of connecting.
 void Membership::check_peers(const Watch& w) {
   std::vector<std::optional<std::string>> leases;
   std::map<std::string, std::string> beats;
@@ -260,10 +262,21 @@ void Membership::check_peers(const Watch& w) {
     const auto& lease = leases[r];
     bool refused = lease && w.building && m.id != opt_.worker_id && probe_refused(parse_lease(*lease), opt_.hostname);
     bool quiet = silent.count(m.id) > 0;
-    if (lease && !refused && !quiet) continue;
+    // A member that arrived at the next round while we still connect will never connect to G (a
+    // member gets there only after G failed, or after a batch boundary that all members passed).
+    bool moved_on = lease && !refused && !quiet && w.building && m.id != opt_.worker_id &&
+                    store_->get(keys_.in(w.view.id + 1, m.id)).has_value();
+    if (moved_on) {  // still connecting now, after that read (`w` is a copy: built() may have come since)
+      std::lock_guard<std::mutex> lock(mu_);
+      moved_on = watch_.epoch == w.epoch && watch_.building;
+      if (!moved_on) continue;
+    }
+    if (lease && !refused && !quiet && !moved_on) continue;
     if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
     if (store_->get(keys_.finished())) return;               // the job is over; leases go away
-    std::string why = refused ? "died: its liveness probe was refused"
+    std::string why = moved_on  ? "arrived at the rendezvous of generation " + std::to_string(w.view.id + 1) +
+                                      " instead of connecting"
+                      : refused ? "died: its liveness probe was refused"
                       : !lease ? "stopped heartbeating: its lease expired"
                                : "stopped heartbeating: its lease expired (no new beat for " +
                                      std::to_string(silent[m.id].count()) + " ms as seen by worker " + opt_.worker_id + ")";
@@ -486,7 +499,8 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
     check_finished();
     check_failed();
     if (leave_requested_.load()) throw LeftBeforeAdmission();
-    if (latest_generation() >= round) return std::nullopt;  // round went stale (its keys were cleaned)
+    std::optional<std::string> decision;
+    if (round_over(round, &decision)) return decision;
     auto d = store_->get(keys_.decider(round));
     if (!d) {
       tried = false;
@@ -498,6 +512,20 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       if (store_->compare_set(keys_.decider(round), d, opt_.worker_id)) decide(round, member);
     }
   }
+}
+
+// After an empty slice: has <job>/gen reached `round`? Then the round is over for this waiter, and
+// *decision is the round's decision (which may well list us) when `round` is the current generation,
+// nullopt when a newer one exists (the round is stale; its keys may be cleaned). The decision can
+// land between the end of the empty slice and the read of <job>/gen (publish() sets g<round>/members,
+// then <job>/gen), so it is read again here, after <job>/gen: a worker the decider admitted is never
+// lost in that gap (it would wait as a newcomer for the next round while the generation's other
+// members wait for it to connect, up to the connect timeout; docs/elastic.md, "Rendezvous").
+bool Membership::round_over(uint64_t round, std::optional<std::string>* decision) {
+  const uint64_t latest = latest_generation();
+  if (latest < round) return false;  // not over: keep waiting
+  *decision = latest == round ? store_->get(keys_.members(round)) : std::nullopt;
+  return true;
 }
 
 void Membership::decide(uint64_t round, bool member) {

@@ -157,8 +157,10 @@ class EDL_API Membership {
 
   void fault(const std::string& point);
   void arrive(uint64_t round);
-  // The decided member list of `round`, or nullopt when the round went stale (cleaned up).
+  // The decided member list of `round`, or nullopt when the round went stale (a newer generation).
   std::optional<std::string> wait_decision(uint64_t round, bool member);
+  // Whether <job>/gen reached `round`; then *decision = g<round>/members if `round` is current.
+  bool round_over(uint64_t round, std::optional<std::string>* decision);
   bool eligible(uint64_t round, bool member);
   void decide(uint64_t round, bool member);
   void decide_first(uint64_t round);
