@@ -7,6 +7,9 @@
 //                              Both run in ONE process, their steps interleaved (mode "overhead"), so
 //                              that a shared machine's load hits both alike; "ok" = identical parameters
 //   workers 2  independent     two plain copies side by side, no communication: the ceiling for 2 workers
+//   workers 2  barrier         the same two copies meeting in a blocking pipe barrier after every step
+//                              (no EDL): the ceiling for any synchronous training; under load from
+//                              outside (another process on the cores) the lockstep costs it like edl
 //   workers 2  edl             2 ranks, EDL allreduce overlapped with backward (the default)
 //   workers 2  edl-no-overlap  the same with every bucket launched by step()
 // images_per_s = workers * batch / step time (the median over --iters steps after --warmup, the
@@ -15,7 +18,7 @@
 // hidden behind backward (edl::OptimizerStepStats).
 //
 //   torch_bench [--batch 32] [--threads 1] [--warmup 3] [--iters 20] [--modes LIST] [--json PATH]
-//   (--modes overhead,independent,edl,edl-no-overlap)
+//   (--modes overhead,independent,barrier,edl,edl-no-overlap)
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -53,6 +56,19 @@ struct Mode {
   bool edl;
   bool overlap;
   bool paired;  // 1 worker: also a plain copy in the same process, steps interleaved
+  bool barrier = false;  // plain copies that wait for each other after every step (pipe barrier)
+};
+
+// The barrier mode's pipes: write one byte to every other rank, read one from each (blocking).
+struct PipeBarrier {
+  std::vector<int> to, from;  // to[p] / from[p]: this rank's ends towards rank p (-1 for itself)
+  void wait() const {
+    char b = 0;
+    for (int fd : to)
+      if (fd >= 0 && write(fd, &b, 1) != 1) throw std::runtime_error("barrier write failed");
+    for (int fd : from)
+      if (fd >= 0 && read(fd, &b, 1) != 1) throw std::runtime_error("barrier read failed");
+  }
 };
 
 // What a child reports: its median step time, the median overlap fraction, a parameter checksum.
@@ -118,7 +134,7 @@ struct Trainer {
 // One worker: joins the world (EDL modes), trains warmup + iters steps, reports. The paired mode
 // (1 worker) trains a plain copy and an EDL copy of the same model in one process, alternating their
 // steps (and their order), so that the load of a shared machine hits both alike.
-Report train(const Config& cfg, const Mode& mode) {
+Report train(const Config& cfg, const Mode& mode, const PipeBarrier* barrier) {
   torch::set_num_threads(cfg.threads);
   torch::manual_seed(42);  // the same parameters and data on every rank
   Trainer main(cfg, mode);
@@ -132,6 +148,11 @@ Report train(const Config& cfg, const Mode& mode) {
     double t = 0, b = 0;
     if (plain && i % 2 == 1) b = plain->step();
     t = main.step();
+    if (barrier) {
+      const double t0 = now_s();
+      barrier->wait();
+      t += now_s() - t0;
+    }
     if (plain && i % 2 == 0) b = plain->step();
     if (i >= cfg.warmup) {
       times.push_back(t);
@@ -148,7 +169,8 @@ Report train(const Config& cfg, const Mode& mode) {
   return r;
 }
 
-[[noreturn]] void child(const Config& cfg, const Mode& mode, int rank, int url_fd, int out_fd) {
+[[noreturn]] void child(const Config& cfg, const Mode& mode, int rank, int url_fd, int out_fd,
+                        const PipeBarrier* barrier) {
   int code = 1;
   try {
     if (mode.edl && mode.workers > 1) {
@@ -160,7 +182,7 @@ Report train(const Config& cfg, const Mode& mode) {
       setenv("EDL_LOG_LEVEL", "0", 1);
     }
     if (mode.edl) edl::init();
-    Report r = train(cfg, mode);
+    Report r = train(cfg, mode, mode.barrier ? barrier : nullptr);
     if (write(out_fd, &r, sizeof r) == static_cast<ssize_t>(sizeof r)) code = 0;
     if (mode.edl) edl::shutdown();
   } catch (const std::exception& e) {
@@ -176,14 +198,29 @@ std::vector<Report> run_mode(const Config& cfg, const Mode& mode) {
   const int n = mode.workers;
   std::vector<std::array<int, 2>> url(n), out(n);
   std::vector<pid_t> pids(n);
+  // pipe[a][b]: rank a writes to rank b (barrier mode only)
+  std::vector<std::vector<std::array<int, 2>>> pipes(n, std::vector<std::array<int, 2>>(n, {-1, -1}));
+  std::vector<PipeBarrier> barriers(n);
+  for (int a = 0; mode.barrier && a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b && pipe(pipes[a][b].data()) != 0) throw std::runtime_error("pipe failed");
+  for (int r = 0; r < n; ++r)
+    for (int p = 0; p < n; ++p) {
+      barriers[r].to.push_back(pipes[r][p][1]);
+      barriers[r].from.push_back(pipes[p][r][0]);
+    }
   for (int r = 0; r < n; ++r) {
     if (pipe(url[r].data()) != 0 || pipe(out[r].data()) != 0) throw std::runtime_error("pipe failed");
     edl::testing::SpawnOptions so;
     so.own_group = false;
-    pids[r] = edl::testing::fork_call([&]() -> int { child(cfg, mode, r, url[r][0], out[r][1]); }, so);
+    pids[r] = edl::testing::fork_call([&]() -> int { child(cfg, mode, r, url[r][0], out[r][1], &barriers[r]); }, so);
     close(url[r][0]);
     close(out[r][1]);
   }
+  for (auto& row : pipes)
+    for (auto& fds : row)
+      for (int fd : fds)
+        if (fd >= 0) close(fd);
   std::vector<Report> reports(n);
   std::vector<bool> ok(n, false);
   {
@@ -218,8 +255,8 @@ int main(int argc, char** argv) {
       "threads", "intra-op threads per worker", cxxopts::value<int>()->default_value("1"))(
       "warmup", "untimed steps", cxxopts::value<int>()->default_value("3"))(
       "iters", "timed steps", cxxopts::value<int>()->default_value("20"))(
-      "modes", "comma-separated: overhead (1 worker, plain and edl interleaved), independent, edl, edl-no-overlap (2 workers)",
-      cxxopts::value<std::string>()->default_value("overhead,independent,edl,edl-no-overlap"))(
+      "modes", "comma-separated: overhead (1 worker, plain and edl interleaved), independent, barrier, edl, edl-no-overlap (2 workers)",
+      cxxopts::value<std::string>()->default_value("overhead,independent,barrier,edl,edl-no-overlap"))(
       "json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))(
       "help", "usage");
   auto args = edl::bench::parse_flags(options, argc, argv);
@@ -234,6 +271,7 @@ int main(int argc, char** argv) {
   cfg.iters = args["iters"].as<int>();
   const std::vector<Mode> all = {{"overhead", 1, true, true, true},
                                  {"independent", 2, false, true, false},
+                                 {"barrier", 2, false, true, false, true},
                                  {"edl", 2, true, true, false},
                                  {"edl-no-overlap", 2, true, false, false}};
   std::vector<Mode> modes;
