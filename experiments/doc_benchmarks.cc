@@ -546,7 +546,9 @@ const std::vector<Section>& sections() {
       {"timeline_bench", "Timeline overhead (ResNet20 step, timeline on / off)", "", timeline_section},
       {"torch_bench", "edl::torch on the libtorch ResNet20 (docs/torch.md)",
        "Target: `edl` at 1 worker within 3% of `plain` (the two run interleaved in one process); 2 workers "
-       "compared with `independent` (two copies side by side, no communication: the ceiling); `overlap`: the "
+       "compared with `independent` (two copies side by side, no communication: the ceiling) and `barrier` (two "
+       "plain copies meeting in a blocking pipe barrier every step, no EDL: what synchronous training itself costs "
+       "on this shared 2-core machine; docs/torch.md); `overlap`: the "
        "share of the allreduce hidden behind backward. `ok`: the ranks (and plain vs edl at 1 worker) end "
        "with identical parameters.",
        nullptr},
