@@ -153,11 +153,21 @@ bool partition(EmulatedHosts& e, ScenarioResult& r, double* t_fault) {
     return false;
   }
   r.exit_s = (stopped - *t_fault) / 1000;
-  // Heal; the host rejoins (its edl-run is restarted, as a node supervisor would, if it exited).
+  // Heal; the host rejoins (its edl-run is restarted, as a node supervisor would, if it exited). Its
+  // workers may report the lost store before its edl-run reaches the same verdict and exits: an
+  // edl-run that exits after the heal is restarted too.
   double healed = EmulatedHosts::now_ms();
   e.heal_link(victim);
-  if (e.exit_code(victim) != -1) e.start_host(victim);
-  bool back = e.wait_log([&](const CommitLog& l) { return last_step_of_host(l, vname, healed) >= 0; }, kWaitMs);
+  bool restarted = false;
+  bool back = e.wait_log(
+      [&](const CommitLog& l) {
+        if (!restarted && e.exit_code(victim) != -1) {
+          e.start_host(victim);
+          restarted = true;
+        }
+        return last_step_of_host(l, vname, healed) >= 0;
+      },
+      kWaitMs);
   if (!back) {
     r.detail = "partition: " + vname + " did not rejoin after the link healed; " + tail(e, victim);
     return false;
