@@ -156,6 +156,28 @@ void Membership::heartbeat() {
                     opt_.lease);
 }
 
+void Membership::publish_later(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_writes_[key] = value;
+  cv_.notify_all();
+}
+
+// The lease thread's half of publish_later(); called with `lock` held, returns with it held.
+void Membership::write_pending(std::unique_lock<std::mutex>& lock) {
+  if (pending_writes_.empty() || frozen_) return;
+  auto writes = std::move(pending_writes_);
+  pending_writes_.clear();
+  lock.unlock();
+  for (const auto& [key, value] : writes) {
+    try {
+      store_->set(key, value);
+    } catch (const Error& e) {
+      EDL_LOG(2) << "edl: worker " << opt_.worker_id << ": could not write " << key << ": " << e.what();
+    }
+  }
+  lock.lock();
+}
+
 void Membership::loop() {
   auto next_beat = Clock::now() + opt_.heartbeat;
   auto next_check = Clock::now() + opt_.heartbeat;
@@ -172,6 +194,7 @@ void Membership::loop() {
           lock.lock();
         }
       }
+      write_pending(lock);
       drain_probe();
       Watch w = watch_;  // copy: the store calls below run unlocked
       bool watching = w.active && !frozen_;
@@ -228,6 +251,7 @@ void Membership::loop() {
       cv_.wait_for(lock, opt_.heartbeat);
     }
   }
+  write_pending(lock);  // the last observability samples (e.g. a straggler report just before the end)
 }
 
 void Membership::check_store() {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -134,6 +135,11 @@ class EDL_API Membership {
 
   void announce_abort(uint64_t gen, const std::string& reason);
   void announce_leave(uint64_t gen);
+  // Sets key = value in the store from the lease thread, after its next heartbeat, so that the
+  // caller (the training thread at a batch boundary) never waits for the store: observability
+  // samples (throughput, straggler reports). A newer value of a key not yet written replaces the
+  // older one; a write that fails is logged and dropped (the lease itself reports a lost store).
+  void publish_later(const std::string& key, const std::string& value);
   void announce_finished(uint64_t gen);
 
   const MembershipOptions& options() const { return opt_; }
@@ -176,6 +182,7 @@ class EDL_API Membership {
   void loop();
   void heartbeat();      // caller holds mu_ or runs on the lease thread
   void heartbeat_now();
+  void write_pending(std::unique_lock<std::mutex>& lock);
   void check_peers(const Watch& w);
   void handle_event(const Watch& w);
   void report_failure(uint64_t epoch, const std::string& reason);
@@ -188,6 +195,7 @@ class EDL_API Membership {
   Keys keys_;
 
   std::mutex mu_;
+  std::map<std::string, std::string> pending_writes_;  // publish_later(), written by the lease thread
   std::condition_variable cv_;
   std::thread thread_;
   bool running_ = false;

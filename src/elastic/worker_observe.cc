@@ -24,7 +24,7 @@ void Worker::on_step_times(const std::vector<int64_t>& compute_us) {
       const std::string text = describe_straggler(r, view_.id, who, observer_.options(), out ? "evict" : "report");
       EDL_LOG(1) << "edl: straggler " << text;
       try {
-        store_->set(membership_.keys().straggler(who), text);
+        membership_.publish_later(membership_.keys().straggler(who), text);
       } catch (const Error& e) {
         EDL_LOG(1) << "edl: could not record the straggler report in the store: " << e.what();
       }
@@ -56,11 +56,7 @@ void Worker::on_step_times(const std::vector<int64_t>& compute_us) {
 void Worker::publish_throughput() {
   auto sample = observer_.throughput_sample(view_.id, view_.size, local_batch_.load());
   if (!sample) return;
-  try {
-    store_->set(membership_.keys().throughput(), *sample);
-  } catch (const Error& e) {
-    EDL_LOG(2) << "edl: could not publish the throughput sample: " << e.what();
-  }
+  membership_.publish_later(membership_.keys().throughput(), *sample);  // never waits for the store
 }
 
 }  // namespace edl::elastic
