@@ -313,7 +313,11 @@ void EmulatedHosts::start_etcd(int h) {
   etcd_.at(h) = spawn(h, {"etcd", "--name", "m" + std::to_string(h), "--data-dir", dir_ + "/etcd" + std::to_string(h),
                           "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
                           "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
-                          "--initial-cluster-state", "new", "--initial-cluster-token", job_id_, "--log-level", "error"},
+                          "--initial-cluster-state", "new", "--initial-cluster-token", job_id_, "--log-level", "error",
+                          // A member cut off by a partition must not depose the majority's leader when the
+                          // link heals (its raised term would force elections that outlast the store
+                          // deadline): etcd's pre-vote phase, the default from etcd 3.5 on (docs/multihost.md).
+                          "--pre-vote=true"},
                       dir_ + "/etcd" + std::to_string(h) + ".log", false);
 }
 
