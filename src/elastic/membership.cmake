@@ -6,6 +6,7 @@ target_sources(edl PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/liveness.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/silence.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/membership.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/membership_rendezvous.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/straggler.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/step_observer.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/worker.cc
