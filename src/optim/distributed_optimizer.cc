@@ -7,6 +7,7 @@
 #include <optional>
 #include <cstring>
 
+#include "common/codec.h"
 #include "common/logging.h"
 #include "collective/engine.h"
 #include "collective/runtime_state.h"
@@ -59,45 +60,21 @@ struct Bucket {
   ReduceJob job;
 };
 
-// Little binary writer / reader for save() / load().
-void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
-void put_floats(std::string& out, const std::vector<float>& v) {
-  put_u64(out, v.size());
-  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+// A float vector in save() / load(): u64 count + the floats (common/codec.h).
+void put_floats(codec::Writer<std::string>& w, const std::vector<float>& v) {
+  w.u64(v.size());
+  w.raw(v.data(), v.size() * sizeof(float));
 }
 
-struct Reader {
-  const std::string& s;
-  size_t pos = 0;
-  uint64_t u64() {
-    need(8);
-    uint64_t v;
-    std::memcpy(&v, s.data() + pos, 8);
-    pos += 8;
-    return v;
-  }
-  void floats(std::vector<float>& v, size_t expected_or_zero) {
-    uint64_t n = u64();
-    EDL_CHECK(n == 0 || n == expected_or_zero, DataError,
-              "DistributedOptimizer::load: snapshot slot has " + std::to_string(n) + " elements, parameter has " +
-                  std::to_string(expected_or_zero));
-    need(n * sizeof(float));
-    v.resize(n);
-    if (n) std::memcpy(v.data(), s.data() + pos, n * sizeof(float));
-    pos += n * sizeof(float);
-  }
-  std::string str() {
-    uint64_t n = u64();
-    need(n);
-    std::string out = s.substr(pos, n);
-    pos += n;
-    return out;
-  }
-  void need(uint64_t n) const {
-    EDL_CHECK(n <= s.size() - pos, DataError,
-              "DistributedOptimizer::load: snapshot truncated (" + std::to_string(s.size()) + " bytes)");
-  }
-};
+void get_floats(codec::Reader& in, std::vector<float>& v, size_t expected_or_zero) {
+  const uint64_t n = in.u64("slot length");
+  EDL_CHECK(n == 0 || n == expected_or_zero, DataError,
+            "DistributedOptimizer::load: snapshot slot has " + std::to_string(n) + " elements, parameter has " +
+                std::to_string(expected_or_zero));
+  std::string_view bytes = in.raw(n * sizeof(float), "slot");
+  v.resize(n);
+  if (n) std::memcpy(v.data(), bytes.data(), bytes.size());
+}
 
 constexpr const char* kMagic = "edl-dopt-v1";
 // Control values appended to the last bucket: accumulation passes, learning rate, the step's sample
@@ -640,16 +617,15 @@ void DistributedOptimizer::on_generation(const elastic::GenerationInfo& info) {
 std::string DistributedOptimizer::save() {
   impl_->finalize();
   std::string out(kMagic);
-  put_u64(out, 0);  // reserved
-  std::string r = impl_->rescaler.save();
-  put_u64(out, r.size());
-  out += r;
-  put_u64(out, static_cast<uint64_t>(impl_->comp_t0));
-  put_u64(out, impl_->params.size());
+  codec::Writer<std::string> w(out);
+  w.u64(0);  // reserved
+  w.blob(impl_->rescaler.save());
+  w.u64(static_cast<uint64_t>(impl_->comp_t0));
+  w.u64(impl_->params.size());
   for (const auto& p : impl_->params) {
-    put_floats(out, p.slot1);
-    put_floats(out, p.slot2);
-    put_floats(out, p.comp);
+    put_floats(w, p.slot1);
+    put_floats(w, p.slot2);
+    put_floats(w, p.comp);
   }
   return out;
 }
@@ -659,24 +635,24 @@ void DistributedOptimizer::load(const std::string& snapshot) {
   impl_->finalize();
   EDL_CHECK(snapshot.compare(0, std::strlen(kMagic), kMagic) == 0, DataError,
             "DistributedOptimizer::load: not an optimizer snapshot (" + std::to_string(snapshot.size()) + " bytes)");
-  Reader in{snapshot, std::strlen(kMagic)};
-  in.u64();
-  std::string r = in.str();
-  int64_t comp_t0 = static_cast<int64_t>(in.u64());
-  uint64_t n = in.u64();
+  codec::Reader in(std::string_view(snapshot).substr(std::strlen(kMagic)), "optimizer snapshot");
+  in.u64("reserved");
+  std::string r(in.blob("rescaler state"));
+  int64_t comp_t0 = static_cast<int64_t>(in.u64("compensation start"));
+  uint64_t n = in.u64("parameter count");
   EDL_CHECK(n == impl_->params.size(), DataError,
             "DistributedOptimizer::load: snapshot has " + std::to_string(n) + " parameters, optimizer has " +
                 std::to_string(impl_->params.size()));
   std::vector<Param> tmp(n);
   for (size_t i = 0; i < n; ++i) {
     const Param& p = impl_->params[i];
-    in.floats(tmp[i].slot1, p.count);
-    in.floats(tmp[i].slot2, p.count);
-    in.floats(tmp[i].comp, p.count);
+    get_floats(in, tmp[i].slot1, p.count);
+    get_floats(in, tmp[i].slot2, p.count);
+    get_floats(in, tmp[i].comp, p.count);
     EDL_CHECK(tmp[i].slot1.size() == p.slot1.size() && tmp[i].slot2.size() == p.slot2.size(), DataError,
               "DistributedOptimizer::load: snapshot slots of '" + p.name + "' do not match this optimizer's kind");
   }
-  EDL_CHECK(in.pos == snapshot.size(), DataError, "DistributedOptimizer::load: trailing bytes in snapshot");
+  EDL_CHECK(in.done(), DataError, "DistributedOptimizer::load: trailing bytes in snapshot");
   impl_->rescaler.load(r);  // validates before anything is replaced below
   impl_->comp_t0 = comp_t0;
   for (size_t i = 0; i < n; ++i) {
