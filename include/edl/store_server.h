@@ -10,13 +10,14 @@
 // keys a small replay journal so that a request re-sent after a reconnect is not applied twice.
 // wait()/wait_change() block on the server, so clients never poll; leases expire on the server and
 // wake waiters. Malformed, oversized or truncated frames close only the offending connection; so
-// does a connection that does not authenticate within handshake_timeout_ms. A client that stops reading its replies is throttled: once
+// does a connection that does not authenticate within handshake_timeout. A client that stops reading its replies is throttled: once
 // max_pending_output_bytes are queued for it, its further requests are not read until it drains.
 //
 // Thread-safety: construct, query and stop() from any thread; stop() is idempotent and also run by
 // the destructor. After stop() clients try to reconnect (StoreOptions::reconnect_timeout).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,7 +32,7 @@ struct StoreServerOptions {
   int port = 0;                                // 0 = an ephemeral port (see port())
   std::string secret;                          // job secret clients must prove ("" = the empty secret)
   size_t max_frame_bytes = size_t(64) << 20;   // frames above this close the connection: 64 MiB
-  int handshake_timeout_ms = 10000;            // a connection that has not authenticated by then is closed
+  std::chrono::milliseconds handshake_timeout{10000};  // a connection that has not authenticated by then is closed
   size_t max_pending_output_bytes = size_t(64) << 20;  // replies queued for a client that does not read:
                                                         // above this, its requests wait (back-pressure)
   size_t max_connections = 4096;               // open connections; above it new ones are closed at once

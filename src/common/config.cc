@@ -91,7 +91,10 @@ Config Config::from_env() {
                           std::to_string(c.heartbeat_ms));
   c.rendezvous_timeout_ms =
       static_cast<int>(env_int("EDL_RENDEZVOUS_TIMEOUT_MS", c.rendezvous_timeout_ms, 100, 86400000));
-  c.reset_limit = static_cast<int>(env_int("EDL_RESET_LIMIT", 0, 0, 1 << 30));
+  // -1 = unlimited, as every reset_limit member (docs/api.md, "Option names"); the variable's own
+  // spelling of unlimited, 0 (it cannot say "no resets"), is kept.
+  c.reset_limit = static_cast<int>(env_int("EDL_RESET_LIMIT", -1, -1, 1 << 30));
+  if (c.reset_limit == 0) c.reset_limit = -1;
   c.checkpoint_dir = env_str("EDL_CHECKPOINT_DIR", "");
   c.rendezvous_grace_ms =
       static_cast<int>(env_int("EDL_RENDEZVOUS_GRACE_MS", c.rendezvous_grace_ms, 0, 86400000));

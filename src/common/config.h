@@ -36,7 +36,8 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
   int heartbeat_ms = 500;           // EDL_HEARTBEAT_MS: lease refresh period
   int lease_ms = 3000;              // EDL_LEASE_MS: a worker silent this long is declared dead
   int rendezvous_timeout_ms = 60000;  // EDL_RENDEZVOUS_TIMEOUT_MS: below min_np this long = JobError
-  int reset_limit = 0;              // EDL_RESET_LIMIT: max generation resets (0 = unlimited)
+  int reset_limit = -1;             // EDL_RESET_LIMIT: max generation resets (-1 = unlimited; the variable
+                                    //   also says unlimited with 0, its historic spelling)
   std::string checkpoint_dir;       // EDL_CHECKPOINT_DIR: persist commits here ("" = memory only)
   int rendezvous_grace_ms = 3000;   // EDL_RENDEZVOUS_GRACE_MS: longest wait for a live but late member
   int start_window_ms = 1000;       // EDL_START_WINDOW_MS: first rendezvous waits this long for more workers

@@ -82,7 +82,7 @@ WorkerOptions worker_options_from(const Config& c) {
   m.heartbeat = std::chrono::milliseconds(c.heartbeat_ms);
   m.lease = std::chrono::milliseconds(c.lease_ms);
   m.rendezvous_timeout = std::chrono::milliseconds(c.rendezvous_timeout_ms);
-  m.grace = std::chrono::milliseconds(c.rendezvous_grace_ms);
+  m.rendezvous_grace = std::chrono::milliseconds(c.rendezvous_grace_ms);
   m.start_window = std::chrono::milliseconds(c.start_window_ms);
   m.progress_timeout = std::chrono::milliseconds(c.progress_timeout_ms);
   m.progress_floor = std::chrono::milliseconds(c.timeout_ms);

@@ -1,14 +1,18 @@
 // The value of <job>/g<G>/members (docs/elastic.md, keys.h), in one place for the workers'
 // membership and edl-run's store watcher: the decided members in rank order, "id host" per line,
-// or kJobErrorTag + reason when the job cannot go on.
+// or kJobErrorTag + reason when the job cannot go on. Also the decimal values (<job>/gen, <job>/seq,
+// arrival sequence numbers): parse_store_int.
 //
 // Thread-safety: value types and pure functions.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "edl/error.h"
 
 namespace edl::elastic {
 
@@ -27,6 +31,17 @@ inline std::string format_job_error(const std::string& reason) { return kJobErro
 inline std::optional<std::string> parse_job_error(const std::string& value) {
   if (value.rfind(kJobErrorTag, 0) != 0) return std::nullopt;
   return value.substr(sizeof(kJobErrorTag) - 1);
+}
+
+// A decimal store value (<job>/gen, <job>/seq, an arrival's sequence number); an absent key is 0.
+// Throws StoreError naming the value when it is not a number.
+inline int64_t parse_store_int(const std::optional<std::string>& v) {
+  if (!v) return 0;
+  try {
+    return std::stoll(*v);
+  } catch (const std::exception&) {
+    throw StoreError("elastic: store value '" + *v + "' is not a number");
+  }
 }
 
 inline std::string format_members(const std::vector<Member>& members) {

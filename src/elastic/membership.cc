@@ -29,15 +29,6 @@ bool valid_worker_id(const std::string& id) {
   return true;
 }
 
-int64_t parse_i64(const std::optional<std::string>& v) {
-  if (!v) return 0;
-  try {
-    return std::stoll(*v);
-  } catch (const std::exception&) {
-    throw StoreError("elastic: store value '" + *v + "' is not a number");
-  }
-}
-
 int64_t wall_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -420,7 +411,9 @@ std::vector<std::string> Membership::live_workers() {
   return ks;
 }
 
-uint64_t Membership::latest_generation() { return static_cast<uint64_t>(parse_i64(store_->get(keys_.gen()))); }
+uint64_t Membership::latest_generation() {
+  return static_cast<uint64_t>(parse_store_int(store_->get(keys_.gen())));
+}
 
 void Membership::check_finished() {
   if (store_->get(keys_.finished())) throw JobFinished();

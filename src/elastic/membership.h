@@ -42,7 +42,7 @@ struct MembershipOptions {
   std::chrono::milliseconds heartbeat{500};            // EDL_HEARTBEAT_MS: lease refresh period
   std::chrono::milliseconds lease{3000};               // EDL_LEASE_MS: silent this long = dead
   std::chrono::milliseconds rendezvous_timeout{60000}; // EDL_RENDEZVOUS_TIMEOUT_MS: below min this long = JobError
-  std::chrono::milliseconds grace{3000};    // EDL_RENDEZVOUS_GRACE_MS: longest wait for a live but late member
+  std::chrono::milliseconds rendezvous_grace{3000};  // EDL_RENDEZVOUS_GRACE_MS: longest wait for a live but late member
   std::chrono::milliseconds start_window{1000};  // EDL_START_WINDOW_MS: first round, wait for more workers
   // Progress deadline (EDL_PROGRESS_TIMEOUT_MS): a generation in which this worker passed no batch
   // boundary for this long is aborted (a rank stuck in user code while keeping its lease). 0 = auto:
@@ -172,6 +172,8 @@ class EDL_API Membership {
   void decide_first(uint64_t round);
   void decide_next(uint64_t round);
   void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error);
+  bool publish_if_decided(uint64_t round, const std::vector<Member>& members,
+                          std::chrono::steady_clock::time_point deadline, const char* what);
   std::vector<Arrival> arrivals(uint64_t round);
   std::vector<std::string> live_workers();
   uint64_t latest_generation();

@@ -16,15 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-int64_t parse_i64(const std::optional<std::string>& v) {
-  if (!v) return 0;
-  try {
-    return std::stoll(*v);
-  } catch (const std::exception&) {
-    throw StoreError("elastic: store value '" + *v + "' is not a number");
-  }
-}
-
 milliseconds left_until(Clock::time_point t) {
   auto d = std::chrono::duration_cast<milliseconds>(t - Clock::now());
   return d.count() > 0 ? d : milliseconds(0);
@@ -161,7 +152,7 @@ std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
     Arrival a;
     a.id = k.substr(prefix.size());
     auto sp = v->find(' ');
-    a.seq = parse_i64(v->substr(0, sp));
+    a.seq = parse_store_int(v->substr(0, sp));
     a.host = sp == std::string::npos ? "" : v->substr(sp + 1);
     out.push_back(std::move(a));
   }
@@ -174,9 +165,9 @@ void Membership::decide_first(uint64_t round) {
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
   std::optional<std::string> cur = store_->get(keys_.count(round));
   for (;;) {
-    while (parse_i64(cur) < opt_.min_np && Clock::now() < deadline)
+    while (parse_store_int(cur) < opt_.min_np && Clock::now() < deadline)
       cur = store_->wait_change(keys_.count(round), cur, left_until(deadline));
-    while (opt_.max_np == 0 || parse_i64(cur) < opt_.max_np) {
+    while (opt_.max_np == 0 || parse_store_int(cur) < opt_.max_np) {
       auto next = store_->wait_change(keys_.count(round), cur, opt_.start_window);
       if (next == cur) break;
       cur = next;
@@ -189,17 +180,7 @@ void Membership::decide_first(uint64_t round) {
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
       members.push_back(Member{a.id, a.host});
     }
-    if (static_cast<int>(members.size()) >= opt_.min_np) {
-      publish(round, members, "");
-      return;
-    }
-    if (Clock::now() >= deadline) {
-      publish(round, {},
-              "only " + std::to_string(members.size()) + " worker(s) joined within " +
-                  std::to_string(opt_.rendezvous_timeout.count()) + " ms, below the minimum of " +
-                  std::to_string(opt_.min_np) + " (EDL_MIN_NP / --min-np)");
-      return;
-    }
+    if (publish_if_decided(round, members, deadline, "joined within")) return;
     cur = store_->wait_change(keys_.count(round), cur, std::min(left_until(deadline), opt_.lease));
   }
 }
@@ -218,7 +199,7 @@ void Membership::decide_next(uint64_t round) {
   std::set<std::string> expected;
   for (const auto& m : prev)
     if (alive.count(m.id) && !left.count(m.id)) expected.insert(m.id);
-  auto grace_end = Clock::now() + opt_.grace;
+  auto grace_end = Clock::now() + opt_.rendezvous_grace;
   auto arrived_ids = [&] {
     std::set<std::string> s;
     std::string prefix = keys_.in_prefix(round);
@@ -294,21 +275,28 @@ void Membership::decide_next(uint64_t round) {
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
       members.push_back(Member{a.id, a.host});
     }
-    if (static_cast<int>(members.size()) >= opt_.min_np) {
-      publish(round, members, "");
-      return;
-    }
-    if (Clock::now() >= deadline) {
-      publish(round, {},
-              "only " + std::to_string(members.size()) + " worker(s) left for longer than " +
-                  std::to_string(opt_.rendezvous_timeout.count()) + " ms, below the minimum of " +
-                  std::to_string(opt_.min_np) + " (EDL_MIN_NP / --min-np)");
-      return;
-    }
+    if (publish_if_decided(round, members, deadline, "left for longer than")) return;
     EDL_LOG(1) << "edl: generation " << round << ": " << members.size() << " worker(s), waiting for "
                << opt_.min_np << " (EDL_MIN_NP)";
     count = store_->wait_change(keys_.count(round), count, std::min(left_until(deadline), opt_.lease));
   }
+}
+
+// The end of a decision attempt: `members` when they reach the minimum; past `deadline` the job error
+// "only N worker(s) <what> T ms, below the minimum"; else nothing (the decider waits on). Returns
+// whether round was published.
+bool Membership::publish_if_decided(uint64_t round, const std::vector<Member>& members,
+                                    std::chrono::steady_clock::time_point deadline, const char* what) {
+  if (static_cast<int>(members.size()) >= opt_.min_np) {
+    publish(round, members, "");
+    return true;
+  }
+  if (Clock::now() < deadline) return false;
+  publish(round, {},
+          "only " + std::to_string(members.size()) + " worker(s) " + what + " " +
+              std::to_string(opt_.rendezvous_timeout.count()) + " ms, below the minimum of " +
+              std::to_string(opt_.min_np) + " (EDL_MIN_NP / --min-np)");
+  return true;
 }
 
 void Membership::publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error) {
@@ -322,7 +310,7 @@ void Membership::publish(uint64_t round, const std::vector<Member>& members, con
   }
   // Advance <job>/gen monotonically (a stale decider never moves it back).
   auto cur = store_->get(keys_.gen());
-  while (parse_i64(cur) < static_cast<int64_t>(round)) {
+  while (parse_store_int(cur) < static_cast<int64_t>(round)) {
     if (store_->compare_set(keys_.gen(), cur, std::to_string(round), &cur)) break;
   }
   EDL_LOG(2) << "edl: generation " << round << " formed with " << members.size() << " worker(s)";

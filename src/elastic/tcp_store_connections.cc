@@ -74,7 +74,7 @@ void StoreServer::Impl::admit(int fd, const std::string& peer) {
   c->peer = peer;
   c->nonce = store::random_bytes(store::kNonceBytes);
   add_fd(fd, c->id, EPOLLIN);
-  handshake_deadlines_.emplace(Clock::now() + std::chrono::milliseconds(opts_.handshake_timeout_ms), c->id);
+  handshake_deadlines_.emplace(Clock::now() + opts_.handshake_timeout, c->id);
   unauthenticated_.insert(c->id);
   Conn& ref = *c;
   conns_.emplace(c->id, std::move(c));
@@ -232,7 +232,7 @@ void StoreServer::Impl::expire_handshakes(Clock::time_point now) {
     if (it == conns_.end() || it->second->authed || it->second->dead) continue;
     ++rejected_auth_;
     EDL_LOG(1) << "store server: closing connection from " << it->second->peer << ": no AUTH within "
-               << opts_.handshake_timeout_ms << " ms";
+               << opts_.handshake_timeout.count() << " ms";
     it->second->dead = true;
   }
 }

@@ -107,7 +107,7 @@ void Worker::on_failure(const std::string& reason) {
 
 void Worker::count_reset(const std::string& why) {
   ++resets_;
-  if (opt_.reset_limit > 0 && resets_ > opt_.reset_limit)
+  if (opt_.reset_limit >= 0 && resets_ > opt_.reset_limit)
     throw JobError("elastic: reset limit of " + std::to_string(opt_.reset_limit) +
                    " reached (EDL_RESET_LIMIT / --reset-limit); last cause: " + why);
 }

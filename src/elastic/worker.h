@@ -27,7 +27,7 @@ namespace edl::elastic {
 
 struct WorkerOptions {
   MembershipOptions membership;
-  int reset_limit = 0;           // EDL_RESET_LIMIT: max re-rendezvous after the first (0 = unlimited)
+  int reset_limit = -1;          // EDL_RESET_LIMIT: max re-rendezvous after the first (-1 = unlimited, 0 = none)
   int commit_every = 1;          // EDL_COMMIT_EVERY: notify_batch_end commits every N batches
   std::string checkpoint_dir;    // EDL_CHECKPOINT_DIR: default checkpoint dir of the State ("" = none)
   // EDL_RETRY_USER_ERRORS: false (default) = an exception out of fn that is not a peer failure

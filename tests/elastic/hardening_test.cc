@@ -24,7 +24,7 @@ TEST_CASE("a rank stuck inside a batch (lease alive) is evicted by the progress 
   c.comm_timeout = 60000ms;  // the collective deadline alone would hold everyone for a minute
   c.base.membership.progress_timeout = 1000ms;
   c.base.membership.lease = 1000ms;
-  c.base.membership.grace = 1000ms;
+  c.base.membership.rendezvous_grace = 1000ms;
   std::atomic<bool> stuck{false};
   std::atomic<uint64_t> stuck_gen{0};
   std::atomic<bool> captured{false};

@@ -88,7 +88,7 @@ struct Cluster {
     m.heartbeat = 100ms;  // short enough for quick tests, long enough not to evict a thread that
     m.lease = 1000ms;     // a loaded 2-core machine leaves unscheduled for a few hundred ms
     m.rendezvous_timeout = 1500ms;
-    m.grace = 1000ms;
+    m.rendezvous_grace = 1000ms;
     m.start_window = 150ms;
   }
   ~Cluster() { join_all(); }

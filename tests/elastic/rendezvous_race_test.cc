@@ -30,7 +30,7 @@ MembershipOptions race_opts(const std::string& job, const std::string& id, int m
   o.heartbeat = 100ms;
   o.lease = 1000ms;
   o.rendezvous_timeout = 5000ms;
-  o.grace = 5000ms;
+  o.rendezvous_grace = 5000ms;
   o.start_window = 100ms;
   return o;
 }

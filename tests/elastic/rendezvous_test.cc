@@ -28,7 +28,7 @@ MembershipOptions opts(const std::string& job, const std::string& id, int min_np
   o.heartbeat = 100ms;
   o.lease = 1000ms;  // a loaded 2-core machine can leave a thread unscheduled for a few hundred ms
   o.rendezvous_timeout = 1000ms;
-  o.grace = 5000ms;  // long: a test that finishes fast proves the dead were dropped by the heartbeat rule
+  o.rendezvous_grace = 5000ms;  // long: a test that finishes fast proves the dead were dropped by the heartbeat rule
   o.start_window = 100ms;
   return o;
 }
@@ -184,7 +184,7 @@ TEST_CASE("a dead process is dropped at once through its liveness probe, a stopp
     auto o = opts("j7", id, 1, 0);
     o.heartbeat = 1000ms;  // the heartbeat rule alone would need > 1.2 s
     o.lease = 5000ms;
-    o.grace = 1500ms;
+    o.rendezvous_grace = 1500ms;
     return o;
   };
   std::vector<std::unique_ptr<Membership>> ms;
@@ -335,7 +335,7 @@ TEST_CASE("a worker killed after arriving is left out at decision time, its leas
     auto o = opts(job, id, min_np, 0);
     o.hostname = "hostA";  // one host: loopback probes are meaningful
     o.lease = 10000ms;
-    o.grace = 5000ms;
+    o.rendezvous_grace = 5000ms;
     return o;
   };
   std::unique_ptr<Membership> victim;
@@ -399,7 +399,7 @@ TEST_CASE("a decider killed mid-decision is taken over through its probe, before
   for (int i = 0; i < 3; ++i) {
     auto o = opts("j13", "w" + std::to_string(i), 1, 0);
     o.lease = 10000ms;
-    o.grace = 5000ms;
+    o.rendezvous_grace = 5000ms;
     o.fault = [&, i](const std::string& point) {
       int none = -1;
       if (point == "rendezvous:decide" && armed.load() && killed.compare_exchange_strong(none, i)) {

@@ -207,7 +207,7 @@ TEST_CASE("a whole-job restart resumes from the checkpoint directory", "[scenari
 
 TEST_CASE("a member busy in a long batch is waited for (grace), not evicted", "[scenario][grace]") {
   Cluster c("s_grace", 1, 3);
-  c.base.membership.grace = 3000ms;
+  c.base.membership.rendezvous_grace = 3000ms;
   c.base.membership.heartbeat = 100ms;  // the crashed worker goes by its probe; a long lease keeps
   c.base.membership.lease = 3000ms;     // load-induced expiries out of the reset counts
   std::atomic<bool> killed{false};

@@ -14,6 +14,7 @@
 #include "elastic/launcher/binding.h"
 #include "elastic/launcher/discovery.h"
 #include "elastic/launcher/options.h"
+#include "launcher/parse_util.h"
 #include "launcher/run_util.h"
 #include "testing/redis_server.h"
 #include "testing/require_dep.h"
@@ -40,28 +41,12 @@ std::map<std::string, std::map<std::string, std::string>> env_by_tag(const std::
 }
 
 edl::launcher::LaunchOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "edl-run");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  edl::launcher::LaunchOptions o;
-  std::string help;
-  REQUIRE(edl::launcher::parse_command_line(static_cast<int>(argv.size()), argv.data(), &o, &help));
-  return o;
+  auto o = edl::test::parse_launch_options(std::move(args));
+  REQUIRE(o);
+  return *o;
 }
 
-bool parse_fails(std::vector<std::string> args) {
-  args.insert(args.begin(), "edl-run");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  edl::launcher::LaunchOptions o;
-  std::string help;
-  try {
-    edl::launcher::parse_command_line(static_cast<int>(argv.size()), argv.data(), &o, &help);
-  } catch (const edl::launcher::UsageError&) {
-    return true;
-  }
-  return false;
-}
+bool parse_fails(std::vector<std::string> args) { return !edl::test::parse_launch_options(std::move(args)); }
 
 }  // namespace
 
@@ -72,7 +57,7 @@ TEST_CASE("edl-run options: PROGRAM and its own flags are passed through", "[lau
   CHECK(o.command == std::vector<std::string>{"prog", "--np", "9", "-x"});
   o = parse({"--np=2", "--grace-period", "1.5", "--", "-weird-name"});
   CHECK(o.np == 2);
-  CHECK(o.grace_s == 1.5);
+  CHECK(o.grace_period_s == 1.5);
   CHECK(o.command == std::vector<std::string>{"-weird-name"});
   o = parse({"--min-np", "2", "--max-np", "4", "-np", "3", "--blacklist-cooldown-range", "2,8", "p"});
   CHECK(o.elastic);
@@ -90,7 +75,9 @@ TEST_CASE("edl-run options: PROGRAM and its own flags are passed through", "[lau
   CHECK(parse_fails({"--min-np", "1", "-np", "5", "--max-np", "4", "p"}));
   CHECK(parse_fails({"--elastic", "-np", "1", "--blacklist-cooldown-range", "5", "p"}));
   CHECK(parse_fails({"--elastic", "-np", "1", "--blacklist-cooldown-range", "5,2", "p"}));
-  CHECK(parse_fails({"--elastic", "-np", "1", "--reset-limit", "-1", "p"}));
+  CHECK(parse({"--elastic", "-np", "1", "--reset-limit", "-1", "p"}).reset_limit == -1);  // unlimited, as the default
+  CHECK(parse({"--elastic", "-np", "1", "--reset-limit", "0", "p"}).reset_limit == 0);    // no reset at all
+  CHECK(parse_fails({"--elastic", "-np", "1", "--reset-limit", "-2", "p"}));
   CHECK(parse_fails({"-np", "1", "--store", "http://x:1", "p"}));
   CHECK(parse_fails({"-np"}));
   CHECK(parse_fails({"-np", "1", "--hostname", "bad host", "p"}));

@@ -13,6 +13,7 @@
 
 #include "elastic/launcher/autoscaler.h"
 #include "elastic/launcher/options.h"
+#include "launcher/parse_util.h"
 #include "launcher/run_util.h"
 
 using namespace std::chrono_literals;
@@ -50,19 +51,7 @@ ThroughputSample sample(uint64_t gen, int k, int64_t steps, double seconds, int6
   return s;
 }
 
-bool parse_fails(std::vector<std::string> args) {
-  args.insert(args.begin(), "edl-run");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  edl::launcher::LaunchOptions o;
-  std::string help;
-  try {
-    edl::launcher::parse_command_line(static_cast<int>(argv.size()), argv.data(), &o, &help);
-  } catch (const edl::launcher::UsageError&) {
-    return true;
-  }
-  return false;
-}
+bool parse_fails(std::vector<std::string> args) { return !edl::test::parse_launch_options(std::move(args)); }
 
 int64_t reference_hist(int64_t steps) {
   uint64_t h = 0;
@@ -229,15 +218,12 @@ TEST_CASE("autoscaler: --max-global-batch keeps the local batch fixed up to that
 }
 
 TEST_CASE("edl-run observability flags: parsing and bad values", "[launcher][autoscale]") {
-  std::vector<std::string> args{"edl-run", "--min-np", "1", "--max-np", "4", "-np", "1", "--straggler-factor", "2.5",
-                                "--straggler-steps", "7", "--evict-stragglers", "--autoscale",
-                                "--scaling-threshold", "0.5", "--scaling-step", "2", "--scaling-interval", "30",
-                                "--max-global-batch", "256", "prog"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  edl::launcher::LaunchOptions o;
-  std::string help;
-  REQUIRE(edl::launcher::parse_command_line(static_cast<int>(argv.size()), argv.data(), &o, &help));
+  auto parsed = edl::test::parse_launch_options(
+      {"--min-np", "1", "--max-np", "4", "-np", "1", "--straggler-factor", "2.5", "--straggler-steps", "7",
+       "--evict-stragglers", "--autoscale", "--scaling-threshold", "0.5", "--scaling-step", "2",
+       "--scaling-interval", "30", "--max-global-batch", "256", "prog"});
+  REQUIRE(parsed);
+  const edl::launcher::LaunchOptions& o = *parsed;
   CHECK(o.straggler_factor == 2.5);
   CHECK(o.straggler_steps == 7);
   CHECK(o.evict_stragglers);

@@ -331,7 +331,7 @@ TEST_CASE("connect_store: URLs", "[store]") {
 TEST_CASE("tcp store: a connection that never authenticates is closed after the handshake timeout",
           "[store][hostile]") {
   edl::StoreServerOptions o{"127.0.0.1", 0, "k"};
-  o.handshake_timeout_ms = 200;
+  o.handshake_timeout = std::chrono::milliseconds(200);
   edl::StoreServer server(o);
   RawConn raw(server.port());
   REQUIRE(raw.read_message());  // HELLO, then silence

@@ -178,7 +178,7 @@ void ElasticLauncher::resize(int target) {
 void ElasticLauncher::stop_slot(Slot& s) {
   s.stopping = true;
   sup_.signal(s.pid, SIGTERM);
-  kill_at_[s.pid] = Clock::now() + milliseconds(static_cast<int64_t>(o_.grace_s * 1000));
+  kill_at_[s.pid] = Clock::now() + milliseconds(static_cast<int64_t>(o_.grace_period_s * 1000));
   log("event=stopping slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(s.pid));
 }
 
@@ -265,7 +265,7 @@ void ElasticLauncher::begin_stop(int sig) {
     if (s.pid <= 0) continue;
     s.stopping = true;
     sup_.signal(s.pid, sig);
-    if (!kill_at_.count(s.pid)) kill_at_[s.pid] = Clock::now() + milliseconds(static_cast<int64_t>(o_.grace_s * 1000));
+    if (!kill_at_.count(s.pid)) kill_at_[s.pid] = Clock::now() + milliseconds(static_cast<int64_t>(o_.grace_period_s * 1000));
   }
 }
 
@@ -284,7 +284,7 @@ void ElasticLauncher::escalate_kills() {
   auto now = Clock::now();
   for (auto it = kill_at_.begin(); it != kill_at_.end();) {
     if (now >= it->second) {
-      log("event=kill pid=" + std::to_string(it->first) + " (still running " + std::to_string(o_.grace_s) +
+      log("event=kill pid=" + std::to_string(it->first) + " (still running " + std::to_string(o_.grace_period_s) +
           " s after SIGTERM)");
       sup_.signal(it->first, SIGKILL);
       it = kill_at_.erase(it);

@@ -144,7 +144,7 @@ void ElasticLauncher::end_departed() {
   const auto now = Clock::now();
   for (auto& s : slots_) {
     if (s.pid <= 0 || s.stopping || s.left_at == Clock::time_point{}) continue;
-    if (now - s.left_at < milliseconds(static_cast<int64_t>(o_.grace_s * 1000))) continue;
+    if (now - s.left_at < milliseconds(static_cast<int64_t>(o_.grace_period_s * 1000))) continue;
     s.dropped = true;
     s.left_at = {};
     log("event=evict slot=" + std::to_string(s.index) + " worker=" + s.worker_id +

@@ -64,7 +64,7 @@ Job prepare_job(const LaunchOptions& o) {
     job.store_url = o.store_url;
   } else {
     StoreServerOptions so;
-    so.bind_address = o.store_bind;
+    so.bind_address = o.store_bind_address;
     so.port = o.store_port;
     so.secret = job.secret;
     job.server = std::make_unique<StoreServer>(so);

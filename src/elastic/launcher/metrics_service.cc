@@ -20,10 +20,10 @@ namespace edl::launcher {
 MetricsOptions metrics_options(const LaunchOptions& o) {
   MetricsOptions m;
   m.port = o.metrics_port;
-  m.bind = o.metrics_bind;
+  m.bind_address = o.metrics_bind_address;
   m.file = o.metrics_file;
   m.interval_s = o.metrics_interval_s;
-  m.report = o.report_path;
+  m.report_path = o.report_path;
   return m;
 }
 
@@ -113,15 +113,15 @@ void MetricsService::start_http() {
     res.set_content(goodput_json(job_.snapshot(MetricsClock::now()), -1), "application/json");
   });
   if (opt_.port == 0) {
-    port_ = http_->bind_to_any_port(opt_.bind);
+    port_ = http_->bind_to_any_port(opt_.bind_address);
   } else {
-    port_ = http_->bind_to_port(opt_.bind, opt_.port) ? opt_.port : -1;
+    port_ = http_->bind_to_port(opt_.bind_address, opt_.port) ? opt_.port : -1;
   }
   if (port_ <= 0)
-    throw InvalidArgument("--metrics-port " + std::to_string(opt_.port) + ": cannot listen on " + opt_.bind + ":" +
+    throw InvalidArgument("--metrics-port " + std::to_string(opt_.port) + ": cannot listen on " + opt_.bind_address + ":" +
                           std::to_string(opt_.port) + " (in use, or --metrics-bind is not a local address)");
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
-  log_("event=metrics url=http://" + opt_.bind + ":" + std::to_string(port_) + "/metrics");
+  log_("event=metrics url=http://" + opt_.bind_address + ":" + std::to_string(port_) + "/metrics");
 }
 
 void MetricsService::write_csv_row() {
@@ -156,9 +156,9 @@ void MetricsService::finish(int exit_code) {
   const JobSnapshot s = job_.snapshot(MetricsClock::now());
   if (csv_) write_csv_row();
   log_("event=report " + goodput_line(s));
-  if (!opt_.report.empty()) {
+  if (!opt_.report_path.empty()) {
     try {
-      write_goodput_report(opt_.report, s, exit_code);
+      write_goodput_report(opt_.report_path, s, exit_code);
     } catch (const std::exception& e) {
       log_(std::string("event=warning reason=\"") + e.what() + "\"");
     }

@@ -28,10 +28,10 @@ namespace edl::launcher {
 
 struct MetricsOptions {
   int port = -1;                   // --metrics-port: -1 = no HTTP endpoint; 0 = any free port (logged)
-  std::string bind = "127.0.0.1";  // --metrics-bind: address of the HTTP endpoint
+  std::string bind_address = "127.0.0.1";  // --metrics-bind: address of the HTTP endpoint
   std::string file;                // --metrics-file: CSV path ("" = none)
   double interval_s = 1.0;         // --metrics-interval: seconds between CSV rows
-  std::string report;              // --report: JSON path of the goodput report ("" = only the log line)
+  std::string report_path;         // --report: JSON path of the goodput report ("" = only the log line)
 };
 
 // The metrics part of edl-run's command line.

@@ -40,9 +40,9 @@ void parse_metrics_options(const cxxopts::ParseResult& r, LaunchOptions* L) {
       throw UsageError("--metrics-port '" + text + "' is not a port number (0..65535)");
     L->metrics_port = static_cast<int>(p);
   }
-  L->metrics_bind = r["metrics-bind"].as<std::string>();
-  if (L->metrics_bind.empty() || L->metrics_bind.find_first_of(" \t/") != std::string::npos)
-    throw UsageError("--metrics-bind '" + L->metrics_bind + "' is not an address");
+  L->metrics_bind_address = r["metrics-bind"].as<std::string>();
+  if (L->metrics_bind_address.empty() || L->metrics_bind_address.find_first_of(" \t/") != std::string::npos)
+    throw UsageError("--metrics-bind '" + L->metrics_bind_address + "' is not an address");
   if (r.count("metrics-file")) {
     L->metrics_file = r["metrics-file"].as<std::string>();
     if (L->metrics_file.empty()) throw UsageError("--metrics-file must not be empty");
@@ -128,7 +128,7 @@ void declare_options(cxxopts::Options& o) {
       ("host-discovery-script", "elastic: executable printing 'host:slots' lines", cxxopts::value<std::string>())
       ("discovery-interval-ms", "elastic: discovery poll period", cxxopts::value<int>()->default_value("1000"))
       ("reset-limit", "elastic: resets (new generations after the first) the job may go through; also "
-                      "bounds restarts of failed workers (default: unlimited)", cxxopts::value<int>())
+                      "bounds restarts of failed workers (default -1: unlimited)", cxxopts::value<int>())
       ("blacklist-cooldown-range", "elastic: MIN,MAX seconds a failed slot rests (doubles per failure)",
        cxxopts::value<std::string>()->default_value("0,0"))
       ("store", "external store URL (etcd://H1:2379,H2:2379,... or redis://HOST:PORT); default: embedded store", cxxopts::value<std::string>())
@@ -235,15 +235,15 @@ void read_core_options(const cxxopts::ParseResult& r, LaunchOptions* out) {
   L.discovery_interval_ms = r["discovery-interval-ms"].as<int>();
   if (r.count("reset-limit")) {
     L.reset_limit = r["reset-limit"].as<int>();
-    if (L.reset_limit < 0) throw UsageError("--reset-limit must not be negative");
+    if (L.reset_limit < -1) throw UsageError("--reset-limit must be -1 (unlimited) or at least 0");
   }
   if (r.count("store")) L.store_url = r["store"].as<std::string>();
-  L.store_bind = r["store-bind"].as<std::string>();
+  L.store_bind_address = r["store-bind"].as<std::string>();
   L.store_port = r["store-port"].as<int>();
   if (r.count("secret")) L.secret = r["secret"].as<std::string>();
   if (r.count("job-id")) L.job_id = r["job-id"].as<std::string>();
   L.hostname = r.count("hostname") ? r["hostname"].as<std::string>() : local_hostname();
-  L.grace_s = r["grace-period"].as<double>();
+  L.grace_period_s = r["grace-period"].as<double>();
   L.rendezvous_timeout_s = r["rendezvous-timeout"].as<double>();
   if (r.count("pid-file")) L.pid_file = r["pid-file"].as<std::string>();
   if (r.count("timeline")) {
@@ -281,7 +281,7 @@ void validate(const cxxopts::ParseResult& r, LaunchOptions* out) {
       throw UsageError("-np " + std::to_string(L.np) + " is above --max-np " + std::to_string(L.max_np));
   }
   if (L.discovery_interval_ms < 10) throw UsageError("--discovery-interval-ms must be at least 10");
-  if (!(L.grace_s >= 0)) throw UsageError("--grace-period must not be negative");
+  if (!(L.grace_period_s >= 0)) throw UsageError("--grace-period must not be negative");
   if (!(L.rendezvous_timeout_s > 0)) throw UsageError("--rendezvous-timeout must be positive");
   if (L.hostname.empty() || L.hostname.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                                          "0123456789.-_@") != std::string::npos)

@@ -17,16 +17,16 @@ struct LaunchOptions {
   int max_np = 0;                    // --max-np (elastic; default = np, or unbounded (0) with discovery)
   std::string discovery_script;      // --host-discovery-script: prints "host:slots" lines
   int discovery_interval_ms = 1000;  // --discovery-interval-ms: how often the script runs
-  int reset_limit = -1;              // --reset-limit: restarts of failed workers allowed (-1 = unlimited)
+  int reset_limit = -1;              // --reset-limit: resets / restarts allowed (-1 = unlimited, 0 = none)
   int cooldown_min_s = 0;            // --blacklist-cooldown-range MIN,MAX (seconds)
   int cooldown_max_s = 0;
   std::string store_url;             // --store: "" = embedded StoreServer
-  std::string store_bind = "127.0.0.1";  // --store-bind: address of the embedded store
+  std::string store_bind_address = "127.0.0.1";  // --store-bind: address of the embedded store
   int store_port = 0;                // --store-port: 0 = ephemeral
   std::string secret;                // --secret, else EDL_JOB_SECRET, else random
   std::string job_id;                // --job-id, else random
   std::string hostname;              // --hostname: this host's name in discovery output (default gethostname)
-  double grace_s = 10.0;             // --grace-period: SIGTERM -> SIGKILL delay
+  double grace_period_s = 10.0;             // --grace-period: SIGTERM -> SIGKILL delay
   double rendezvous_timeout_s = 60.0;  // --rendezvous-timeout: below --min-np this long = job failure
   std::string pid_file;              // --pid-file: "<rank-or-slot> <pid>" lines, rewritten on change
   bool verbose = false;              // --verbose: log every process start/exit
@@ -35,7 +35,7 @@ struct LaunchOptions {
   bool allow_restart_from_scratch = false;  // --allow-restart-from-scratch: EDL_ALLOW_RESTART_FROM_SCRATCH=1
   // Job metrics (docs/observability.md).
   int metrics_port = -1;             // --metrics-port: Prometheus endpoint (-1 = none, 0 = any free port)
-  std::string metrics_bind = "127.0.0.1";  // --metrics-bind: its address
+  std::string metrics_bind_address = "127.0.0.1";  // --metrics-bind: its address
   std::string metrics_file;          // --metrics-file: CSV of the job-wide samples ("" = none)
   double metrics_interval_s = 1.0;   // --metrics-interval: seconds between CSV rows
   std::string report_path;           // --report: goodput report as JSON ("" = only the log line)

@@ -55,7 +55,7 @@ int run_static(const LaunchOptions& o, Job& job) {
   Clock::time_point kill_at{};
   auto begin_stop = [&](int sig) {
     sup.signal_all(sig);
-    if (!stopping) kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
+    if (!stopping) kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_period_s * 1000));
     stopping = true;
   };
 
@@ -98,7 +98,7 @@ int run_static(const LaunchOptions& o, Job& job) {
       }
     }
     if (stopping && !killed && Clock::now() >= kill_at && sup.any_running()) {
-      log_event("workers still running " + std::to_string(o.grace_s) + " s after SIGTERM; sending SIGKILL");
+      log_event("workers still running " + std::to_string(o.grace_period_s) + " s after SIGTERM; sending SIGKILL");
       sup.signal_all(SIGKILL);
       killed = true;
     }

@@ -1,0 +1,36 @@
+// Config::from_env: the spelling of EDL_RESET_LIMIT ("Option names" in docs/api.md): the members say
+// unlimited with -1 everywhere; the variable keeps its historic 0 = unlimited and accepts -1 too.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "common/config.h"
+#include "edl/error.h"
+
+namespace {
+
+// Config::from_env() with EDL_RESET_LIMIT set to `value` (nullptr = unset): the member, or -100 when
+// the value is refused with InvalidArgument.
+int reset_limit_from(const char* value) {
+  if (value) setenv("EDL_RESET_LIMIT", value, 1);
+  else unsetenv("EDL_RESET_LIMIT");
+  int got = -100;
+  try {
+    got = edl::Config::from_env().reset_limit;
+  } catch (const edl::InvalidArgument&) {
+  }
+  unsetenv("EDL_RESET_LIMIT");
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("EDL_RESET_LIMIT: unset, 0 and -1 are unlimited (-1 in Config), N is N", "[config]") {
+  CHECK(reset_limit_from(nullptr) == -1);
+  CHECK(reset_limit_from("0") == -1);
+  CHECK(reset_limit_from("-1") == -1);
+  CHECK(reset_limit_from("3") == 3);
+  CHECK(reset_limit_from("-2") == -100);
+  CHECK(reset_limit_from("many") == -100);
+}
