@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "common/bench_util.h"
+#include "resnet20.h"  // examples/torch: the libtorch ResNet20 the edl::torch example trains
 
 namespace edl::bench {
 namespace {
@@ -17,56 +18,6 @@ using torch::indexing::Slice;
 nn::Conv2dOptions conv(int in, int out, int k, int stride, int groups = 1) {
   return nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).groups(groups).bias(false);
 }
-
-struct BasicBlockImpl : nn::Module {
-  BasicBlockImpl(int in, int out, int stride)
-      : conv1(register_module("conv1", nn::Conv2d(conv(in, out, 3, stride)))),
-        bn1(register_module("bn1", nn::BatchNorm2d(out))),
-        conv2(register_module("conv2", nn::Conv2d(conv(out, out, 3, 1)))),
-        bn2(register_module("bn2", nn::BatchNorm2d(out))),
-        stride(stride),
-        pad((out - in) / 2) {}
-  torch::Tensor forward(torch::Tensor x) {
-    auto out = bn2(conv2(torch::relu(bn1(conv1(x)))));
-    if (stride != 1 || pad != 0) {  // option A: subsample and zero-pad the channels
-      x = x.index({Slice(), Slice(), Slice(None, None, stride), Slice(None, None, stride)});
-      x = torch::constant_pad_nd(x, {0, 0, 0, 0, pad, pad});
-    }
-    return torch::relu(out + x);
-  }
-  nn::Conv2d conv1;
-  nn::BatchNorm2d bn1;
-  nn::Conv2d conv2;
-  nn::BatchNorm2d bn2;
-  int stride, pad;
-};
-TORCH_MODULE(BasicBlock);
-
-struct ResNet20Impl : nn::Module {
-  ResNet20Impl(int channels, int classes)
-      : conv1(register_module("conv1", nn::Conv2d(conv(channels, 16, 3, 1)))),
-        bn1(register_module("bn1", nn::BatchNorm2d(16))),
-        blocks(register_module("layers", nn::Sequential())),
-        linear(register_module("linear", nn::Linear(64, classes))) {
-    int in = 16;
-    for (int stage = 0; stage < 3; ++stage) {
-      int out = 16 << stage;
-      for (int i = 0; i < 3; ++i) {
-        blocks->push_back(BasicBlock(in, out, stage > 0 && i == 0 ? 2 : 1));
-        in = out;
-      }
-    }
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = blocks->forward(torch::relu(bn1(conv1(x))));
-    return linear(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
-  }
-  nn::Conv2d conv1;
-  nn::BatchNorm2d bn1;
-  nn::Sequential blocks;
-  nn::Linear linear;
-};
-TORCH_MODULE(ResNet20);
 
 struct InvertedResidualImpl : nn::Module {
   InvertedResidualImpl(int in, int out, int stride, int t) : residual(stride == 1 && in == out) {
@@ -158,7 +109,7 @@ TorchResult run_libtorch(const std::string& model, bool train, int threads, int 
   auto images = torch::rand({batch, channels, height, width}) * 2 - 1;
   auto labels = torch::randint(0, classes, {batch}, torch::kLong);
   if (model == "mobilenetv2") return run(MobileNetV2(channels, classes), train, batch, warmup, iters, images, labels);
-  return run(ResNet20(channels, classes), train, batch, warmup, iters, images, labels);
+  return run(edl_examples::ResNet20(channels, classes), train, batch, warmup, iters, images, labels);
 }
 
 }  // namespace edl::bench

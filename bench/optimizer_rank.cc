@@ -9,39 +9,11 @@
 #include <thread>
 
 #include "common/bench_util.h"
+#include "common/step_barrier.h"
 #include "edl/optim.h"
 #include "edl/store.h"
 
 namespace edl::bench {
-
-namespace {
-
-// Keeps compute_only ranks in lockstep like the communicating modes (an allreduce synchronises
-// them): a step ends when every rank has finished it.
-class StepBarrier {
- public:
-  explicit StepBarrier(int n) : n_(n) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return gen_ != gen; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
-  int count_ = 0;
-  uint64_t gen_ = 0;
-};
-
-}  // namespace
 
 const char* mode_name(OptMode m) {
   switch (m) {

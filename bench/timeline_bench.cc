@@ -43,6 +43,7 @@
 
 #include "collective/engine.h"
 #include "common/bench_util.h"
+#include "common/step_barrier.h"
 #include "common/timeline.h"
 #include "edl/communicator.h"
 #include "edl/error.h"
@@ -54,28 +55,7 @@ namespace {
 
 using edl::bench::Json;
 
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return gen_ != gen; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
-  int count_ = 0;
-  uint64_t gen_ = 0;
-};
+using edl::bench::StepBarrier;
 
 struct Config {
   int ranks = 2;
@@ -166,7 +146,7 @@ std::vector<Block> run(const Config& c, long* wrong) {
   for (size_t b = 0; b < order.size(); ++b) blocks[b].on = order[b];
   const std::string path = c.dir + "/timeline_bench.json";
   auto store = edl::make_memory_store();
-  Barrier barrier(c.ranks);
+  StepBarrier barrier(c.ranks);
   std::vector<std::exception_ptr> errors(c.ranks);
   std::vector<long> wrongs(c.ranks, 0);
   std::vector<std::thread> threads;

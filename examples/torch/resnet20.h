@@ -1,7 +1,7 @@
 // ResNet20 in libtorch (He et al. 2016, the CIFAR variant with option-A shortcuts: subsample and
 // zero-pad the channels), the same architecture as models/resnet20 and bench/model_bench's libtorch
 // baseline; `channels` input planes (1 for Fashion-MNIST, 3 for CIFAR-10). Used by the edl::torch
-// example (examples/torch/fashion_mnist.cc) and torch_bench.
+// example (examples/torch/fashion_mnist.cc), torch_bench and model_bench's libtorch rows.
 // Outside namespace edl on purpose: TORCH_MODULE names torch::nn unqualified, which edl::torch would
 // shadow inside namespace edl.
 #pragma once
