@@ -361,35 +361,9 @@ void Worker::run(State& state, const std::function<void()>& fn) {
   state_set_persist(state, false);  // rank 0 of each generation persists, once ranks are known
   try {
     join();
-    // Commits carry the job id and the job's lineage; a checkpoint of another job or lineage is refused.
-    const Keys& k = membership_.keys();
-    state_on_checkpoint_written(state, [this, k](int64_t step, const std::string& lineage) {
-      record_checkpoint(k, step, lineage);
-    });
-    if (state.committed_step() < 0) {
-      // A checkpoint must be of this job and (when the job has one already) of its lineage.
-      state_set_identity(state, opt_.membership.job_id, store_->get(k.lineage()).value_or(""));
-      if (!state.load_checkpoint()) {
-        state_set_identity(state, opt_.membership.job_id, "");  // a fresh state belongs to no lineage yet
-        commit();
-      }
-    } else {
-      state_set_identity(state, opt_.membership.job_id, state_lineage(state));
-    }
+    adopt_state(state);
     set_current_group(group().get());
-    bool synced = false;
-    while (!synced) {
-      try {
-        fault_point("sync");
-        finish_generation(false);
-        synced = true;
-      } catch (const CommError& e) {
-        if (crashed_) throw;
-        on_comm_failure(e.what());
-        form(true);
-        synced = true;
-      }
-    }
+    sync_first_generation();
     for (;;) {
       enum { kNone, kChanged, kFailed, kUser } what = kNone;
       std::string why;
@@ -426,19 +400,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       }
       if (what == kUser && !opt_.retry_user_errors) fail_job(cause);
       if (what == kChanged) {
-        commit();
-        since_commit_ = 0;
-        stats().set_phase(leave_announced_ ? Phase::kDone : Phase::kRendezvous);
-        if (leave_announced_) {
-          EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step
-                     << (evicted_ ? " (evicted as a straggler)" : "");
-          membership_.unwatch();
-          membership_.stop();
-          if (evicted_)
-            throw StragglerEvicted("edl: worker " + opt_.membership.worker_id + " was evicted as a straggler at step " +
-                                   std::to_string(state.step) + " (EDL_EVICT_STRAGGLERS / edl-run --evict-stragglers)");
-          return;
-        }
+        if (commit_and_leave_if_announced(state)) return;
         count_reset(why);
         form(false);
       } else {
@@ -466,6 +428,56 @@ void Worker::run(State& state, const std::function<void()>& fn) {
                      std::to_string(view_.id) + " and the job finished before it could rejoin; its state is stale");
     EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << ": the job finished before it was admitted";
   }
+}
+
+// Before the first generation trains: commits carry the job id and the job's lineage (a checkpoint of
+// another job or lineage is refused); a state without a commit loads the job's checkpoint, else
+// commits its initial values.
+void Worker::adopt_state(State& state) {
+  const Keys& k = membership_.keys();
+  state_on_checkpoint_written(state, [this, k](int64_t step, const std::string& lineage) {
+    record_checkpoint(k, step, lineage);
+  });
+  if (state.committed_step() < 0) {
+    // A checkpoint must be of this job and (when the job has one already) of its lineage.
+    state_set_identity(state, opt_.membership.job_id, store_->get(k.lineage()).value_or(""));
+    if (!state.load_checkpoint()) {
+      state_set_identity(state, opt_.membership.job_id, "");  // a fresh state belongs to no lineage yet
+      commit();
+    }
+  } else {
+    state_set_identity(state, opt_.membership.job_id, state_lineage(state));
+  }
+}
+
+// The first sync of the state from the best member; a generation that fails during it is re-formed
+// (form syncs the new one).
+void Worker::sync_first_generation() {
+  try {
+    fault_point("sync");
+    finish_generation(false);
+  } catch (const CommError& e) {
+    if (crashed_) throw;
+    on_comm_failure(e.what());
+    form(true);
+  }
+}
+
+// After an agreed membership change: commits; a worker that announced its leave stops here (true;
+// an evicted straggler throws StragglerEvicted), the others go on to the next generation (false).
+bool Worker::commit_and_leave_if_announced(const State& state) {
+  commit();
+  since_commit_ = 0;
+  stats().set_phase(leave_announced_ ? Phase::kDone : Phase::kRendezvous);
+  if (!leave_announced_) return false;
+  EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step
+             << (evicted_ ? " (evicted as a straggler)" : "");
+  membership_.unwatch();
+  membership_.stop();
+  if (evicted_)
+    throw StragglerEvicted("edl: worker " + opt_.membership.worker_id + " was evicted as a straggler at step " +
+                           std::to_string(state.step) + " (EDL_EVICT_STRAGGLERS / edl-run --evict-stragglers)");
+  return true;
 }
 
 // Advances <job>/checkpoint to "<lineage> <step>" (never backwards within a lineage). Writer thread.

@@ -91,6 +91,10 @@ class EDL_API Worker {
   void on_comm_failure(const std::string& why);
   void check_lineage();
   void record_checkpoint(const Keys& k, int64_t step, const std::string& lineage);
+  // The named steps of run() (worker.cc).
+  void adopt_state(State& state);
+  void sync_first_generation();
+  bool commit_and_leave_if_announced(const State& state);
   // Batch-boundary observability: straggler verdicts on the gathered step times, rank 0's reports
   // and throughput samples in the store (docs/observability.md).
   void on_step_times(const std::vector<int64_t>& compute_us);
