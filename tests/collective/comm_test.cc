@@ -11,23 +11,60 @@
 
 #include "collective/socket.h"
 #include "harness.h"
-#include "values.h"
 
 using namespace edl;
 using edl::collective::TcpCommunicator;
 
 namespace {
 
-using test::load_value;
-using test::store_value;
-constexpr auto& kTypes = test::kAllTypes;
-constexpr auto& kOps = test::kAllOps;
+const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 // Small integers: sums and products of up to 4 of them are exact in every dtype.
 double input_value(int rank, size_t i) { return static_cast<double>(static_cast<int>((i * 7 + rank * 3) % 11) - 5); }
 
+void store_value(void* buf, size_t i, DataType dt, double v) {
+  switch (dt) {
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v)); break;
+    case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = float_to_bfloat16(static_cast<float>(v)); break;
+    default: break;
+  }
+}
+
+double load_value(const void* buf, size_t i, DataType dt) {
+  switch (dt) {
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kFloat16: return half_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16: return bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
+    default: return 0;
+  }
+}
+
 double expected(int n, size_t i, ReduceOp op, DataType dt) {
-  return test::reference_reduce(n, i, op, dt, input_value);
+  double acc = input_value(0, i);
+  for (int r = 1; r < n; ++r) {
+    double v = input_value(r, i);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage: acc += v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kProduct: acc *= v; break;
+    }
+  }
+  if (op == ReduceOp::kAverage) {
+    if (dt == DataType::kInt32 || dt == DataType::kInt64) return std::trunc(acc / n);
+    return acc / n;
+  }
+  return acc;
 }
 
 double tolerance(DataType dt) {
