@@ -69,9 +69,8 @@ std::string fmt(double v) {
   return b;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line (every flag takes one value; see the file comment).
+struct Flags {
   int64_t steps = 200;
   double step_ms = 20;
   size_t params = 1 << 16;
@@ -84,19 +83,23 @@ int main(int argc, char** argv) {
   int64_t batch = 0;
   uint64_t records = 0;
   std::map<int, double> step_ms_by_size;
+};
+
+// Parses argv into *f; false after printing what is wrong (exit status 2).
+bool parse_flags(int argc, char** argv, Flags* f) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--steps") steps = std::stoll(argv[i + 1]);
-    else if (a == "--step-ms") step_ms = std::stod(argv[i + 1]);
-    else if (a == "--params") params = std::stoull(argv[i + 1]);
-    else if (a == "--log") log_path = argv[i + 1];
-    else if (a == "--throw-at") throw_at = std::stoll(argv[i + 1]);
-    else if (a == "--stall-at") stall_at = std::stoll(argv[i + 1]);
-    else if (a == "--stall-ms") stall_ms = std::stod(argv[i + 1]);
-    else if (a == "--slow-ms") slow_ms = std::stod(argv[i + 1]);
-    else if (a == "--slow-worker") slow_worker = argv[i + 1];
-    else if (a == "--batch") batch = std::stoll(argv[i + 1]);
-    else if (a == "--records") records = std::stoull(argv[i + 1]);
+    if (a == "--steps") f->steps = std::stoll(argv[i + 1]);
+    else if (a == "--step-ms") f->step_ms = std::stod(argv[i + 1]);
+    else if (a == "--params") f->params = std::stoull(argv[i + 1]);
+    else if (a == "--log") f->log_path = argv[i + 1];
+    else if (a == "--throw-at") f->throw_at = std::stoll(argv[i + 1]);
+    else if (a == "--stall-at") f->stall_at = std::stoll(argv[i + 1]);
+    else if (a == "--stall-ms") f->stall_ms = std::stod(argv[i + 1]);
+    else if (a == "--slow-ms") f->slow_ms = std::stod(argv[i + 1]);
+    else if (a == "--slow-worker") f->slow_worker = argv[i + 1];
+    else if (a == "--batch") f->batch = std::stoll(argv[i + 1]);
+    else if (a == "--records") f->records = std::stoull(argv[i + 1]);
     else if (a == "--step-ms-by-size") {
       std::string list = argv[i + 1];
       for (size_t p = 0; p < list.size();) {
@@ -104,36 +107,44 @@ int main(int argc, char** argv) {
         if (comma == std::string::npos) comma = list.size();
         if (colon == std::string::npos || colon > comma) {
           std::fprintf(stderr, "elastic_worker: --step-ms-by-size wants K:MS,... got %s\n", list.c_str());
-          return 2;
+          return false;
         }
-        step_ms_by_size[std::stoi(list.substr(p, colon - p))] = std::stod(list.substr(colon + 1, comma - colon - 1));
+        f->step_ms_by_size[std::stoi(list.substr(p, colon - p))] = std::stod(list.substr(colon + 1, comma - colon - 1));
         p = comma + 1;
       }
     }
     else {
       std::fprintf(stderr, "elastic_worker: unknown flag %s\n", a.c_str());
-      return 2;
+      return false;
     }
   }
-  g_log = ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  if (!parse_flags(argc, argv, &f)) return 2;
+  g_log = ::open(f.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   const char* wid = std::getenv("EDL_WORKER_ID");
   g_id = wid ? wid : ("pid" + std::to_string(::getpid()));
   log_line("start " + g_id + " " + std::to_string(::getpid()) + " " + fmt(now_ms()));
   try {
     edl::init();
-    if (batch > 0) edl::elastic::set_local_batch_size(batch);
-    const bool slow = slow_ms > 0 && (slow_worker.empty() || slow_worker == g_id);
-    std::vector<float> w(params), grad(params);
-    for (size_t i = 0; i < params; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
+    if (f.batch > 0) edl::elastic::set_local_batch_size(f.batch);
+    const bool slow = f.slow_ms > 0 && (f.slow_worker.empty() || f.slow_worker == g_id);
+    std::vector<float> w(f.params), grad(f.params);
+    for (size_t i = 0; i < f.params; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
     int64_t hist = 0;
     edl::elastic::State state;
     state.register_tensor("w", w.data(), w.size(), edl::DataType::kFloat32);
     state.register_scalar("hist", &hist);
     std::unique_ptr<edl::data::ShardGenerator> shards;
-    std::vector<int32_t> counts(records, 0), marks(records, 0);
-    if (records > 0) {
+    std::vector<int32_t> counts(f.records, 0), marks(f.records, 0);
+    if (f.records > 0) {
       edl::data::ShardOptions so;
-      so.records = records;
+      so.records = f.records;
       so.records_per_shard = 16;
       so.batch_size = 4;
       so.epochs = 1;
@@ -152,11 +163,11 @@ int main(int argc, char** argv) {
                " " + fmt(t) + " " + fmt(t - boundary_t));
     });
     edl::elastic::run(state, [&] {
-      while (state.step < steps) {
-        if (state.step == throw_at) throw std::runtime_error("elastic_worker: injected failure at step " + std::to_string(throw_at));
-        if (state.step == stall_at) {
-          stall_at = -1;
-          std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(stall_ms * 1000)));
+      while (state.step < f.steps) {
+        if (state.step == f.throw_at) throw std::runtime_error("elastic_worker: injected failure at step " + std::to_string(f.throw_at));
+        if (state.step == f.stall_at) {
+          f.stall_at = -1;
+          std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(f.stall_ms * 1000)));
         }
         if (shards) {
           edl::data::StepRecords rec = shards->next();  // every member calls it once per step
@@ -166,15 +177,15 @@ int main(int argc, char** argv) {
           edl::allreduce(marks.data(), marks.size(), edl::DataType::kInt32, edl::ReduceOp::kSum, "marks");
           for (size_t i = 0; i < counts.size(); ++i) counts[i] += marks[i];
         }
-        if (slow) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(slow_ms * 1000)));
+        if (slow) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(f.slow_ms * 1000)));
         int rank = edl::rank();
-        for (size_t i = 0; i < params; ++i)
+        for (size_t i = 0; i < f.params; ++i)
           grad[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(state.step) + 1e-4 * i)) * (rank + 1);
-        auto by_size = step_ms_by_size.find(edl::size());
-        const double this_step_ms = by_size != step_ms_by_size.end() ? by_size->second : step_ms;
+        auto by_size = f.step_ms_by_size.find(edl::size());
+        const double this_step_ms = by_size != f.step_ms_by_size.end() ? by_size->second : f.step_ms;
         auto t_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(this_step_ms * 1000));
         edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
-        for (size_t i = 0; i < params; ++i) w[i] -= 0.01f * grad[i];
+        for (size_t i = 0; i < f.params; ++i) w[i] -= 0.01f * grad[i];
         hist = static_cast<int64_t>(static_cast<uint64_t>(hist) * 1000003u + static_cast<uint64_t>(state.step + 1));
         std::this_thread::sleep_until(t_end);  // the "compute" of a step
         boundary_t = now_ms();
@@ -185,9 +196,9 @@ int main(int argc, char** argv) {
     });
     uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(w.data()), static_cast<uInt>(w.size() * sizeof(float)));
     log_line("done " + g_id + " " + std::to_string(state.step) + " " + std::to_string(crc) + " " + std::to_string(hist));
-    if (records > 0) {
+    if (f.records > 0) {
       const auto once = std::count(counts.begin(), counts.end(), 1);
-      log_line("audit " + g_id + " " + std::to_string(once) + " " + std::to_string(records));
+      log_line("audit " + g_id + " " + std::to_string(once) + " " + std::to_string(f.records));
     }
     edl::shutdown();
   } catch (const edl::elastic::JobFailed& e) {  // final: edl-run must not restart anyone
