@@ -5,6 +5,7 @@
 // relative per gradient element, accumulated over the steps and amplified by Adam's normalisation).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <exception>
@@ -17,6 +18,7 @@
 #include "edl/error.h"
 #include "edl/optim.h"
 #include "edl/store.h"
+#include "optim/rank_threads.h"
 #include "optim/tiny_mlp.h"
 
 using namespace edl;
@@ -70,39 +72,23 @@ test::TinyMlp train_single(const Config& c, const test::Dataset& data) {
 }
 
 std::vector<test::TinyMlp> train_distributed(const Config& c, const test::Dataset& data, const std::string& prefix) {
-  auto store = make_memory_store();
   std::vector<test::TinyMlp> models(c.ranks, test::TinyMlp(kDim, kHidden));
-  std::vector<std::exception_ptr> errors(c.ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < c.ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        CommunicatorOptions co;
-        co.timeout = std::chrono::milliseconds(20000);
-        co.connect_timeout = std::chrono::milliseconds(20000);
-        auto comm = Communicator::create(store, prefix, r, c.ranks, co);
-        auto o = options_for(c);
-        o.comm = comm;
-        DistributedOptimizer opt(o);
-        test::TinyMlp& m = models[r];
-        for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
-        const int global = c.ranks * c.local_batch;
-        const int micro = c.local_batch / c.accumulation;
-        for (int s = 0; s < kSteps; ++s) {
-          for (int pass = 0; pass < c.accumulation; ++pass) {
-            size_t begin = static_cast<size_t>(s) * global + static_cast<size_t>(r) * c.local_batch + pass * micro;
-            m.backward(data, begin, micro, [&](size_t i) { opt.grad_ready(i); });
-          }
-          opt.step();
-        }
-      } catch (...) {
-        errors[r] = std::current_exception();
+  test::run_rank_threads(c.ranks, prefix, std::chrono::milliseconds(20000), [&](int r, std::shared_ptr<Communicator> comm) {
+    auto o = options_for(c);
+    o.comm = comm;
+    DistributedOptimizer opt(o);
+    test::TinyMlp& m = models[r];
+    for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+    const int global = c.ranks * c.local_batch;
+    const int micro = c.local_batch / c.accumulation;
+    for (int s = 0; s < kSteps; ++s) {
+      for (int pass = 0; pass < c.accumulation; ++pass) {
+        size_t begin = static_cast<size_t>(s) * global + static_cast<size_t>(r) * c.local_batch + pass * micro;
+        m.backward(data, begin, micro, [&](size_t i) { opt.grad_ready(i); });
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+      opt.step();
+    }
+  });
   return models;
 }
 
@@ -332,49 +318,39 @@ namespace {
 
 // Records of rank r at step s (some ranks get none at some steps, as at a shard's or epoch's tail).
 int weighted_batch(int r, int s) {
-  static const int sizes[3][kSteps] = {{5, 1, 4, 0, 6, 2}, {2, 2, 0, 0, 3, 5}, {0, 7, 1, 0, 2, 1}};
-  return sizes[r][s];
+  static const std::array<std::array<int, kSteps>, 3> sizes{{{5, 1, 4, 0, 6, 2}, {2, 2, 0, 0, 3, 5}, {0, 7, 1, 0, 2, 1}}};
+  return sizes.at(r).at(s);
+}
+
+int records_before(int ranks, int s) {  // records of every rank in steps 0..s-1
+  int n = 0;
+  for (int t = 0; t < s; ++t)
+    for (int r = 0; r < ranks; ++r) n += weighted_batch(r, t);
+  return n;
 }
 
 std::vector<int> step_offsets(int ranks, int s) {  // first record of each rank at step s, then the end
-  std::vector<int> off{0};
-  for (int t = 0; t < s; ++t)
-    for (int r = 0; r < ranks; ++r) off[0] += weighted_batch(r, t);
+  std::vector<int> off{records_before(ranks, s)};
   for (int r = 0; r < ranks; ++r) off.push_back(off.back() + weighted_batch(r, s));
   return off;
 }
 
 std::vector<test::TinyMlp> train_weighted(const Config& c, const test::Dataset& data, const std::string& prefix,
                                           bool weighted_on_rank0_only = false) {
-  auto store = make_memory_store();
   std::vector<test::TinyMlp> models(c.ranks, test::TinyMlp(kDim, kHidden));
-  std::vector<std::exception_ptr> errors(c.ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < c.ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        CommunicatorOptions co;
-        co.timeout = std::chrono::milliseconds(20000);
-        auto comm = Communicator::create(store, prefix, r, c.ranks, co);
-        auto o = options_for(c);
-        o.comm = comm;
-        DistributedOptimizer opt(o);
-        test::TinyMlp& m = models[r];
-        for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
-        for (int s = 0; s < kSteps; ++s) {
-          auto off = step_offsets(c.ranks, s);
-          if (!weighted_on_rank0_only || r == 0) opt.set_step_samples(static_cast<uint64_t>(off[r + 1] - off[r]));
-          m.backward(data, off[r], off[r + 1] - off[r], [&](size_t i) { opt.grad_ready(i); });
-          opt.step();
-        }
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  test::run_rank_threads(c.ranks, prefix, std::chrono::milliseconds(20000), [&](int r, std::shared_ptr<Communicator> comm) {
+    auto o = options_for(c);
+    o.comm = comm;
+    DistributedOptimizer opt(o);
+    test::TinyMlp& m = models[r];
+    for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+    for (int s = 0; s < kSteps; ++s) {
+      auto off = step_offsets(c.ranks, s);
+      if (!weighted_on_rank0_only || r == 0) opt.set_step_samples(static_cast<uint64_t>(off[r + 1] - off[r]));
+      m.backward(data, off[r], off[r + 1] - off[r], [&](size_t i) { opt.grad_ready(i); });
+      opt.step();
+    }
+  });
   return models;
 }
 
@@ -388,7 +364,7 @@ TEST_CASE("weighted mean: ranks with unequal and empty batches == one worker ove
       c.ranks = 3;
       c.fp16 = fp16;
       DYNAMIC_SECTION((kind == OptimizerKind::kSGD ? "sgd" : "adam") << (fp16 ? "-fp16" : "")) {
-        const auto data = test::make_dataset(step_offsets(3, kSteps)[0], kDim);
+        const auto data = test::make_dataset(records_before(3, kSteps), kDim);
         test::TinyMlp ref(kDim, kHidden);
         auto o = options_for(c);
         o.local = true;
@@ -440,7 +416,7 @@ TEST_CASE("weighted mean: an all-empty step changes nothing, and a rank that doe
 
   Config c;
   c.ranks = 3;
-  const auto data = test::make_dataset(step_offsets(3, kSteps)[0], kDim);
+  const auto data = test::make_dataset(records_before(3, kSteps), kDim);
   CHECK_THROWS_AS(train_weighted(c, data, "wmis/", /*weighted_on_rank0_only=*/true), MismatchError);
 }
 

@@ -9,6 +9,7 @@
 #include "common/timeline.h"
 #include "common/timeline_file.h"
 #include "edl/optim.h"
+#include "rank_threads.h"
 #include "tiny_mlp.h"
 
 using namespace edl;
@@ -22,32 +23,18 @@ TEST_CASE("timeline: optimizer backward and step phases, bucket queue and allred
   to.path = path;
   timeline::start(to);
   auto data = test::make_dataset(64, 5);
-  auto store = make_memory_store();
-  std::vector<std::exception_ptr> errors(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommunicatorOptions co;
-        co.timeout = std::chrono::milliseconds(20000);
-        co.connect_timeout = std::chrono::milliseconds(20000);
-        DistributedOptimizerOptions o;
-        o.comm = Communicator::create(store, "tl_optim/", r, kRanks, co);
-        o.bucket_cap_bytes = 64;  // several buckets
-        DistributedOptimizer opt(o);
-        test::TinyMlp m(5, 8);
-        for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
-        for (int s = 0; s < kSteps; ++s) {
-          m.backward(data, static_cast<size_t>(s) * 8 + r * 4, 4, [&](size_t i) { opt.grad_ready(i); });
-          opt.step();
-        }
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  test::run_rank_threads(kRanks, "tl_optim/", std::chrono::milliseconds(20000), [&](int r, std::shared_ptr<Communicator> comm) {
+    DistributedOptimizerOptions o;
+    o.comm = comm;
+    o.bucket_cap_bytes = 64;  // several buckets
+    DistributedOptimizer opt(o);
+    test::TinyMlp m(5, 8);
+    for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+    for (int s = 0; s < kSteps; ++s) {
+      m.backward(data, static_cast<size_t>(s) * 8 + r * 4, 4, [&](size_t i) { opt.grad_ready(i); });
+      opt.step();
+    }
+  });
   timeline::stop();
   auto all = read_timeline(path);
 
