@@ -34,6 +34,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -226,9 +227,8 @@ Cost measure_cost(const std::string& dir) {
   return Cost{(t1 - t0) / kEvents * 1e9, (p1 - p0) / kEvents * 1e9};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line; nullopt after --help (exit 0). A bad value exits 2 naming the flag.
+std::optional<Config> read_flags(int argc, char** argv, std::string* json_path) {
   cxxopts::Options options("timeline_bench", "cost of the timeline on a ResNet20 training step");
   options.add_options()
       ("ranks", "ranks (threads, each with its own communicator and engine)", cxxopts::value<int>()->default_value("2"))
@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
   auto args = edl::bench::parse_flags(options, argc, argv);
   if (args.count("help")) {
     std::cout << options.help() << "\n";
-    return 0;
+    return std::nullopt;
   }
   Config c;
   c.ranks = args["ranks"].as<int>();
@@ -262,8 +262,18 @@ int main(int argc, char** argv) {
   if (c.repeats < 1) bad("repeats", "must be at least 1, got " + std::to_string(c.repeats));
   if (c.dir.empty() || access(c.dir.c_str(), W_OK | X_OK) != 0)
     bad("dir", "'" + c.dir + "' must name a writable directory (the timeline file goes there)");
+  *json_path = args["json"].as<std::string>();
+  return c;
+}
 
-  edl::bench::JsonRows json(args["json"].as<std::string>());
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  const std::optional<Config> flags = read_flags(argc, argv, &json_path);
+  if (!flags) return 0;
+  const Config& c = *flags;
+  edl::bench::JsonRows json(json_path);
   long wrong = 0;
   std::vector<Block> blocks;
   try {
