@@ -163,12 +163,21 @@ TEST_CASE("engine: named mismatch fails that request on every rank, the engine g
     Handle good = engine.allreduce(v.data(), 100, DataType::kFloat32, ReduceOp::kSum, "w");
     good.wait();
     TREQUIRE(v[99] == 2.0f);
-    TREQUIRE_THROWS_AS(
-        [&] {
-          Handle a = engine.allreduce(v.data(), 1, DataType::kFloat32, ReduceOp::kSum, "dup");
-          Handle b = engine.allreduce(v.data(), 1, DataType::kFloat32, ReduceOp::kSum, "dup");
-        }(),
-        InvalidArgument);
+    // A second request under a pending request's name is refused. Each rank duplicates its own name,
+    // which the other rank submits only after a barrier that both pass after their check: the first
+    // request cannot complete in between (with one shared name, or without the barrier, it could under
+    // load, and the second request was then rightly accepted: 1 run in ~30 failed).
+    const std::string own = "dup" + std::to_string(rank), other = "dup" + std::to_string(1 - rank);
+    float x = 1;
+    Handle a = engine.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, own);
+    TREQUIRE_THROWS_AS(engine.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, own), InvalidArgument);
+    engine.barrier("checked").wait();
+    float y = 1;
+    Handle c = engine.allreduce(&y, 1, DataType::kFloat32, ReduceOp::kSum, other);
+    a.wait();
+    c.wait();
+    TREQUIRE(x == 2.0f);
+    TREQUIRE(y == 2.0f);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   });
   CHECK(msgs[0] == "allreduce 'w' count mismatch: rank 0 has 100 elements, rank 1 has 50");
