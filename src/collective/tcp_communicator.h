@@ -130,6 +130,8 @@ class EDL_API TcpCommunicator final : public Communicator {
   // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), "hier"
   // when the allreduce is hierarchical (hierarchy.h; the other collectives then run over TCP), else "tcp".
   const char* transport_name() const { return shm_ ? "shm" : hier_ ? "hier" : "tcp"; }
+  // The hierarchical allreduce's state when transport_name() is "hier", else null (tests, diagnostics).
+  const Hierarchy* hierarchy() const { return hier_.get(); }
 
   // Implementation types (tcp_internal.h).
   struct Header;
