@@ -70,6 +70,7 @@ TEST_CASE("allreduce: small chunks exercise the ring pipeline across many chunks
     t.hd_max_bytes = 0;      // the ring at every size
     t.shm_eager_bytes = 0;   // test_collective_shm: staged rounds
     t.window_bytes = 40000;  // 50001 floats run as several consecutive rings
+    t.window_rank_bytes = 0;
     comm.set_tuning(t);
     for (size_t count : {1ul, 2ul, 3ul, 4ul, 7ul, 3001ul, 50001ul}) {
       std::vector<float> v(count);
@@ -88,6 +89,7 @@ TEST_CASE("allreduce_spans: a fused allreduce over many tensors equals per-tenso
       t.eager_bytes = eager;
       t.chunk_bytes = 1000 * 4;
       t.window_bytes = 3000 * 4;  // windows cut through tensors
+      t.window_rank_bytes = 0;
       comm.set_tuning(t);
       std::vector<std::vector<float>> tensors;
       std::vector<collective::Span> spans;
