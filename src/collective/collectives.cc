@@ -194,8 +194,8 @@ AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuni
   if (bytes <= t.eager_bytes && bytes * static_cast<size_t>(ranks - 1) <= t.direct_total_bytes)
     return AllreduceAlgorithm::kDirect;
   const bool power_of_two = (ranks & (ranks - 1)) == 0;
-  if (ranks >= t.hd_min_ranks && bytes <= (power_of_two ? t.hd_max_bytes : t.hd_max_bytes / 2))
-    return AllreduceAlgorithm::kHalvingDoubling;
+  const size_t hd_limit = ranks == 2 ? t.hd_max_bytes_2_ranks : power_of_two ? t.hd_max_bytes : t.hd_max_bytes / 2;
+  if (ranks >= t.hd_min_ranks && bytes <= hd_limit) return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRing;
 }
 
@@ -211,11 +211,9 @@ const char* algorithm_name(AllreduceAlgorithm a) {
 void TcpCommunicator::staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op,
                                        AllreduceAlgorithm a) {
   auto run = [&](const std::vector<Span>& s, DataType t) {
-    if (a == AllreduceAlgorithm::kHalvingDoubling) {
-      halving_doubling(s, count, t, op);
-    } else {
-      ring_allreduce(s, count, t, op);
-    }
+    allreduce_windows(s, count, t, op,
+                      a == AllreduceAlgorithm::kHalvingDoubling ? &TcpCommunicator::halving_doubling
+                                                                : &TcpCommunicator::ring_window);
   };
   if (!is_16bit_float(dt)) return run(spans, dt);
   // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.

@@ -46,9 +46,12 @@ struct AlgorithmTuning {
   // in docs/collectives.md, "Algorithms"):
   size_t eager_bytes = 256 << 10;        // direct exchange (payload with the header) up to this size ...
   size_t direct_total_bytes = 768 << 10;  // ... while every rank sends at most this much (bytes * (n-1))
-  size_t hd_max_bytes = 4 << 20;         // otherwise halving-doubling up to this size (half of it when the
-                                         // rank count is not a power of two: the fold moves the buffer twice more) ...
-  int hd_min_ranks = 3;                  // ... at this many ranks or more (at 2 it is the ring); else the ring
+  size_t hd_max_bytes = 4 << 20;         // otherwise halving-doubling up to this size at 3+ ranks (half of it
+                                         // when the rank count is not a power of two: the fold moves the buffer
+                                         // twice more) ...
+  size_t hd_max_bytes_2_ranks = SIZE_MAX;  // ... and up to this size at 2 ranks (every size: two exchanges of
+                                           // halves, the ring's bytes without its chunk dependencies) ...
+  int hd_min_ranks = 2;                  // ... at this many ranks or more; else the ring
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   // Larger allreduces run as consecutive rings over windows of max(window_bytes, ranks *
   // window_rank_bytes): the working set of one ring then stays in the caches (measured on loopback
@@ -170,7 +173,9 @@ class EDL_API TcpCommunicator final : public Communicator {
   std::string whole_mismatch(const std::vector<Header>& all) const;
   void drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what);
   void run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what);
-  void ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  // Runs `algo` (ring_window or halving_doubling) over consecutive windows of the spans (ring.cc).
+  using WindowAlgorithm = void (TcpCommunicator::*)(const std::vector<Span>&, size_t, DataType, ReduceOp);
+  void allreduce_windows(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, WindowAlgorithm algo);
   void ring_window(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
   void halving_doubling(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);  // halving_doubling.cc
   // The non-eager allreduce after the header exchange: 16-bit widening, then the chosen algorithm.
