@@ -175,6 +175,7 @@ Backends open_backends(const cxxopts::ParseResult& args, bool mpi) {
     t.eager_bytes = algo == collective::AllreduceAlgorithm::kDirect ? (size_t{1} << 40) : 0;
     t.direct_total_bytes = t.eager_bytes;
     t.hd_max_bytes = algo == collective::AllreduceAlgorithm::kHalvingDoubling ? (size_t{1} << 40) : 0;
+    t.hd_max_bytes_2_ranks = t.hd_max_bytes;
     t.hd_min_ranks = 2;
     c->set_tuning(t);
     b.forced.emplace_back(name, c);
