@@ -51,6 +51,8 @@ struct AlgorithmTuning {
                                          // twice more) ...
   size_t hd_max_bytes_2_ranks = SIZE_MAX;  // ... and up to this size at 2 ranks (every size: two exchanges of
                                            // halves, the ring's bytes without its chunk dependencies) ...
+  size_t hd_max_bytes_one_host = SIZE_MAX;  // ... and at a power-of-two rank count when every rank listens on a
+                                            // loopback address (one host: no link is shared unevenly) ...
   int hd_min_ranks = 2;                  // ... at this many ranks or more; else the ring
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   // Larger allreduces run as consecutive rings over windows of max(window_bytes, ranks *
@@ -72,7 +74,8 @@ struct AlgorithmTuning {
 // crossover points). Every rank picks from (bytes, ranks, tuning); the choice travels in the header
 // and ranks whose choices differ fail with CommError (their tunings differ).
 enum class AllreduceAlgorithm : uint8_t { kDirect = 0, kHalvingDoubling = 1, kRing = 2 };
-EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t);
+// `one_host`: every rank's published address is a loopback one (TcpCommunicator::one_host()).
+EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host = false);
 EDL_API const char* algorithm_name(AllreduceAlgorithm a);
 
 struct CommStats {
@@ -134,6 +137,9 @@ class EDL_API TcpCommunicator final : public Communicator {
   std::vector<Span> shm_reduce_scatter(const std::vector<Span>& spans, DataType dt, ReduceOp op);
   void shm_allgather_slices(const std::vector<Span>& spans, DataType dt);
   const AlgorithmTuning& tuning() const { return tuning_; }
+  // Every rank of the mesh listens on a loopback address, so all run on this host (the algorithm
+  // choice: halving-doubling at every size, docs/collectives.md "Algorithms"); same on every rank.
+  bool one_host() const { return one_host_; }
   CommStats stats() const;
   // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), "hier"
   // when the allreduce is hierarchical (hierarchy.h; the other collectives then run over TCP), else "tcp".
@@ -186,6 +192,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   int size_;
   CommunicatorOptions options_;
   AlgorithmTuning tuning_;
+  bool one_host_ = false;
   std::vector<int> send_fd_;  // per peer (own rank: -1)
   std::vector<int> recv_fd_;
   std::vector<std::string> peer_addr_;  // published address of each peer (messages)

@@ -67,7 +67,7 @@ TEST_CASE("allreduce: small chunks exercise the ring pipeline across many chunks
     auto t = comm.tuning();
     t.chunk_bytes = 4096;
     t.eager_bytes = 0;
-    t.hd_max_bytes = 0;      // the ring at every size
+    t.hd_max_bytes = t.hd_max_bytes_one_host = 0;  // the ring at every size
     t.shm_eager_bytes = 0;   // test_collective_shm: staged rounds
     t.window_bytes = 40000;  // 50001 floats run as several consecutive rings
     t.window_rank_bytes = 0;

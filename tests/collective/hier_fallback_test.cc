@@ -156,7 +156,7 @@ TEST_CASE("hier: uneven rank counts per host and one rank per host take the flat
       auto t = comm.tuning();
       t.eager_bytes = 4096;  // small buffers: direct exchange; then halving-doubling; large: the ring
       t.direct_total_bytes = 4 * 4096;
-      t.hd_max_bytes = t.hd_max_bytes_2_ranks = 64 << 10;
+      t.hd_max_bytes = t.hd_max_bytes_2_ranks = t.hd_max_bytes_one_host = 64 << 10;
       t.hd_min_ranks = 2;
       t.chunk_bytes = 8192;
       comm.set_tuning(t);
