@@ -60,8 +60,11 @@ struct Result {
 
 // Times `iters` runs of every op, interleaved (iteration i of every op before iteration i+1 of any,
 // so that load changes on a shared machine hit all implementations alike), each run started
-// together on all ranks (barrier on the EDL communicator). Then every op runs once on fresh inputs
-// and is checked. Returns rank 0's median per op and the total number of wrong elements.
+// together on all ranks (barrier on the EDL communicator). The order rotates by one op per
+// iteration: the op that runs right after another implementation's (whose buffers and socket data
+// then fill the caches) pays 5-15% at 1-16 MiB on this machine, so every op takes each place in
+// the order equally often. Then every op runs once on fresh inputs and is checked. Returns rank
+// 0's median per op and the total number of wrong elements.
 std::vector<Result> measure(collective::TcpCommunicator& ctl, std::vector<float>& buf, int iters, int warmup,
                             const std::vector<std::function<void()>>& ops) {
   fill(buf, ctl.rank());
@@ -69,7 +72,8 @@ std::vector<Result> measure(collective::TcpCommunicator& ctl, std::vector<float>
     for (int i = 0; i < warmup; ++i) op();
   std::vector<std::vector<double>> t(ops.size());
   for (int i = 0; i < iters; ++i) {
-    for (size_t k = 0; k < ops.size(); ++k) {
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const size_t k = (j + static_cast<size_t>(i)) % ops.size();
       ctl.barrier();
       double t0 = now_s();
       ops[k]();
@@ -175,6 +179,7 @@ Backends open_backends(const cxxopts::ParseResult& args, bool mpi) {
     t.eager_bytes = algo == collective::AllreduceAlgorithm::kDirect ? (size_t{1} << 40) : 0;
     t.direct_total_bytes = t.eager_bytes;
     t.hd_max_bytes = algo == collective::AllreduceAlgorithm::kHalvingDoubling ? (size_t{1} << 40) : 0;
+    t.hd_max_bytes_2_ranks = t.hd_max_bytes_one_host = t.hd_max_bytes;
     t.hd_min_ranks = 2;
     c->set_tuning(t);
     b.forced.emplace_back(name, c);

@@ -190,12 +190,15 @@ void TcpCommunicator::finish(bool eager, bool ring, bool halving_doubling) {
   if (halving_doubling) ++stats_.halving_doubling_allreduces;
 }
 
-AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t) {
+AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host) {
   if (bytes <= t.eager_bytes && bytes * static_cast<size_t>(ranks - 1) <= t.direct_total_bytes)
     return AllreduceAlgorithm::kDirect;
   const bool power_of_two = (ranks & (ranks - 1)) == 0;
-  if (ranks >= t.hd_min_ranks && bytes <= (power_of_two ? t.hd_max_bytes : t.hd_max_bytes / 2))
-    return AllreduceAlgorithm::kHalvingDoubling;
+  const size_t hd_limit = ranks == 2      ? t.hd_max_bytes_2_ranks
+                          : !power_of_two ? t.hd_max_bytes / 2
+                          : one_host      ? t.hd_max_bytes_one_host
+                                          : t.hd_max_bytes;
+  if (ranks >= t.hd_min_ranks && bytes <= hd_limit) return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRing;
 }
 
@@ -211,11 +214,9 @@ const char* algorithm_name(AllreduceAlgorithm a) {
 void TcpCommunicator::staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op,
                                        AllreduceAlgorithm a) {
   auto run = [&](const std::vector<Span>& s, DataType t) {
-    if (a == AllreduceAlgorithm::kHalvingDoubling) {
-      halving_doubling(s, count, t, op);
-    } else {
-      ring_allreduce(s, count, t, op);
-    }
+    allreduce_windows(s, count, t, op,
+                      a == AllreduceAlgorithm::kHalvingDoubling ? &TcpCommunicator::halving_doubling
+                                                                : &TcpCommunicator::ring_window);
   };
   if (!is_16bit_float(dt)) return run(spans, dt);
   // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.
@@ -297,7 +298,7 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
   }
   guarded([&] {
     begin();
-    const AllreduceAlgorithm algo = choose_allreduce(bytes, size_, tuning_);
+    const AllreduceAlgorithm algo = choose_allreduce(bytes, size_, tuning_, one_host_);
     const bool eager = algo == AllreduceAlgorithm::kDirect;
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllreduce), static_cast<uint8_t>(dt), static_cast<uint8_t>(op),
              static_cast<uint8_t>(algo), -1, rank_, count, seq_, eager ? bytes : 0, whole_count};

@@ -64,6 +64,9 @@ class Hierarchy {
   void abort(const std::string& reason);
   void shutdown();  // shuts both children's sockets down (the parent failed)
   const HostLayout& layout() const { return layout_; }
+  // The local child's transport: "shm", or "tcp" when the host's segment could not be shared (then
+  // the sliced path gathers the slices with an allgatherv over TCP: gather_over_tcp).
+  const char* local_transport() const { return local_ ? local_->transport_name() : ""; }
 
  private:
   Hierarchy(HostLayout layout, int size) : layout_(std::move(layout)), size_(size) {}

@@ -26,19 +26,21 @@ struct Cursor {
 
 }  // namespace
 
-void TcpCommunicator::ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op) {
-  // Large buffers run as consecutive rings over windows of tuning.window_bytes: the working set of
-  // one ring (its segments, the socket buffers, the scratch chunk) then stays in the caches; on this
-  // machine 4 x 16 MiB rings beat one 64 MiB ring by ~25%.
+void TcpCommunicator::allreduce_windows(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op,
+                                        WindowAlgorithm algo) {
+  // Large buffers run as consecutive allreduces over windows of max(window_bytes, n *
+  // window_rank_bytes): the working set of one (its segments or halves, the socket buffers in
+  // flight, the scratch) then stays in the caches (docs/collectives.md, "Ring windows").
   const size_t es = dtype_size(dt);
-  const size_t window = std::max<size_t>(1, tuning_.window_bytes / es);
-  if (count <= window + window / 2) return ring_window(spans, count, dt, op);
+  const size_t window_bytes = std::max(tuning_.window_bytes, static_cast<size_t>(size_) * tuning_.window_rank_bytes);
+  const size_t window = std::max<size_t>(1, window_bytes / es);
+  if (count <= window + window / 2) return (this->*algo)(spans, count, dt, op);
   SpanIndex index(spans);
   for (size_t first = 0; first < count; first += window) {
     const size_t len = std::min(window, count - first);
     std::vector<Span> sub;
     index.for_each(first * es, len * es, [&](char* p, size_t take, size_t) { sub.push_back(Span{p, take}); });
-    ring_window(sub, len, dt, op);
+    (this->*algo)(sub, len, dt, op);
   }
 }
 

@@ -17,6 +17,18 @@
 
 namespace edl::collective {
 
+bool is_loopback_address(const std::string& host_port) {
+  std::string host = host_port;
+  const size_t colon = host.rfind(':');
+  if (colon != std::string::npos && host.find(':') == colon) host = host.substr(0, colon);  // v4 / name: strip the port
+  if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);        // [v6]:port
+  if (host == "localhost") return true;
+  in_addr a4{};
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6{};
+  return inet_pton(AF_INET6, host.c_str(), &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) {

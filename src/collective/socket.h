@@ -18,6 +18,10 @@ namespace edl::collective {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether "host:port" (or a bare host) names a loopback address (127.0.0.0/8, ::1, localhost):
+// a peer published there runs on this host.
+EDL_API bool is_loopback_address(const std::string& host_port);
+
 // FNV-1a, used for the mesh handshake's prefix tag.
 EDL_API uint64_t fnv1a(const std::string& s);
 

@@ -56,6 +56,9 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
   if (size > 1) {
     if (!store) throw InvalidArgument("Communicator::create needs a store for size > 1");
     c->build_mesh(*store, prefix);
+    c->one_host_ = is_loopback_address(options.bind_address);
+    for (int p = 0; p < size; ++p)
+      if (p != rank) c->one_host_ = c->one_host_ && is_loopback_address(c->peer_addr_[p]);
     if (options.transport != Transport::kTcp) c->setup_transport(store, prefix);
   }
   return c;

@@ -46,11 +46,21 @@ struct AlgorithmTuning {
   // in docs/collectives.md, "Algorithms"):
   size_t eager_bytes = 256 << 10;        // direct exchange (payload with the header) up to this size ...
   size_t direct_total_bytes = 768 << 10;  // ... while every rank sends at most this much (bytes * (n-1))
-  size_t hd_max_bytes = 4 << 20;         // otherwise halving-doubling up to this size (half of it when the
-                                         // rank count is not a power of two: the fold moves the buffer twice more) ...
-  int hd_min_ranks = 3;                  // ... at this many ranks or more (at 2 it is the ring); else the ring
+  size_t hd_max_bytes = 4 << 20;         // otherwise halving-doubling up to this size at 3+ ranks (half of it
+                                         // when the rank count is not a power of two: the fold moves the buffer
+                                         // twice more) ...
+  size_t hd_max_bytes_2_ranks = SIZE_MAX;  // ... and up to this size at 2 ranks (every size: two exchanges of
+                                           // halves, the ring's bytes without its chunk dependencies) ...
+  size_t hd_max_bytes_one_host = SIZE_MAX;  // ... and at a power-of-two rank count when every rank listens on a
+                                            // loopback address (one host: no link is shared unevenly) ...
+  int hd_min_ranks = 2;                  // ... at this many ranks or more; else the ring
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
-  size_t window_bytes = 16 << 20;      // larger allreduces run as consecutive rings of this size
+  // Larger allreduces run as consecutive rings over windows of max(window_bytes, ranks *
+  // window_rank_bytes): the working set of one ring then stays in the caches (measured on loopback
+  // at 2 and 4 ranks: 1 MiB windows beat 16 MiB ones by 1.2-1.8x from 8 MiB up); the per-rank floor
+  // keeps each ring step's segment at >= 256 KiB at many ranks, where a step's latency would dominate.
+  size_t window_bytes = 1 << 20;
+  size_t window_rank_bytes = 256 << 10;
   std::chrono::microseconds spin{50};  // busy-poll this long without progress before blocking in poll()
   // Shared-memory transport (shm_transport.h); both must be equal on all ranks (checked).
   size_t shm_eager_bytes = 64 << 10;   // payloads up to this go with the header (capped by the segment: 256 KiB)
@@ -64,7 +74,8 @@ struct AlgorithmTuning {
 // crossover points). Every rank picks from (bytes, ranks, tuning); the choice travels in the header
 // and ranks whose choices differ fail with CommError (their tunings differ).
 enum class AllreduceAlgorithm : uint8_t { kDirect = 0, kHalvingDoubling = 1, kRing = 2 };
-EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t);
+// `one_host`: every rank's published address is a loopback one (TcpCommunicator::one_host()).
+EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host = false);
 EDL_API const char* algorithm_name(AllreduceAlgorithm a);
 
 struct CommStats {
@@ -126,10 +137,15 @@ class EDL_API TcpCommunicator final : public Communicator {
   std::vector<Span> shm_reduce_scatter(const std::vector<Span>& spans, DataType dt, ReduceOp op);
   void shm_allgather_slices(const std::vector<Span>& spans, DataType dt);
   const AlgorithmTuning& tuning() const { return tuning_; }
+  // Every rank of the mesh listens on a loopback address, so all run on this host (the algorithm
+  // choice: halving-doubling at every size, docs/collectives.md "Algorithms"); same on every rank.
+  bool one_host() const { return one_host_; }
   CommStats stats() const;
   // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), "hier"
   // when the allreduce is hierarchical (hierarchy.h; the other collectives then run over TCP), else "tcp".
   const char* transport_name() const { return shm_ ? "shm" : hier_ ? "hier" : "tcp"; }
+  // The hierarchical allreduce's state when transport_name() is "hier", else null (tests, diagnostics).
+  const Hierarchy* hierarchy() const { return hier_.get(); }
 
   // Implementation types (tcp_internal.h).
   struct Header;
@@ -163,7 +179,9 @@ class EDL_API TcpCommunicator final : public Communicator {
   std::string whole_mismatch(const std::vector<Header>& all) const;
   void drain_payloads(const std::vector<Header>& all, std::vector<PeerQueues>& q, const char* what);
   void run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what);
-  void ring_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
+  // Runs `algo` (ring_window or halving_doubling) over consecutive windows of the spans (ring.cc).
+  using WindowAlgorithm = void (TcpCommunicator::*)(const std::vector<Span>&, size_t, DataType, ReduceOp);
+  void allreduce_windows(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, WindowAlgorithm algo);
   void ring_window(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);
   void halving_doubling(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op);  // halving_doubling.cc
   // The non-eager allreduce after the header exchange: 16-bit widening, then the chosen algorithm.
@@ -174,6 +192,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   int size_;
   CommunicatorOptions options_;
   AlgorithmTuning tuning_;
+  bool one_host_ = false;
   std::vector<int> send_fd_;  // per peer (own rank: -1)
   std::vector<int> recv_fd_;
   std::vector<std::string> peer_addr_;  // published address of each peer (messages)

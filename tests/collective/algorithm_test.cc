@@ -72,6 +72,7 @@ AlgorithmTuning forcing(AlgorithmTuning t, AllreduceAlgorithm a) {
   t.eager_bytes = a == AllreduceAlgorithm::kDirect ? (size_t{1} << 30) : 0;
   t.direct_total_bytes = t.eager_bytes * 8;
   t.hd_max_bytes = a == AllreduceAlgorithm::kHalvingDoubling ? (size_t{1} << 30) : 0;
+  t.hd_max_bytes_2_ranks = t.hd_max_bytes_one_host = t.hd_max_bytes;
   t.hd_min_ranks = 2;
   t.chunk_bytes = 4096;  // several ring chunks per segment
   return t;
@@ -132,7 +133,8 @@ TEST_CASE("algorithms: the automatic choice by size and ranks", "[collective][al
   using A = AllreduceAlgorithm;
   CHECK(collective::choose_allreduce(4096, 4, t) == A::kDirect);
   CHECK(collective::choose_allreduce(t.eager_bytes, 2, t) == A::kDirect);
-  CHECK(collective::choose_allreduce(t.eager_bytes + 4, 2, t) == A::kRing);  // 2 ranks: the ring
+  CHECK(collective::choose_allreduce(t.eager_bytes + 4, 2, t) == A::kHalvingDoubling);  // 2 ranks: at every size
+  CHECK(collective::choose_allreduce(size_t{1} << 30, 2, t) == A::kHalvingDoubling);
   CHECK(collective::choose_allreduce(t.eager_bytes + 4, 3, t) == A::kHalvingDoubling);
   // The direct exchange sends (n-1) copies: at many ranks it stops earlier.
   CHECK(collective::choose_allreduce(t.direct_total_bytes / 3, 4, t) == A::kDirect);
@@ -142,6 +144,24 @@ TEST_CASE("algorithms: the automatic choice by size and ranks", "[collective][al
   CHECK(collective::choose_allreduce(t.hd_max_bytes + 4, 4, t) == A::kRing);
   CHECK(collective::choose_allreduce(t.hd_max_bytes / 2, 5, t) == A::kHalvingDoubling);  // not a power of two
   CHECK(collective::choose_allreduce(t.hd_max_bytes / 2 + 4, 5, t) == A::kRing);
+  AlgorithmTuning ring2 = t;  // the 2-rank limit is its own
+  ring2.hd_max_bytes_2_ranks = 1 << 20;
+  CHECK(collective::choose_allreduce(1 << 20, 2, ring2) == A::kHalvingDoubling);
+  CHECK(collective::choose_allreduce((1 << 20) + 4, 2, ring2) == A::kRing);
+  CHECK(collective::choose_allreduce((1 << 20) + 4, 4, ring2) == A::kHalvingDoubling);
+  // Every rank on one host (loopback addresses): halving-doubling at every size at a power of two.
+  CHECK(collective::choose_allreduce(t.hd_max_bytes + 4, 4, t, true) == A::kHalvingDoubling);
+  CHECK(collective::choose_allreduce(size_t{1} << 30, 8, t, true) == A::kHalvingDoubling);
+  CHECK(collective::choose_allreduce(t.hd_max_bytes / 2 + 4, 5, t, true) == A::kRing);  // not a power of two
+  CHECK(collective::is_loopback_address("127.0.0.1:4000"));
+  CHECK(collective::is_loopback_address("127.3.2.1:1"));
+  CHECK(collective::is_loopback_address("localhost:80"));
+  CHECK(collective::is_loopback_address("[::1]:80"));
+  CHECK(collective::is_loopback_address("::1"));
+  CHECK_FALSE(collective::is_loopback_address("10.0.0.2:4000"));
+  CHECK_FALSE(collective::is_loopback_address("192.168.1.7"));
+  CHECK_FALSE(collective::is_loopback_address("[fe80::1]:80"));
+  CHECK_FALSE(collective::is_loopback_address("example.org:80"));
 }
 
 TEST_CASE("algorithms: ranks whose tunings pick different algorithms fail with CommError", "[collective][algorithm]") {
@@ -164,4 +184,10 @@ TEST_CASE("algorithms: ranks whose tunings pick different algorithms fail with C
     INFO(g);
     CHECK(g.find("AlgorithmTuning differs") != std::string::npos);
   }
+}
+
+TEST_CASE("algorithms: ranks on loopback addresses know they share one host", "[collective][algorithm]") {
+  std::vector<int> one_host(4, -1);
+  test::run_ranks(4, [&](int rank, TcpCommunicator& comm) { one_host[rank] = comm.one_host() ? 1 : 0; });
+  CHECK(one_host == std::vector<int>(4, 1));
 }

@@ -1,6 +1,7 @@
-// TcpCommunicator correctness: every op x dtype against a reference at 1-4 ranks (eager and ring
-// paths, odd / tiny / non-divisible / zero counts), broadcast from every root, allgatherv with
-// per-rank counts, barrier, each mismatch kind, and foreign connections at the listening port.
+// TcpCommunicator correctness: every op x dtype (uint8 included; reference.h) against a reference
+// at 1-4 ranks (eager and ring paths, odd / tiny / non-divisible / zero counts), broadcast from
+// every root, allgatherv with per-rank counts, barrier, each mismatch kind, and foreign connections
+// at the listening port.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,87 +12,29 @@
 
 #include "collective/socket.h"
 #include "harness.h"
+#include "reference.h"
 
 using namespace edl;
 using edl::collective::TcpCommunicator;
 
 namespace {
 
-const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-// Small integers: sums and products of up to 4 of them are exact in every dtype.
-double input_value(int rank, size_t i) { return static_cast<double>(static_cast<int>((i * 7 + rank * 3) % 11) - 5); }
-
-void store_value(void* buf, size_t i, DataType dt, double v) {
-  switch (dt) {
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v)); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = float_to_bfloat16(static_cast<float>(v)); break;
-    default: break;
-  }
-}
-
-double load_value(const void* buf, size_t i, DataType dt) {
-  switch (dt) {
-    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
-    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case DataType::kFloat16: return half_to_float(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBFloat16: return bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
-    default: return 0;
-  }
-}
-
-double expected(int n, size_t i, ReduceOp op, DataType dt) {
-  double acc = input_value(0, i);
-  for (int r = 1; r < n; ++r) {
-    double v = input_value(r, i);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAverage: acc += v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
-    }
-  }
-  if (op == ReduceOp::kAverage) {
-    if (dt == DataType::kInt32 || dt == DataType::kInt64) return std::trunc(acc / n);
-    return acc / n;
-  }
-  return acc;
-}
-
-double tolerance(DataType dt) {
-  switch (dt) {
-    case DataType::kFloat16: return 4e-3;
-    case DataType::kBFloat16: return 3e-2;
-    case DataType::kFloat32: return 1e-6;
-    default: return 1e-12;
-  }
-}
-
 void check_allreduce_all(int n, const std::vector<size_t>& counts) {
   // Every rank returns its results; after the run all ranks are compared bitwise.
   std::vector<std::vector<std::vector<uint8_t>>> results(n);
   test::run_ranks(n, [&](int rank, TcpCommunicator& comm) {
     for (size_t count : counts)
-      for (DataType dt : kTypes)
-        for (ReduceOp op : kOps) {
+      for (DataType dt : test::kAllTypes)
+        for (ReduceOp op : test::kAllOps) {
           const size_t es = dtype_size(dt);
           std::vector<uint8_t> buf(count * es + 16, 0xAB);  // 16 guard bytes
-          for (size_t i = 0; i < count; ++i) store_value(buf.data(), i, dt, input_value(rank, i));
+          for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
           comm.allreduce(count ? buf.data() : nullptr, count, dt, op);
           for (size_t g = count * es; g < buf.size(); ++g)
             if (buf[g] != 0xAB) TFAIL("allreduce wrote past the buffer");
           for (size_t i = 0; i < count; ++i) {
-            double want = expected(n, i, op, dt), got = load_value(buf.data(), i, dt);
-            if (std::fabs(got - want) > tolerance(dt) * std::max(1.0, std::fabs(want))) {
+            double want = test::ref_result(n, i, op, dt), got = test::ref_get(buf.data(), i, dt);
+            if (!test::ref_close(got, want, dt)) {
               TFAIL("n=" << n << " count=" << count << " " << dtype_name(dt) << " " << op_name(op) << " element " << i
                         << ": got " << got << " want " << want);
             }
@@ -124,15 +67,16 @@ TEST_CASE("allreduce: small chunks exercise the ring pipeline across many chunks
     auto t = comm.tuning();
     t.chunk_bytes = 4096;
     t.eager_bytes = 0;
-    t.hd_max_bytes = 0;      // the ring at every size
+    t.hd_max_bytes = t.hd_max_bytes_one_host = 0;  // the ring at every size
     t.shm_eager_bytes = 0;   // test_collective_shm: staged rounds
     t.window_bytes = 40000;  // 50001 floats run as several consecutive rings
+    t.window_rank_bytes = 0;
     comm.set_tuning(t);
     for (size_t count : {1ul, 2ul, 3ul, 4ul, 7ul, 3001ul, 50001ul}) {
       std::vector<float> v(count);
-      for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(input_value(rank, i));
+      for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(test::ref_input(rank, i, DataType::kFloat32));
       comm.allreduce(v.data(), count, DataType::kFloat32, ReduceOp::kSum);
-      for (size_t i = 0; i < count; ++i) TREQUIRE(v[i] == static_cast<float>(expected(3, i, ReduceOp::kSum, DataType::kFloat32)));
+      for (size_t i = 0; i < count; ++i) TREQUIRE(v[i] == static_cast<float>(test::ref_result(3, i, ReduceOp::kSum, DataType::kFloat32)));
     }
     TREQUIRE(comm.stats().ring_allreduces == 7);
   });
@@ -145,6 +89,7 @@ TEST_CASE("allreduce_spans: a fused allreduce over many tensors equals per-tenso
       t.eager_bytes = eager;
       t.chunk_bytes = 1000 * 4;
       t.window_bytes = 3000 * 4;  // windows cut through tensors
+      t.window_rank_bytes = 0;
       comm.set_tuning(t);
       std::vector<std::vector<float>> tensors;
       std::vector<collective::Span> spans;

@@ -11,6 +11,7 @@
 #include "collective/hierarchy.h"
 #include "common/config.h"
 #include "harness.h"
+#include "reference.h"
 
 using namespace edl;
 using edl::collective::Clock;
@@ -54,59 +55,6 @@ void run_hier(int n, int hosts, const std::function<void(int, TcpCommunicator&)>
     if (e) std::rethrow_exception(e);
 }
 
-const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-// Small integers in [-2, 2]: sums and products of up to 8 of them are exact in every dtype.
-double input(int rank, size_t i) { return static_cast<double>(static_cast<int>((i * 7 + rank * 3) % 5) - 2); }
-
-void put(void* buf, size_t i, DataType dt, double v) {
-  switch (dt) {
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v)); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = float_to_bfloat16(static_cast<float>(v)); break;
-    default: break;
-  }
-}
-
-double get(const void* buf, size_t i, DataType dt) {
-  switch (dt) {
-    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
-    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case DataType::kFloat16: return half_to_float(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBFloat16: return bfloat16_to_float(static_cast<const uint16_t*>(buf)[i]);
-    default: return 0;
-  }
-}
-
-// The reference: the flat reduction in rank order (exact for these inputs), then the average.
-double reference(int n, size_t i, ReduceOp op, DataType dt) {
-  double acc = input(0, i);
-  for (int r = 1; r < n; ++r) {
-    const double v = input(r, i);
-    if (op == ReduceOp::kSum || op == ReduceOp::kAverage) acc += v;
-    if (op == ReduceOp::kMin) acc = std::min(acc, v);
-    if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    if (op == ReduceOp::kProduct) acc *= v;
-  }
-  if (op != ReduceOp::kAverage) return acc;
-  if (dt == DataType::kInt32 || dt == DataType::kInt64) return std::trunc(acc / n);
-  return acc / n;
-}
-
-double rounding(DataType dt, double want) {
-  if (dt == DataType::kFloat16) return 1e-3 * std::max(1.0, std::fabs(want));
-  if (dt == DataType::kBFloat16) return 8e-3 * std::max(1.0, std::fabs(want));
-  if (dt == DataType::kFloat32) return 1e-6 * std::max(1.0, std::fabs(want));
-  return 0;
-}
-
 void check_every_op(int n, int hosts, const std::vector<size_t>& counts, size_t slice_bytes) {
   std::vector<std::vector<std::vector<uint8_t>>> results(n);
   run_hier(n, hosts, [&](int rank, TcpCommunicator& comm) {
@@ -117,17 +65,17 @@ void check_every_op(int n, int hosts, const std::vector<size_t>& counts, size_t 
     t.chunk_bytes = 8192;       // several ring chunks on the cross level
     comm.set_tuning(t);
     for (size_t count : counts)
-      for (DataType dt : kTypes)
-        for (ReduceOp op : kOps) {
+      for (DataType dt : test::kAllTypes)
+        for (ReduceOp op : test::kAllOps) {
           const size_t es = dtype_size(dt);
           std::vector<uint8_t> buf(count * es + 16, 0xAB);
-          for (size_t i = 0; i < count; ++i) put(buf.data(), i, dt, input(rank, i));
+          for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
           comm.allreduce(count ? buf.data() : nullptr, count, dt, op);
           for (size_t g = count * es; g < buf.size(); ++g)
             if (buf[g] != 0xAB) TFAIL("allreduce wrote past the buffer");
           for (size_t i = 0; i < count; ++i) {
-            const double want = reference(n, i, op, dt), got = get(buf.data(), i, dt);
-            if (std::fabs(got - want) > rounding(dt, want))
+            const double want = test::ref_result(n, i, op, dt), got = test::ref_get(buf.data(), i, dt);
+            if (!test::ref_close(got, want, dt))
               TFAIL("n=" << n << " hosts=" << hosts << " count=" << count << " " << dtype_name(dt) << " "
                          << op_name(op) << " element " << i << ": got " << got << " want " << want);
           }

@@ -1,8 +1,9 @@
 // Shared-memory transport specifics (the generic collective, fault and engine tests also run over
 // it: test_collective_shm compiles them with EDL_TEST_TRANSPORT=kShm). Here: the transport choice
-// (auto / tcp / shm, host ids), every dtype x op over the staged rounds with the default and tiny
-// windows and odd counts at 1-4 ranks, and process ranks: the segment is a memfd (never a name in
-// /dev/shm), and kill -9 of one rank, then of all, leaves nothing behind.
+// (auto / tcp / shm, host ids), every op over the staged rounds with the default and tiny windows
+// and odd counts at 1-4 ranks (int32 / float64 exactly, then every dtype incl. 16-bit and uint8),
+// and process ranks: the segment is a memfd (never a name in /dev/shm), and kill -9 of one rank,
+// then of all, leaves nothing behind.
 #include <dirent.h>
 
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "harness.h"
+#include "reference.h"
 
 using namespace edl;
 using edl::collective::Clock;
@@ -150,6 +152,40 @@ TEST_CASE("shm: every op over staged rounds, default and tiny windows, odd count
         comm.barrier();
       });
     }
+}
+
+TEST_CASE("shm: every dtype x op (16-bit floats and uint8 included) through the staged rounds, odd counts, 1-4 ranks",
+          "[collective][shm]") {
+  const std::vector<size_t> counts = {1, 3, 7, 1023, 4097, 30011};
+  for (int n = 1; n <= 4; ++n) {
+    INFO("ranks " << n);
+    std::vector<std::vector<std::vector<uint8_t>>> results(n);
+    test::run_ranks(n, [&](int rank, TcpCommunicator& comm) {
+      collective::AlgorithmTuning t = comm.tuning();
+      t.shm_chunk_bytes = 4096;  // many rounds, slices of odd lengths
+      t.shm_eager_bytes = 0;     // no payload with the header: every count goes through the rounds
+      comm.set_tuning(t);
+      for (size_t count : counts)
+        for (DataType dt : test::kAllTypes)
+          for (ReduceOp op : test::kAllOps) {
+            const size_t es = dtype_size(dt);
+            std::vector<uint8_t> buf(count * es + 16, 0x5A);
+            for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
+            comm.allreduce(buf.data(), count, dt, op);
+            for (size_t g = count * es; g < buf.size(); ++g)
+              if (buf[g] != 0x5A) TFAIL("wrote past the buffer");
+            for (size_t i = 0; i < count; ++i) {
+              const double want = test::ref_result(n, i, op, dt), got = test::ref_get(buf.data(), i, dt);
+              if (!test::ref_close(got, want, dt))
+                TFAIL("count " << count << " " << dtype_name(dt) << " " << op_name(op) << " element " << i << ": got "
+                               << got << " want " << want);
+            }
+            buf.resize(count * es);
+            results[rank].push_back(std::move(buf));
+          }
+    });
+    for (int r = 1; r < n; ++r) CHECK(results[r] == results[0]);  // bitwise identical on every rank
+  }
 }
 
 TEST_CASE("shm: process ranks map a memfd, never /dev/shm, and kill -9 leaves nothing behind",
