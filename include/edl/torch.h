@@ -137,6 +137,7 @@ class DistributedOptimizer : public elastic::Stateful {
   void on_gradient(size_t index);
   void fill_missing();
   void write_back();
+  void finish_in_place();
   void apply_lrs(double lr);
   void compensate_before(int64_t t, int previous_size);
   void compensate_after();
@@ -154,6 +155,7 @@ class DistributedOptimizer : public elastic::Stateful {
   std::vector<double> group_lr_ratio_;  // initial LR of group g / initial LR of group 0
   std::exception_ptr hook_error_;       // raised inside a hook, rethrown by step()
   bool weighted_ = false;               // set_step_samples() was called for this step
+  int step_size_ = 0;                   // ranks this step reduces over (0: step not begun)
   // SGD momentum compensation (u-form buffers, docs/torch.md).
   int last_size_ = 0;                    // world size the previous step trained at (0: none yet)
   int64_t comp_t0_ = -1;                 // step of the resize being compensated (-1: none)
