@@ -18,7 +18,11 @@
 // images_per_s = workers * batch / step time (the median over --iters steps after --warmup, the
 // slowest rank's median); step_ms is that step time. Every EDL row also checks that both ranks end
 // with bitwise identical parameters ("ok"); the overlap column is the share of the allreduce time
-// hidden behind backward (edl::OptimizerStepStats).
+// hidden behind backward (edl::OptimizerStepStats). Where the CPU goes (per timed step, averaged
+// over the ranks; /proc/self/task, Linux): cpu_ms, the CPU time of all the worker's threads (the
+// overhead mode: both copies); bg_cpu_ms, that of the threads other than the training thread (EDL's
+// engine and transport; torch runs with --threads 1); preempt, how often the training thread was
+// preempted (involuntary context switches).
 //
 //   torch_bench [--batch 32] [--threads 1] [--warmup 3] [--iters 20] [--pair-iters 60] [--modes LIST]
 //               [--json PATH]
@@ -26,12 +30,15 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -83,7 +90,40 @@ struct Report {
   double checksum = 0;
   double base_checksum = 0;  // paired mode: the plain copy's (EDL in a world of 1 must match it)
   double pair_ratio = 0;     // paired mode: median over the step pairs of edl step / plain step
+  double cpu_s = 0;          // per timed step: CPU time of all the worker's threads
+  double bg_cpu_s = 0;       // per timed step: CPU time of the threads other than the training thread
+  double preempt = 0;        // per timed step: involuntary context switches of the training thread
 };
+
+// CPU time of the calling thread and of this process's other threads (schedstat), and the calling
+// thread's involuntary context switches.
+struct ThreadUsage {
+  double self_s = 0;
+  double others_s = 0;
+  double preemptions = 0;
+};
+
+ThreadUsage thread_usage() {
+  ThreadUsage u;
+  const std::string self = std::to_string(syscall(SYS_gettid));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream f(e.path() / "schedstat");
+    double run_ns = 0;
+    if (!(f >> run_ns)) continue;
+    if (e.path().filename() != self) {
+      u.others_s += run_ns * 1e-9;
+      continue;
+    }
+    u.self_s = run_ns * 1e-9;
+    std::ifstream st(e.path() / "status");
+    std::string line;
+    const std::string key = "nonvoluntary_ctxt_switches:";
+    while (std::getline(st, line))
+      if (line.compare(0, key.size(), key) == 0) u.preemptions = std::stod(line.substr(key.size()));
+  }
+  return u;
+}
 
 bool read_all(int fd, void* buf, size_t n, double deadline_s) {
   auto* p = static_cast<char*>(buf);
@@ -150,7 +190,9 @@ Report train(const Config& cfg, const Mode& mode, const PipeBarrier* barrier) {
   }
   std::vector<double> times, base_times, overlaps, ratios;
   const int iters = plain ? cfg.pair_iters : cfg.iters;
+  ThreadUsage start;
   for (int i = 0; i < cfg.warmup + iters; ++i) {
+    if (i == cfg.warmup) start = thread_usage();
     double t = 0, b = 0;
     if (plain && i % 2 == 1) b = plain->step();
     t = main.step();
@@ -173,6 +215,10 @@ Report train(const Config& cfg, const Mode& mode, const PipeBarrier* barrier) {
   r.step_s = edl::bench::median(times);
   r.base_step_s = plain ? edl::bench::median(base_times) : 0;
   r.pair_ratio = plain ? edl::bench::median(ratios) : 0;
+  const ThreadUsage end = thread_usage();
+  r.bg_cpu_s = (end.others_s - start.others_s) / std::max(1, iters);
+  r.cpu_s = r.bg_cpu_s + (end.self_s - start.self_s) / std::max(1, iters);
+  r.preempt = (end.preemptions - start.preemptions) / std::max(1, iters);
   r.overlap = overlaps.empty() ? 0 : edl::bench::median(overlaps);
   r.checksum = main.checksum();
   r.base_checksum = plain ? plain->checksum() : r.checksum;
@@ -296,18 +342,26 @@ int main(int argc, char** argv) {
     }
   }
   edl::bench::JsonRows json(args["json"].as<std::string>());
-  edl::bench::Table table({"model", "workers", "mode", "images/s", "step_ms", "vs_plain_1", "overlap", "ok"}, 15);
+  edl::bench::Table table(
+      {"model", "workers", "mode", "images/s", "step_ms", "vs_plain_1", "overlap", "cpu_ms", "bg_cpu_ms", "preempt", "ok"},
+      15);
   table.header();
   double base_ips = 0;
   int failures = 0;
+  struct Extra {
+    double overhead_pct = std::nan("");
+    double cpu_s = 0, bg_cpu_s = 0, preempt = 0;
+  };
   auto emit = [&](int workers, const std::string& mode, double step_s, double overlap, bool edl, bool ok,
-                  double overhead_pct = std::nan("")) {
+                  const Extra& x) {
     const double ips = workers * cfg.batch / step_s;
     if (mode == "plain") base_ips = ips;
     const double vs = base_ips > 0 ? ips / base_ips : 0;
     failures += ok ? 0 : 1;
     table.row({"resnet20", std::to_string(workers), mode, edl::bench::fmt(ips, 1), edl::bench::fmt(step_s * 1e3, 1),
-               base_ips > 0 ? edl::bench::fmt(vs, 3) : "-", edl ? edl::bench::fmt(overlap, 2) : "-", ok ? "ok" : "WRONG"});
+               base_ips > 0 ? edl::bench::fmt(vs, 3) : "-", edl ? edl::bench::fmt(overlap, 2) : "-",
+               edl::bench::fmt(x.cpu_s * 1e3, 1), edl::bench::fmt(x.bg_cpu_s * 1e3, 2), edl::bench::fmt(x.preempt, 1),
+               ok ? "ok" : "WRONG"});
     Json row;
     row["bench"] = "torch_bench";
     row["model"] = "resnet20";
@@ -320,7 +374,10 @@ int main(int argc, char** argv) {
     row["batch"] = cfg.batch;
     row["threads"] = cfg.threads;
     row["ok"] = ok;
-    if (!std::isnan(overhead_pct)) row["overhead_pct"] = overhead_pct;
+    if (!std::isnan(x.overhead_pct)) row["overhead_pct"] = x.overhead_pct;
+    row["cpu_ms"] = x.cpu_s * 1e3;
+    row["bg_cpu_ms"] = x.bg_cpu_s * 1e3;
+    row["preempt"] = x.preempt;
     json.write(row);
   };
   for (const auto& m : modes) {
@@ -334,24 +391,33 @@ int main(int argc, char** argv) {
     }
     if (m.paired) {  // EDL in a world of one must train exactly like plain libtorch
       const bool same = rep[0].checksum == rep[0].base_checksum && std::isfinite(rep[0].checksum);
-      emit(1, "plain", rep[0].base_step_s, 0, false, std::isfinite(rep[0].base_checksum));
       const double overhead = (rep[0].pair_ratio - 1) * 100;
-      emit(1, "edl", rep[0].step_s, rep[0].overlap, true, same, overhead);
+      // One process: its background threads and preemptions belong to both copies alike.
+      // cpu_ms: both copies together.
+      const Extra x{overhead, rep[0].cpu_s, rep[0].bg_cpu_s, rep[0].preempt};
+      Extra plain_x = x;
+      plain_x.overhead_pct = std::nan("");
+      emit(1, "plain", rep[0].base_step_s, 0, false, std::isfinite(rep[0].base_checksum), plain_x);
+      emit(1, "edl", rep[0].step_s, rep[0].overlap, true, same, x);
       std::printf("  overhead of edl::torch at 1 worker: %+.1f%% step time (median of %d step pairs; the"
                   " medians above: %+.1f%%; target <= 3%%)\n",
                   overhead, cfg.pair_iters, (rep[0].step_s / rep[0].base_step_s - 1) * 100);
       continue;
     }
     double step_s = 0, overlap = 0;
+    Extra x;
     for (const auto& r : rep) {
       step_s = std::max(step_s, r.step_s);
       overlap += r.overlap / rep.size();
+      x.bg_cpu_s += r.bg_cpu_s / rep.size();
+      x.cpu_s += r.cpu_s / rep.size();
+      x.preempt += r.preempt / rep.size();
     }
     // Ranks of one EDL world must hold the same parameters; independent copies start equal and
     // train on equal data, so they match too.
     bool ok = true;
     for (const auto& r : rep) ok = ok && r.checksum == rep[0].checksum && std::isfinite(r.checksum);
-    emit(m.workers, m.name, step_s, overlap, m.edl, ok);
+    emit(m.workers, m.name, step_s, overlap, m.edl, ok, x);
   }
   return failures == 0 ? 0 : 1;
 }
