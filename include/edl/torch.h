@@ -8,7 +8,8 @@
 //                              every parameter's gradient accumulator hand each gradient over as soon
 //                              as backward has accumulated it, so the reduction overlaps the rest of
 //                              backward; step() waits, writes the mean into p.grad() and calls the
-//                              wrapped optimizer's step().
+//                              wrapped optimizer's step(). In a world of one (decided per step)
+//                              nothing is copied: step() uses p.grad() in place.
 //   broadcast_parameters       every rank takes root's parameters and buffers (BN statistics).
 //   broadcast_optimizer_state  every rank takes root's optimizer state (momenta, Adam moments and
 //                              step counts, param-group options such as the learning rate).
