@@ -5,7 +5,10 @@
 //   workers 1  edl             the same through edl::torch::DistributedOptimizer in an edl::init()
 //                              world of one (hooks, gradient copies, bookkeeping): overhead, target <= 3%.
 //                              Both run in ONE process, their steps interleaved (mode "overhead"), so
-//                              that a shared machine's load hits both alike; "ok" = identical parameters
+//                              that a shared machine's load hits both alike; "ok" = identical parameters.
+//                              The overhead is the median over the --pair-iters step pairs of
+//                              (edl step / the plain step next to it) - 1: a drift of the machine's
+//                              load cancels in each pair (the JSON field overhead_pct of the edl row)
 //   workers 2  independent     two plain copies side by side, no communication: the ceiling for 2 workers
 //   workers 2  barrier         the same two copies meeting in a blocking pipe barrier after every step
 //                              (no EDL): the ceiling for any synchronous training; under load from
@@ -15,19 +18,27 @@
 // images_per_s = workers * batch / step time (the median over --iters steps after --warmup, the
 // slowest rank's median); step_ms is that step time. Every EDL row also checks that both ranks end
 // with bitwise identical parameters ("ok"); the overlap column is the share of the allreduce time
-// hidden behind backward (edl::OptimizerStepStats).
+// hidden behind backward (edl::OptimizerStepStats). Where the CPU goes (per timed step, averaged
+// over the ranks; /proc/self/task, Linux): cpu_ms, the CPU time of all the worker's threads (the
+// overhead mode: both copies); bg_cpu_ms, that of the threads other than the training thread (EDL's
+// engine and transport; torch runs with --threads 1); preempt, how often the training thread was
+// preempted (involuntary context switches).
 //
-//   torch_bench [--batch 32] [--threads 1] [--warmup 3] [--iters 20] [--modes LIST] [--json PATH]
+//   torch_bench [--batch 32] [--threads 1] [--warmup 3] [--iters 20] [--pair-iters 60] [--modes LIST]
+//               [--json PATH]
 //   (--modes overhead,independent,barrier,edl,edl-no-overlap)
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -47,7 +58,7 @@ using edl::bench::Json;
 using edl::bench::now_s;
 
 struct Config {
-  int batch = 32, threads = 1, warmup = 3, iters = 20;
+  int batch = 32, threads = 1, warmup = 3, iters = 20, pair_iters = 60;
 };
 
 struct Mode {
@@ -78,7 +89,41 @@ struct Report {
   double overlap = 0;
   double checksum = 0;
   double base_checksum = 0;  // paired mode: the plain copy's (EDL in a world of 1 must match it)
+  double pair_ratio = 0;     // paired mode: median over the step pairs of edl step / plain step
+  double cpu_s = 0;          // per timed step: CPU time of all the worker's threads
+  double bg_cpu_s = 0;       // per timed step: CPU time of the threads other than the training thread
+  double preempt = 0;        // per timed step: involuntary context switches of the training thread
 };
+
+// CPU time of the calling thread and of this process's other threads (schedstat), and the calling
+// thread's involuntary context switches.
+struct ThreadUsage {
+  double self_s = 0;
+  double others_s = 0;
+  double preemptions = 0;
+};
+
+ThreadUsage thread_usage() {
+  ThreadUsage u;
+  const std::string self = std::to_string(syscall(SYS_gettid));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream f(e.path() / "schedstat");
+    double run_ns = 0;
+    if (!(f >> run_ns)) continue;
+    if (e.path().filename() != self) {
+      u.others_s += run_ns * 1e-9;
+      continue;
+    }
+    u.self_s = run_ns * 1e-9;
+    std::ifstream st(e.path() / "status");
+    std::string line;
+    const std::string key = "nonvoluntary_ctxt_switches:";
+    while (std::getline(st, line))
+      if (line.compare(0, key.size(), key) == 0) u.preemptions = std::stod(line.substr(key.size()));
+  }
+  return u;
+}
 
 bool read_all(int fd, void* buf, size_t n, double deadline_s) {
   auto* p = static_cast<char*>(buf);
@@ -143,8 +188,11 @@ Report train(const Config& cfg, const Mode& mode, const PipeBarrier* barrier) {
     torch::manual_seed(42);
     plain = std::make_unique<Trainer>(cfg, Mode{"plain", 1, false, true, false});
   }
-  std::vector<double> times, base_times, overlaps;
-  for (int i = 0; i < cfg.warmup + cfg.iters; ++i) {
+  std::vector<double> times, base_times, overlaps, ratios;
+  const int iters = plain ? cfg.pair_iters : cfg.iters;
+  ThreadUsage start;
+  for (int i = 0; i < cfg.warmup + iters; ++i) {
+    if (i == cfg.warmup) start = thread_usage();
     double t = 0, b = 0;
     if (plain && i % 2 == 1) b = plain->step();
     t = main.step();
@@ -156,13 +204,21 @@ Report train(const Config& cfg, const Mode& mode, const PipeBarrier* barrier) {
     if (plain && i % 2 == 0) b = plain->step();
     if (i >= cfg.warmup) {
       times.push_back(t);
-      if (plain) base_times.push_back(b);
+      if (plain) {
+        base_times.push_back(b);
+        ratios.push_back(t / b);
+      }
       if (main.opt) overlaps.push_back(main.opt->reducer().last_step_stats().overlap_fraction());
     }
   }
   Report r;
   r.step_s = edl::bench::median(times);
   r.base_step_s = plain ? edl::bench::median(base_times) : 0;
+  r.pair_ratio = plain ? edl::bench::median(ratios) : 0;
+  const ThreadUsage end = thread_usage();
+  r.bg_cpu_s = (end.others_s - start.others_s) / std::max(1, iters);
+  r.cpu_s = r.bg_cpu_s + (end.self_s - start.self_s) / std::max(1, iters);
+  r.preempt = (end.preemptions - start.preemptions) / std::max(1, iters);
   r.overlap = overlaps.empty() ? 0 : edl::bench::median(overlaps);
   r.checksum = main.checksum();
   r.base_checksum = plain ? plain->checksum() : r.checksum;
@@ -255,6 +311,7 @@ int main(int argc, char** argv) {
       "threads", "intra-op threads per worker", cxxopts::value<int>()->default_value("1"))(
       "warmup", "untimed steps", cxxopts::value<int>()->default_value("3"))(
       "iters", "timed steps", cxxopts::value<int>()->default_value("20"))(
+      "pair-iters", "timed step pairs of the overhead mode", cxxopts::value<int>()->default_value("60"))(
       "modes", "comma-separated: overhead (1 worker, plain and edl interleaved), independent, barrier, edl, edl-no-overlap (2 workers)",
       cxxopts::value<std::string>()->default_value("overhead,independent,barrier,edl,edl-no-overlap"))(
       "json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))(
@@ -269,6 +326,7 @@ int main(int argc, char** argv) {
   cfg.threads = args["threads"].as<int>();
   cfg.warmup = args["warmup"].as<int>();
   cfg.iters = args["iters"].as<int>();
+  cfg.pair_iters = args["pair-iters"].as<int>();
   const std::vector<Mode> all = {{"overhead", 1, true, true, true},
                                  {"independent", 2, false, true, false},
                                  {"barrier", 2, false, true, false, true},
@@ -284,17 +342,26 @@ int main(int argc, char** argv) {
     }
   }
   edl::bench::JsonRows json(args["json"].as<std::string>());
-  edl::bench::Table table({"model", "workers", "mode", "images/s", "step_ms", "vs_plain_1", "overlap", "ok"}, 15);
+  edl::bench::Table table(
+      {"model", "workers", "mode", "images/s", "step_ms", "vs_plain_1", "overlap", "cpu_ms", "bg_cpu_ms", "preempt", "ok"},
+      15);
   table.header();
   double base_ips = 0;
   int failures = 0;
-  auto emit = [&](int workers, const std::string& mode, double step_s, double overlap, bool edl, bool ok) {
+  struct Extra {
+    double overhead_pct = std::nan("");
+    double cpu_s = 0, bg_cpu_s = 0, preempt = 0;
+  };
+  auto emit = [&](int workers, const std::string& mode, double step_s, double overlap, bool edl, bool ok,
+                  const Extra& x) {
     const double ips = workers * cfg.batch / step_s;
     if (mode == "plain") base_ips = ips;
     const double vs = base_ips > 0 ? ips / base_ips : 0;
     failures += ok ? 0 : 1;
     table.row({"resnet20", std::to_string(workers), mode, edl::bench::fmt(ips, 1), edl::bench::fmt(step_s * 1e3, 1),
-               base_ips > 0 ? edl::bench::fmt(vs, 3) : "-", edl ? edl::bench::fmt(overlap, 2) : "-", ok ? "ok" : "WRONG"});
+               base_ips > 0 ? edl::bench::fmt(vs, 3) : "-", edl ? edl::bench::fmt(overlap, 2) : "-",
+               edl::bench::fmt(x.cpu_s * 1e3, 1), edl::bench::fmt(x.bg_cpu_s * 1e3, 2), edl::bench::fmt(x.preempt, 1),
+               ok ? "ok" : "WRONG"});
     Json row;
     row["bench"] = "torch_bench";
     row["model"] = "resnet20";
@@ -307,6 +374,10 @@ int main(int argc, char** argv) {
     row["batch"] = cfg.batch;
     row["threads"] = cfg.threads;
     row["ok"] = ok;
+    if (!std::isnan(x.overhead_pct)) row["overhead_pct"] = x.overhead_pct;
+    row["cpu_ms"] = x.cpu_s * 1e3;
+    row["bg_cpu_ms"] = x.bg_cpu_s * 1e3;
+    row["preempt"] = x.preempt;
     json.write(row);
   };
   for (const auto& m : modes) {
@@ -320,22 +391,33 @@ int main(int argc, char** argv) {
     }
     if (m.paired) {  // EDL in a world of one must train exactly like plain libtorch
       const bool same = rep[0].checksum == rep[0].base_checksum && std::isfinite(rep[0].checksum);
-      emit(1, "plain", rep[0].base_step_s, 0, false, std::isfinite(rep[0].base_checksum));
-      emit(1, "edl", rep[0].step_s, rep[0].overlap, true, same);
-      std::printf("  overhead of edl::torch at 1 worker: %+.1f%% step time (target <= 3%%)\n",
-                  (rep[0].step_s / rep[0].base_step_s - 1) * 100);
+      const double overhead = (rep[0].pair_ratio - 1) * 100;
+      // One process: its background threads and preemptions belong to both copies alike.
+      // cpu_ms: both copies together.
+      const Extra x{overhead, rep[0].cpu_s, rep[0].bg_cpu_s, rep[0].preempt};
+      Extra plain_x = x;
+      plain_x.overhead_pct = std::nan("");
+      emit(1, "plain", rep[0].base_step_s, 0, false, std::isfinite(rep[0].base_checksum), plain_x);
+      emit(1, "edl", rep[0].step_s, rep[0].overlap, true, same, x);
+      std::printf("  overhead of edl::torch at 1 worker: %+.1f%% step time (median of %d step pairs; the"
+                  " medians above: %+.1f%%; target <= 3%%)\n",
+                  overhead, cfg.pair_iters, (rep[0].step_s / rep[0].base_step_s - 1) * 100);
       continue;
     }
     double step_s = 0, overlap = 0;
+    Extra x;
     for (const auto& r : rep) {
       step_s = std::max(step_s, r.step_s);
       overlap += r.overlap / rep.size();
+      x.bg_cpu_s += r.bg_cpu_s / rep.size();
+      x.cpu_s += r.cpu_s / rep.size();
+      x.preempt += r.preempt / rep.size();
     }
     // Ranks of one EDL world must hold the same parameters; independent copies start equal and
     // train on equal data, so they match too.
     bool ok = true;
     for (const auto& r : rep) ok = ok && r.checksum == rep[0].checksum && std::isfinite(r.checksum);
-    emit(m.workers, m.name, step_s, overlap, m.edl, ok);
+    emit(m.workers, m.name, step_s, overlap, m.edl, ok, x);
   }
   return failures == 0 ? 0 : 1;
 }

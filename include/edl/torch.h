@@ -8,7 +8,8 @@
 //                              every parameter's gradient accumulator hand each gradient over as soon
 //                              as backward has accumulated it, so the reduction overlaps the rest of
 //                              backward; step() waits, writes the mean into p.grad() and calls the
-//                              wrapped optimizer's step().
+//                              wrapped optimizer's step(). In a world of one (decided per step)
+//                              nothing is copied: step() uses p.grad() in place.
 //   broadcast_parameters       every rank takes root's parameters and buffers (BN statistics).
 //   broadcast_optimizer_state  every rank takes root's optimizer state (momenta, Adam moments and
 //                              step counts, param-group options such as the learning rate).
@@ -137,6 +138,7 @@ class DistributedOptimizer : public elastic::Stateful {
   void on_gradient(size_t index);
   void fill_missing();
   void write_back();
+  void finish_in_place();
   void apply_lrs(double lr);
   void compensate_before(int64_t t, int previous_size);
   void compensate_after();
@@ -154,6 +156,7 @@ class DistributedOptimizer : public elastic::Stateful {
   std::vector<double> group_lr_ratio_;  // initial LR of group g / initial LR of group 0
   std::exception_ptr hook_error_;       // raised inside a hook, rethrown by step()
   bool weighted_ = false;               // set_step_samples() was called for this step
+  int step_size_ = 0;                   // ranks this step reduces over (0: step not begun)
   // SGD momentum compensation (u-form buffers, docs/torch.md).
   int last_size_ = 0;                    // world size the previous step trained at (0: none yet)
   int64_t comp_t0_ = -1;                 // step of the resize being compensated (-1: none)

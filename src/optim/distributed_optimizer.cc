@@ -490,6 +490,7 @@ struct DistributedOptimizer::Impl {
       for (auto& p : params) {
         float* g = buckets[p.bucket].buf.data() + p.offset;
         float* out = p.user_grad != nullptr ? p.user_grad : g;
+        if (out == g && grad_scale == 1.0f) continue;  // a world of one (or fp16-prescaled): already the mean
         for (size_t i = 0; i < p.count; ++i) out[i] = g[i] * grad_scale;
       }
     } else if (is_sgd()) {
@@ -571,6 +572,11 @@ size_t DistributedOptimizer::bucket_of(size_t index) {
   EDL_CHECK(index < impl_->params.size(), InvalidArgument,
             "DistributedOptimizer::bucket_of: index " + std::to_string(index) + " out of range");
   return impl_->params[index].bucket;
+}
+
+int DistributedOptimizer::begin_step() {
+  impl_->begin_step();
+  return impl_->world_size;
 }
 
 void DistributedOptimizer::grad_ready(size_t index) { impl_->grad_ready(index); }

@@ -150,6 +150,11 @@ void DistributedOptimizer::on_gradient(size_t index) {
               "edl::torch::DistributedOptimizer: parameter '" + names_[index] + "' got a gradient in more than " +
                   std::to_string(options_.accumulation_steps) +
                   " backward passes of one step (call step() after accumulation_steps passes)");
+    if (step_size_ == 0) step_size_ = reducer_->begin_step();  // pins this step's communicator
+    if (step_size_ == 1) {  // a world of one: step() uses p.grad() in place
+      reported_[index] = true;
+      return;
+    }
     ::torch::NoGradGuard no_grad;
     const ::torch::Tensor& p = params_[index];
     ::torch::Tensor g = p.grad();
@@ -181,6 +186,21 @@ void DistributedOptimizer::fill_missing() {
   }
 }
 
+// A world of one: p.grad() already holds the sum over this rank's passes; the mean is that / passes
+// (the same multiply write_back() does after its copy: bitwise the same result), and a parameter
+// without a gradient gets zeros, as write_back() gives it.
+void DistributedOptimizer::finish_in_place() {
+  ::torch::NoGradGuard no_grad;
+  const double inv_passes = 1.0 / options_.accumulation_steps;
+  for (auto& p : params_) {
+    if (!p.grad().defined()) {
+      p.mutable_grad() = ::torch::zeros_like(p);
+    } else if (options_.accumulation_steps > 1) {
+      p.mutable_grad().mul_(inv_passes);
+    }
+  }
+}
+
 void DistributedOptimizer::write_back() {
   ::torch::NoGradGuard no_grad;
   const double inv_passes = 1.0 / options_.accumulation_steps;
@@ -206,6 +226,7 @@ void DistributedOptimizer::reset_step() {
   std::fill(passes_seen_.begin(), passes_seen_.end(), 0);
   std::fill(reported_.begin(), reported_.end(), false);
   hook_error_ = nullptr;
+  step_size_ = 0;
 }
 
 void DistributedOptimizer::zero_grad() { optimizer_->zero_grad(); }
@@ -226,10 +247,18 @@ void DistributedOptimizer::step() {
     discard_step();
     std::rethrow_exception(e);
   }
-  fill_missing();
   const bool weighted = weighted_;
   weighted_ = false;
-  const double lr = reducer_->lr();  // this step's LR (applies a pending generation first)
+  bool in_place = false;
+  try {
+    if (step_size_ == 0) step_size_ = reducer_->begin_step();  // no hook ran (e.g. no backward)
+    in_place = step_size_ == 1;
+    if (!in_place) fill_missing();
+  } catch (...) {
+    discard_step();
+    throw;
+  }
+  const double lr = reducer_->lr();  // this step's LR (its generation was applied by begin_step)
   const int64_t t = reducer_->step_count();
   try {
     reducer_->step();
@@ -242,7 +271,11 @@ void DistributedOptimizer::step() {
   last_size_ = reducer_->rescaler().size();
   // A weighted step in which no rank had a record (an epoch's tail) changes nothing, as in EDL.
   if (weighted && reducer_->last_step_stats().samples == 0) return;
-  write_back();
+  if (in_place) {
+    finish_in_place();
+  } else {
+    write_back();
+  }
   if (options_.rescale) {
     apply_lrs(lr);
     compensate_before(t, previous_size);

@@ -145,6 +145,12 @@ class EDL_API DistributedOptimizer : public elastic::Stateful {
   size_t bucket_of(size_t index);
 
   // --- the training step --------------------------------------------------------------------------
+  // Starts the step now when none is in progress (the first grad_ready(), backward_done() or step()
+  // does it implicitly): picks the communicator of the step and applies its pending generation, so
+  // the answer holds until step() or discard_step(). Returns the number of ranks the step reduces
+  // over. A caller that gets 1 may leave its gradients where they are: nothing is summed, and a
+  // kNone step then writes nothing (the mean of one rank is its own zero-copy slot, untouched).
+  int begin_step();
   // Parameter `index`'s gradient of the current backward pass is final.
   void grad_ready(size_t index);
   // Ends the current backward pass (gradients not reported are taken now). Passes also end by
