@@ -545,11 +545,14 @@ const std::vector<Section>& sections() {
       {"optimizer_bench", "Distributed optimizer overlap", "", optimizer_section},
       {"timeline_bench", "Timeline overhead (ResNet20 step, timeline on / off)", "", timeline_section},
       {"torch_bench", "edl::torch on the libtorch ResNet20 (docs/torch.md)",
-       "Target: `edl` at 1 worker within 3% of `plain` (the two run interleaved in one process); 2 workers "
+       "Target: `edl` at 1 worker within 3% of `plain`: `overhead_pct` is the median over interleaved step pairs "
+       "(the two copies alternate steps in one process) of edl step / the plain step next to it, minus 1; 2 workers "
        "compared with `independent` (two copies side by side, no communication: the ceiling) and `barrier` (two "
        "plain copies meeting in a blocking pipe barrier every step, no EDL: what synchronous training itself costs "
        "on this shared 2-core machine; docs/torch.md); `overlap`: the "
-       "share of the allreduce hidden behind backward. `ok`: the ranks (and plain vs edl at 1 worker) end "
+       "share of the allreduce hidden behind backward; `cpu_ms` / `bg_cpu_ms`: CPU time per step of all threads / of "
+       "the threads other than the training thread, `preempt`: involuntary context switches of the training thread "
+       "per step. `ok`: the ranks (and plain vs edl at 1 worker) end "
        "with identical parameters.",
        nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
