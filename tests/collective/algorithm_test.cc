@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "harness.h"
+#include "reference.h"
 
 using namespace edl;
 using edl::collective::AlgorithmTuning;
@@ -13,60 +14,6 @@ using edl::collective::AllreduceAlgorithm;
 using edl::collective::TcpCommunicator;
 
 namespace {
-
-const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kUInt8};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-// Values in {-1, 0, 1, 2} (uint8: {0, 1, 2}): sums and products of up to 5 are exact everywhere.
-double input(int rank, size_t i, DataType dt) {
-  const int v = static_cast<int>((i * 5 + static_cast<size_t>(rank) * 3) % 4) - 1;
-  return dt == DataType::kUInt8 ? std::abs(v) : v;
-}
-
-void put(void* b, size_t i, DataType dt, double v) {
-  switch (dt) {
-    case DataType::kFloat32: static_cast<float*>(b)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(b)[i] = v; break;
-    case DataType::kInt32: static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(b)[i] = static_cast<int64_t>(v); break;
-    case DataType::kFloat16: static_cast<uint16_t*>(b)[i] = float_to_half(static_cast<float>(v)); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(b)[i] = float_to_bfloat16(static_cast<float>(v)); break;
-    case DataType::kUInt8: static_cast<uint8_t*>(b)[i] = static_cast<uint8_t>(v); break;
-  }
-}
-
-double get(const void* b, size_t i, DataType dt) {
-  switch (dt) {
-    case DataType::kFloat32: return static_cast<const float*>(b)[i];
-    case DataType::kFloat64: return static_cast<const double*>(b)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(b)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(b)[i]);
-    case DataType::kFloat16: return half_to_float(static_cast<const uint16_t*>(b)[i]);
-    case DataType::kBFloat16: return bfloat16_to_float(static_cast<const uint16_t*>(b)[i]);
-    case DataType::kUInt8: return static_cast<const uint8_t*>(b)[i];
-  }
-  return 0;
-}
-
-double reference(int n, size_t i, ReduceOp op, DataType dt) {
-  double acc = input(0, i, dt);
-  for (int r = 1; r < n; ++r) {
-    const double v = input(r, i, dt);
-    if (op == ReduceOp::kSum || op == ReduceOp::kAverage) acc += v;
-    if (op == ReduceOp::kMin) acc = std::min(acc, v);
-    if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    if (op == ReduceOp::kProduct) acc *= v;
-  }
-  if (op != ReduceOp::kAverage) return acc;
-  if (dt == DataType::kInt32 || dt == DataType::kInt64 || dt == DataType::kUInt8) return std::trunc(acc / n);
-  return acc / n;
-}
-
-bool close_enough(double got, double want, DataType dt) {
-  const double tol = dt == DataType::kFloat16 ? 1e-3 : dt == DataType::kBFloat16 ? 8e-3 : dt == DataType::kFloat32 ? 1e-6 : 0;
-  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
-}
 
 AlgorithmTuning forcing(AlgorithmTuning t, AllreduceAlgorithm a) {
   t.eager_bytes = a == AllreduceAlgorithm::kDirect ? (size_t{1} << 30) : 0;
@@ -93,18 +40,18 @@ TEST_CASE("algorithms: direct, halving-doubling and ring equal the reference at 
           [&](int rank, TcpCommunicator& comm) {
             comm.set_tuning(forcing(comm.tuning(), a));
             for (size_t count : counts)
-              for (DataType dt : kTypes)
-                for (ReduceOp op : kOps) {
+              for (DataType dt : test::kAllTypes)
+                for (ReduceOp op : test::kAllOps) {
                   const size_t es = dtype_size(dt);
                   std::vector<uint8_t> buf(count * es + 16, 0xCD);
-                  for (size_t i = 0; i < count; ++i) put(buf.data(), i, dt, input(rank, i, dt));
+                  for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
                   comm.allreduce(buf.data(), count, dt, op);
                   for (size_t g = count * es; g < buf.size(); ++g)
                     if (buf[g] != 0xCD) TFAIL("wrote past the buffer");
                   for (size_t i = 0; i < count; ++i)
-                    if (!close_enough(get(buf.data(), i, dt), reference(n, i, op, dt), dt))
+                    if (!test::ref_close(test::ref_get(buf.data(), i, dt), test::ref_result(n, i, op, dt), dt))
                       TFAIL("count " << count << " " << dtype_name(dt) << " " << op_name(op) << " element " << i
-                                     << ": got " << get(buf.data(), i, dt) << " want " << reference(n, i, op, dt));
+                                     << ": got " << test::ref_get(buf.data(), i, dt) << " want " << test::ref_result(n, i, op, dt));
                   buf.resize(count * es);
                   results[rank].push_back(std::move(buf));
                 }
@@ -121,7 +68,7 @@ TEST_CASE("algorithms: direct, halving-doubling and ring equal the reference at 
           },
           test::fast_options(20000));
       for (int r = 1; r < n; ++r) CHECK(results[r] == results[0]);
-      const uint64_t runs = counts.size() * std::size(kTypes) * std::size(kOps) + 1;
+      const uint64_t runs = counts.size() * std::size(test::kAllTypes) * std::size(test::kAllOps) + 1;
       if (a == AllreduceAlgorithm::kDirect) CHECK(stats[0].eager_allreduces == runs);
       if (a == AllreduceAlgorithm::kHalvingDoubling) CHECK(stats[0].halving_doubling_allreduces == runs);
       if (a == AllreduceAlgorithm::kRing) CHECK(stats[0].ring_allreduces == runs);
