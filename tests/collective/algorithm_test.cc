@@ -39,22 +39,7 @@ TEST_CASE("algorithms: direct, halving-doubling and ring equal the reference at 
           n,
           [&](int rank, TcpCommunicator& comm) {
             comm.set_tuning(forcing(comm.tuning(), a));
-            for (size_t count : counts)
-              for (DataType dt : test::kAllTypes)
-                for (ReduceOp op : test::kAllOps) {
-                  const size_t es = dtype_size(dt);
-                  std::vector<uint8_t> buf(count * es + 16, 0xCD);
-                  for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
-                  comm.allreduce(buf.data(), count, dt, op);
-                  for (size_t g = count * es; g < buf.size(); ++g)
-                    if (buf[g] != 0xCD) TFAIL("wrote past the buffer");
-                  for (size_t i = 0; i < count; ++i)
-                    if (!test::ref_close(test::ref_get(buf.data(), i, dt), test::ref_result(n, i, op, dt), dt))
-                      TFAIL("count " << count << " " << dtype_name(dt) << " " << op_name(op) << " element " << i
-                                     << ": got " << test::ref_get(buf.data(), i, dt) << " want " << test::ref_result(n, i, op, dt));
-                  buf.resize(count * es);
-                  results[rank].push_back(std::move(buf));
-                }
+            test::allreduce_every_op(n, rank, comm, counts, results[rank]);
             // Fused spans cutting through the halves and segments.
             std::vector<std::vector<float>> t;
             std::vector<collective::Span> spans;

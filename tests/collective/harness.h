@@ -24,6 +24,7 @@
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
 #include "edl/store.h"
+#include "reference.h"
 #include "testing/process.h"
 
 namespace edl::test {
@@ -53,31 +54,42 @@ inline CommunicatorOptions fast_options(int timeout_ms = 5000) {
   return o;
 }
 
-// Runs fn(rank, comm) on n threads, each with its own communicator over one memory store.
-// Rethrows the first exception of any rank after joining all of them.
-inline void run_ranks(int n, const std::function<void(int, collective::TcpCommunicator&)>& fn,
-                      CommunicatorOptions opts = fast_options()) {
-  auto store = make_memory_store();
-  const std::string prefix = unique_prefix("ranks");
+// Every dtype x op over `counts` on this rank, each result checked against reference.h and that
+// nothing past the buffer was written; appends each result's bytes to `out` (compare them across
+// ranks: bitwise identical). A count of 0 passes a null buffer.
+inline void allreduce_every_op(int n, int rank, Communicator& comm, const std::vector<size_t>& counts,
+                               std::vector<std::vector<uint8_t>>& out) {
+  constexpr uint8_t kGuard = 0xAB;
+  for (size_t count : counts)
+    for (DataType dt : kAllTypes)
+      for (ReduceOp op : kAllOps) {
+        const size_t es = dtype_size(dt);
+        std::vector<uint8_t> buf(count * es + 16, kGuard);
+        for (size_t i = 0; i < count; ++i) ref_put(buf.data(), i, dt, ref_input(rank, i, dt));
+        comm.allreduce(count ? buf.data() : nullptr, count, dt, op);
+        for (size_t g = count * es; g < buf.size(); ++g)
+          if (buf[g] != kGuard) throw std::runtime_error("allreduce wrote past the buffer");
+        for (size_t i = 0; i < count; ++i) {
+          const double want = ref_result(n, i, op, dt), got = ref_get(buf.data(), i, dt);
+          if (ref_close(got, want, dt)) continue;
+          std::ostringstream os;
+          os << "n=" << n << " count=" << count << " " << dtype_name(dt) << " " << op_name(op) << " element " << i
+             << ": got " << got << " want " << want;
+          throw std::runtime_error(os.str());
+        }
+        buf.resize(count * es);
+        out.push_back(std::move(buf));
+      }
+}
+
+// Runs fn(rank) on n threads. Rethrows the first exception of any rank after joining all of them.
+inline void run_threads(int n, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        CommunicatorOptions o = opts;
-        if (EDL_TEST_HOSTS > 0 && o.host_id.empty()) o.host_id = "host" + std::to_string(r % std::max(1, EDL_TEST_HOSTS));
-        auto comm = collective::TcpCommunicator::connect(store, prefix, r, n, o);
-        if (n > 1 && opts.transport == Transport::kShm && std::string(comm->transport_name()) != "shm")
-          throw std::runtime_error("the communicator does not use shared memory");
-#ifdef EDL_TEST_SHM_CHUNK_BYTES
-        collective::AlgorithmTuning t = comm->tuning();
-        t.shm_chunk_bytes = EDL_TEST_SHM_CHUNK_BYTES;
-#ifdef EDL_TEST_HIER_SLICE_BYTES
-        t.hier_slice_bytes = EDL_TEST_HIER_SLICE_BYTES;
-#endif
-        comm->set_tuning(t);
-#endif
-        fn(r, *comm);
+        fn(r);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -86,6 +98,43 @@ inline void run_ranks(int n, const std::function<void(int, collective::TcpCommun
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// Runs fn(rank, comm) on n threads, rank r's communicator made with options_of(r), over one memory
+// store (keys under a fresh prefix starting with `tag`).
+inline void run_ranks_with(int n, const std::function<CommunicatorOptions(int)>& options_of,
+                           const std::function<void(int, collective::TcpCommunicator&)>& fn,
+                           const std::string& tag = "ranks") {
+  auto store = make_memory_store();
+  const std::string prefix = unique_prefix(tag);
+  run_threads(n, [&](int r) {
+    auto comm = collective::TcpCommunicator::connect(store, prefix, r, n, options_of(r));
+    fn(r, *comm);
+  });
+}
+
+// Runs fn(rank, comm) on n threads, each with its own communicator over one memory store, with the
+// suite's transport, host ids and chunk sizes (test_collective_shm / _hier).
+inline void run_ranks(int n, const std::function<void(int, collective::TcpCommunicator&)>& fn,
+                      CommunicatorOptions opts = fast_options()) {
+  auto options_of = [&](int r) {
+    CommunicatorOptions o = opts;
+    if (EDL_TEST_HOSTS > 0 && o.host_id.empty()) o.host_id = "host" + std::to_string(r % std::max(1, EDL_TEST_HOSTS));
+    return o;
+  };
+  run_ranks_with(n, options_of, [&](int r, collective::TcpCommunicator& comm) {
+    if (n > 1 && opts.transport == Transport::kShm && std::string(comm.transport_name()) != "shm")
+      throw std::runtime_error("the communicator does not use shared memory");
+#ifdef EDL_TEST_SHM_CHUNK_BYTES
+    collective::AlgorithmTuning t = comm.tuning();
+    t.shm_chunk_bytes = EDL_TEST_SHM_CHUNK_BYTES;
+#ifdef EDL_TEST_HIER_SLICE_BYTES
+    t.hier_slice_bytes = EDL_TEST_HIER_SLICE_BYTES;
+#endif
+    comm.set_tuning(t);
+#endif
+    fn(r, comm);
+  });
 }
 
 // Runs fn(rank, engine) on n threads; each rank's engine wraps its own communicator.

@@ -24,50 +24,14 @@ namespace {
 
 // Runs fn on thread ranks, rank r on host hosts[r] (transport auto, hierarchical auto).
 void run_on_hosts(const std::vector<std::string>& hosts, const std::function<void(int, TcpCommunicator&)>& fn) {
-  const int n = static_cast<int>(hosts.size());
-  auto store = make_memory_store();
-  const std::string prefix = test::unique_prefix("hier-fallback");
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommunicatorOptions o = test::fast_options(20000);
-        o.transport = Transport::kAuto;
-        o.hierarchical = Hierarchical::kAuto;
-        o.host_id = hosts[r];
-        auto comm = TcpCommunicator::connect(store, prefix, r, n, o);
-        fn(r, *comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-// Every dtype x op over `counts` on this rank; appends the results (for the bitwise comparison).
-void every_op(int n, int rank, TcpCommunicator& comm, const std::vector<size_t>& counts,
-              std::vector<std::vector<uint8_t>>& out) {
-  for (size_t count : counts)
-    for (DataType dt : test::kAllTypes)
-      for (ReduceOp op : test::kAllOps) {
-        const size_t es = dtype_size(dt);
-        std::vector<uint8_t> buf(count * es + 16, 0xAB);
-        for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
-        comm.allreduce(buf.data(), count, dt, op);
-        for (size_t g = count * es; g < buf.size(); ++g)
-          if (buf[g] != 0xAB) TFAIL("allreduce wrote past the buffer");
-        for (size_t i = 0; i < count; ++i) {
-          const double want = test::ref_result(n, i, op, dt), got = test::ref_get(buf.data(), i, dt);
-          if (!test::ref_close(got, want, dt))
-            TFAIL("n=" << n << " count=" << count << " " << dtype_name(dt) << " " << op_name(op) << " element " << i
-                       << ": got " << got << " want " << want);
-        }
-        buf.resize(count * es);
-        out.push_back(std::move(buf));
-      }
+  auto options_of = [&](int r) {
+    CommunicatorOptions o = test::fast_options(20000);
+    o.transport = Transport::kAuto;
+    o.hierarchical = Hierarchical::kAuto;
+    o.host_id = hosts[r];
+    return o;
+  };
+  test::run_ranks_with(static_cast<int>(hosts.size()), options_of, fn, "hier-fallback");
 }
 
 // Fused spans of odd lengths (slices cut through them); float32 sums of rank + k.
@@ -97,7 +61,7 @@ std::string gather_over_tcp_run(int local) {
       t.hier_slice_bytes = 0;  // every buffer sliced: reduce, cross step, gather over TCP
       t.chunk_bytes = 8192;    // several ring chunks per step
       comm.set_tuning(t);
-      every_op(n, rank, comm, {1, 3, 7, 1001, 30011}, results[rank]);
+      test::allreduce_every_op(n, rank, comm, {1, 3, 7, 1001, 30011}, results[rank]);
       fused_spans(n, rank, comm);
     });
   } catch (const std::exception& e) {
@@ -160,7 +124,7 @@ TEST_CASE("hier: uneven rank counts per host and one rank per host take the flat
       t.hd_min_ranks = 2;
       t.chunk_bytes = 8192;
       comm.set_tuning(t);
-      every_op(n, rank, comm, {1, 3, 5001, 100003}, results[rank]);
+      test::allreduce_every_op(n, rank, comm, {1, 3, 5001, 100003}, results[rank]);
       fused_spans(n, rank, comm);
       stats[rank] = comm.stats();
     });

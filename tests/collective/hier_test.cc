@@ -35,24 +35,12 @@ CommunicatorOptions hier_options(int rank, int hosts, int timeout_ms = 5000) {
 // Runs fn on n thread ranks spread over `hosts` fake hosts (rank r on host r % hosts).
 void run_hier(int n, int hosts, const std::function<void(int, TcpCommunicator&)>& fn,
               const std::function<void(int, CommunicatorOptions&)>& tweak = nullptr) {
-  auto store = make_memory_store();
-  const std::string prefix = test::unique_prefix("hier");
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommunicatorOptions o = hier_options(r, hosts);
-        if (tweak) tweak(r, o);
-        auto comm = TcpCommunicator::connect(store, prefix, r, n, o);
-        fn(r, *comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  auto options_of = [&](int r) {
+    CommunicatorOptions o = hier_options(r, hosts);
+    if (tweak) tweak(r, o);
+    return o;
+  };
+  test::run_ranks_with(n, options_of, fn, "hier");
 }
 
 void check_every_op(int n, int hosts, const std::vector<size_t>& counts, size_t slice_bytes) {
@@ -64,24 +52,7 @@ void check_every_op(int n, int hosts, const std::vector<size_t>& counts, size_t 
     t.shm_chunk_bytes = 16384;  // several staging rounds on the local level
     t.chunk_bytes = 8192;       // several ring chunks on the cross level
     comm.set_tuning(t);
-    for (size_t count : counts)
-      for (DataType dt : test::kAllTypes)
-        for (ReduceOp op : test::kAllOps) {
-          const size_t es = dtype_size(dt);
-          std::vector<uint8_t> buf(count * es + 16, 0xAB);
-          for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
-          comm.allreduce(count ? buf.data() : nullptr, count, dt, op);
-          for (size_t g = count * es; g < buf.size(); ++g)
-            if (buf[g] != 0xAB) TFAIL("allreduce wrote past the buffer");
-          for (size_t i = 0; i < count; ++i) {
-            const double want = test::ref_result(n, i, op, dt), got = test::ref_get(buf.data(), i, dt);
-            if (!test::ref_close(got, want, dt))
-              TFAIL("n=" << n << " hosts=" << hosts << " count=" << count << " " << dtype_name(dt) << " "
-                         << op_name(op) << " element " << i << ": got " << got << " want " << want);
-          }
-          buf.resize(count * es);
-          results[rank].push_back(std::move(buf));
-        }
+    test::allreduce_every_op(n, rank, comm, counts, results[rank]);
   });
   for (int r = 1; r < n; ++r) TREQUIRE(results[r] == results[0]);  // bitwise identical on every rank
 }

@@ -165,24 +165,7 @@ TEST_CASE("shm: every dtype x op (16-bit floats and uint8 included) through the 
       t.shm_chunk_bytes = 4096;  // many rounds, slices of odd lengths
       t.shm_eager_bytes = 0;     // no payload with the header: every count goes through the rounds
       comm.set_tuning(t);
-      for (size_t count : counts)
-        for (DataType dt : test::kAllTypes)
-          for (ReduceOp op : test::kAllOps) {
-            const size_t es = dtype_size(dt);
-            std::vector<uint8_t> buf(count * es + 16, 0x5A);
-            for (size_t i = 0; i < count; ++i) test::ref_put(buf.data(), i, dt, test::ref_input(rank, i, dt));
-            comm.allreduce(buf.data(), count, dt, op);
-            for (size_t g = count * es; g < buf.size(); ++g)
-              if (buf[g] != 0x5A) TFAIL("wrote past the buffer");
-            for (size_t i = 0; i < count; ++i) {
-              const double want = test::ref_result(n, i, op, dt), got = test::ref_get(buf.data(), i, dt);
-              if (!test::ref_close(got, want, dt))
-                TFAIL("count " << count << " " << dtype_name(dt) << " " << op_name(op) << " element " << i << ": got "
-                               << got << " want " << want);
-            }
-            buf.resize(count * es);
-            results[rank].push_back(std::move(buf));
-          }
+      test::allreduce_every_op(n, rank, comm, counts, results[rank]);
     });
     for (int r = 1; r < n; ++r) CHECK(results[r] == results[0]);  // bitwise identical on every rank
   }
