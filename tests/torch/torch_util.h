@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <exception>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -65,6 +66,15 @@ inline std::vector<float> flat(const ::torch::nn::Module& m) {
     out.insert(out.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
   }
   return out;
+}
+
+// The L1 distance of m's parameters from `ref` (a test checks it is > 0 so that a comparison of
+// trained parameters is not vacuous: training moved them).
+inline double l1_distance(const ::torch::nn::Module& m, const std::vector<float>& ref) {
+  const auto start = flat(m);
+  double d = 0;
+  for (size_t i = 0; i < start.size() && i < ref.size(); ++i) d += std::fabs(start[i] - ref[i]);
+  return d;
 }
 
 // Runs fn(rank, comm) on `ranks` threads, each with its own Communicator over one memory store.
