@@ -59,33 +59,9 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
     c->one_host_ = is_loopback_address(options.bind_address);
     for (int p = 0; p < size; ++p)
       if (p != rank) c->one_host_ = c->one_host_ && is_loopback_address(c->peer_addr_[p]);
-    c->count_local_ranks();
     if (options.transport != Transport::kTcp) c->setup_transport(store, prefix);
   }
   return c;
-}
-
-bool ranks_outnumber_cpus(int local_ranks, int cpus) { return cpus > 0 && local_ranks > cpus; }
-
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
-
-int ranks_on_host(const std::string& bind_address, const std::vector<std::string>& peer_addrs) {
-  int n = 1;
-  for (const std::string& a : peer_addrs) {
-    const size_t colon = a.rfind(':');
-    if (colon == bind_address.size() && a.compare(0, colon, bind_address) == 0) ++n;
-  }
-  return n;
-}
-
-void TcpCommunicator::count_local_ranks() {
-  local_ranks_ = one_host_ ? size_ : ranks_on_host(options_.bind_address, peer_addr_);
-  oversubscribed_ = ranks_outnumber_cpus(local_ranks_, usable_cpus());
 }
 
 void TcpCommunicator::shutdown_sockets() {
@@ -216,13 +192,10 @@ void TcpCommunicator::Waiter::idle() {
     // Spin, but let a peer process that shares this core run (ranks may outnumber cores). When the
     // yield itself takes long, other processes compete for the CPU: then spinning only delays us
     // (a task that sleeps in poll() is woken with priority, a spinning one is not), so block at once
-    // for the next 200 ms -- unless this job's own ranks outnumber the CPUs: then the yield went to
-    // a peer rank of this collective, which is what we wait for, and sleeping in poll() only adds a
-    // wake-up to every wait (docs/collectives.md, "Transport", measured at 4 ranks on 2 CPUs).
+    // for the next 200 ms.
     sched_yield();
     auto after = Clock::now();
-    if (!comm.oversubscribed_ && after - now > std::chrono::microseconds(30))
-      comm.spin_off_until_ = after + std::chrono::milliseconds(200);
+    if (after - now > std::chrono::microseconds(30)) comm.spin_off_until_ = after + std::chrono::milliseconds(200);
     return;
   }
   fds.push_back(pollfd{comm.event_fd_, POLLIN, 0});

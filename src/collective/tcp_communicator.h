@@ -10,9 +10,7 @@
 //    (or options.max_gather_bytes for allgather) before anything is allocated. All ranks see all headers, so all of them detect a mismatch identically
 //    and throw the same MismatchError after draining what was sent (the streams stay in sync).
 //  - Non-blocking sockets; waits spin briefly, then poll() on the sockets plus an eventfd that
-//    abort() signals (a slow sched_yield turns spinning off for a while, except when this job's
-//    ranks on this host outnumber its CPUs: see oversubscribed()). Every collective has the
-//    deadline options.timeout.
+//    abort() signals. Every collective has the deadline options.timeout.
 //  - Any transport error, deadline or abort poisons the communicator: later calls rethrow the
 //    first error, and the sockets are shut down so peers waiting on this rank fail promptly.
 //  - When every rank is on one host (Transport kShm / kAuto, see communicator.h), the collectives
@@ -80,19 +78,6 @@ enum class AllreduceAlgorithm : uint8_t { kDirect = 0, kHalvingDoubling = 1, kRi
 EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host = false);
 EDL_API const char* algorithm_name(AllreduceAlgorithm a);
 
-// The waiters' contention rule (docs/collectives.md, "Transport"): the local ranks of a job (this
-// rank and the peers that published the same host) oversubscribe the host when they outnumber the
-// CPUs this process may run on. Then a slow sched_yield means the core went to a peer rank, which is
-// what a waiting rank wants, and the waits keep yield-spinning (like Open MPI's mpi_yield_when_idle)
-// instead of blocking in poll() for 200 ms.
-EDL_API bool ranks_outnumber_cpus(int local_ranks, int cpus);
-// This rank plus the entries of `peer_addrs` ("host:port"; this rank's own entry empty) whose host
-// is `bind_address` (the host part of this rank's published address).
-EDL_API int ranks_on_host(const std::string& bind_address, const std::vector<std::string>& peer_addrs);
-// The CPUs this process may run on: CPU_COUNT of sched_getaffinity (cpusets, taskset), else the
-// online CPUs.
-EDL_API int usable_cpus();
-
 struct CommStats {
   uint64_t collectives = 0;
   uint64_t eager_allreduces = 0;
@@ -155,12 +140,6 @@ class EDL_API TcpCommunicator final : public Communicator {
   // Every rank of the mesh listens on a loopback address, so all run on this host (the algorithm
   // choice: halving-doubling at every size, docs/collectives.md "Algorithms"); same on every rank.
   bool one_host() const { return one_host_; }
-  // This rank and the peers whose published host equals this rank's bind address (all ranks when
-  // one_host()); same on every rank of one host.
-  int local_ranks() const { return local_ranks_; }
-  // ranks_outnumber_cpus(local_ranks(), usable_cpus()) at construction: the waits then keep
-  // yield-spinning through contention (docs/collectives.md, "Transport").
-  bool oversubscribed() const { return oversubscribed_; }
   CommStats stats() const;
   // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), "hier"
   // when the allreduce is hierarchical (hierarchy.h; the other collectives then run over TCP), else "tcp".
@@ -208,15 +187,12 @@ class EDL_API TcpCommunicator final : public Communicator {
   // The non-eager allreduce after the header exchange: 16-bit widening, then the chosen algorithm.
   void staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, AllreduceAlgorithm a);
   void shutdown_sockets();
-  void count_local_ranks();  // local_ranks_ and oversubscribed_, after the mesh
 
   int rank_;
   int size_;
   CommunicatorOptions options_;
   AlgorithmTuning tuning_;
   bool one_host_ = false;
-  int local_ranks_ = 1;
-  bool oversubscribed_ = false;
   std::vector<int> send_fd_;  // per peer (own rank: -1)
   std::vector<int> recv_fd_;
   std::vector<std::string> peer_addr_;  // published address of each peer (messages)

@@ -1,10 +1,7 @@
 // The TCP path's allreduce algorithms (direct exchange, halving-doubling, ring), each forced through
 // AlgorithmTuning at 2-5 ranks (powers of two and not), every dtype x op, sizes from 1 element to
 // non-divisible large counts, fused spans: results equal the reference and are bitwise identical on
-// every rank; the stats prove which algorithm ran. Also the automatic choice by size and ranks, and
-// the waits' oversubscription rule (local ranks vs CPUs).
-#include <sched.h>
-
+// every rank; the stats prove which algorithm ran. Also the automatic choice by size and ranks.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -14,9 +11,6 @@ using namespace edl;
 using edl::collective::AlgorithmTuning;
 using edl::collective::AllreduceAlgorithm;
 using edl::collective::TcpCommunicator;
-using edl::collective::ranks_on_host;
-using edl::collective::ranks_outnumber_cpus;
-using edl::collective::usable_cpus;
 
 namespace {
 
@@ -196,35 +190,4 @@ TEST_CASE("algorithms: ranks on loopback addresses know they share one host", "[
   std::vector<int> one_host(4, -1);
   test::run_ranks(4, [&](int rank, TcpCommunicator& comm) { one_host[rank] = comm.one_host() ? 1 : 0; });
   CHECK(one_host == std::vector<int>(4, 1));
-}
-
-TEST_CASE("waits: the oversubscription rule counts the ranks on this host against its CPUs", "[collective][algorithm]") {
-  CHECK(ranks_outnumber_cpus(4, 2));
-  CHECK(ranks_outnumber_cpus(3, 2));
-  CHECK_FALSE(ranks_outnumber_cpus(2, 2));
-  CHECK_FALSE(ranks_outnumber_cpus(1, 1));
-  CHECK_FALSE(ranks_outnumber_cpus(8, 0));  // CPU count unknown: keep the contention back-off
-
-  // The own rank's entry is empty; hosts must match exactly (not as a prefix) and the port is stripped.
-  CHECK(ranks_on_host("10.0.0.1", {"", "10.0.0.1:4000", "10.0.0.2:4000", "10.0.0.1:4001"}) == 3);
-  CHECK(ranks_on_host("10.0.0.1", {"10.0.0.11:4000", "", "10.0.0.1"}) == 1);
-  CHECK(ranks_on_host("[::1]", {"", "[::1]:5000"}) == 2);
-  CHECK(ranks_on_host("h1", {""}) == 1);
-
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
-  CHECK(usable_cpus() == CPU_COUNT(&set));
-}
-
-TEST_CASE("waits: ranks on loopback count as local and are oversubscribed beyond the CPUs", "[collective][algorithm]") {
-  for (int n : {2, 4}) {
-    std::vector<int> local(n, -1), over(n, -1);
-    test::run_ranks(n, [&](int rank, TcpCommunicator& comm) {
-      local[rank] = comm.local_ranks();
-      over[rank] = comm.oversubscribed() ? 1 : 0;
-    });
-    CHECK(local == std::vector<int>(n, n));
-    CHECK(over == std::vector<int>(n, n > usable_cpus() ? 1 : 0));
-  }
 }
