@@ -219,21 +219,7 @@ void TcpCommunicator::staged_allreduce(const std::vector<Span>& spans, size_t co
                                                                 : &TcpCommunicator::ring_window);
   };
   if (!is_16bit_float(dt)) return run(spans, dt);
-  // Accumulate in float32 over the wire too, so the result is rounded to 16 bits once.
-  const size_t es = dtype_size(dt);
-  widened_.resize(count);
-  size_t at = 0;
-  for (const Span& s : spans) {
-    widen_to_float(s.data, widened_.data() + at, s.bytes / es, dt);
-    at += s.bytes / es;
-  }
-  run({Span{widened_.data(), count * sizeof(float)}}, DataType::kFloat32);
-  at = 0;
-  for (const Span& s : spans) {
-    narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
-    at += s.bytes / es;
-  }
-  if (widened_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(widened_);  // keep <= 64 MiB
+  with_float32(spans, count, dt, widened_, run);  // accumulate in float32 over the wire too
 }
 
 template <typename Fn>

@@ -126,20 +126,9 @@ bool Hierarchy::allreduce(const std::vector<Span>& spans, size_t count, DataType
   cross_->outer_deadline_ = deadline;
   if (!is_16bit_float(dt)) return run(spans, count, dt, op);
   // 16-bit floats: accumulate in float32 on both levels, round once at the end.
-  const size_t es = dtype_size(dt);
-  widened_.resize(count);
-  size_t at = 0;
-  for (const Span& s : spans) {
-    widen_to_float(s.data, widened_.data() + at, s.bytes / es, dt);
-    at += s.bytes / es;
-  }
-  const bool sliced = run({Span{widened_.data(), count * sizeof(float)}}, count, DataType::kFloat32, op);
-  at = 0;
-  for (const Span& s : spans) {
-    narrow_from_float(widened_.data() + at, s.data, s.bytes / es, dt);
-    at += s.bytes / es;
-  }
-  if (widened_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(widened_);
+  bool sliced = false;
+  with_float32(spans, count, dt, widened_,
+               [&](const std::vector<Span>& s, DataType t) { sliced = run(s, count, t, op); });
   return sliced;
 }
 

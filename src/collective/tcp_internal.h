@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collective/kind.h"
+#include "collective/reduce.h"
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
 
@@ -94,5 +95,26 @@ struct TcpCommunicator::Waiter {
   std::vector<pollfd> fds;
   std::vector<int> peers;
 };
+
+// 16-bit floats are reduced in float32 end to end: widens `spans` (count elements of dt) into
+// `scratch`, runs fn(float32 spans, DataType::kFloat32), then rounds the result back into `spans`
+// once. `scratch` keeps its memory between calls up to 64 MiB.
+template <typename Fn>
+void with_float32(const std::vector<Span>& spans, size_t count, DataType dt, std::vector<float>& scratch, Fn&& fn) {
+  const size_t es = dtype_size(dt);
+  scratch.resize(count);
+  size_t at = 0;
+  for (const Span& s : spans) {
+    widen_to_float(s.data, scratch.data() + at, s.bytes / es, dt);
+    at += s.bytes / es;
+  }
+  fn(std::vector<Span>{Span{scratch.data(), count * sizeof(float)}}, DataType::kFloat32);
+  at = 0;
+  for (const Span& s : spans) {
+    narrow_from_float(scratch.data() + at, s.data, s.bytes / es, dt);
+    at += s.bytes / es;
+  }
+  if (scratch.capacity() > (size_t{16} << 20)) std::vector<float>().swap(scratch);
+}
 
 }  // namespace edl::collective
