@@ -22,32 +22,6 @@ namespace edl::bench {
 
 namespace {
 
-bool read_all(int fd, void* buf, size_t n, double deadline_s) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    const int left_ms = static_cast<int>((deadline_s - now_s()) * 1e3);
-    if (left_ms <= 0) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    if (poll(&pfd, 1, left_ms) <= 0) continue;
-    ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, const void* buf, size_t n) {
-  auto* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 // Wire record per run of a mode: steps, buckets, wrong, then steps x {step_ms, overlap, comm_ms, backward_ms}.
 [[noreturn]] void child_main(const OptBenchConfig& cfg, int rank, int url_fd, int out_fd, const Workload& w,
                              const std::vector<OptMode>& order) {

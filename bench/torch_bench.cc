@@ -56,6 +56,7 @@ namespace {
 
 using edl::bench::Json;
 using edl::bench::now_s;
+using edl::bench::read_all;
 
 struct Config {
   int batch = 32, threads = 1, warmup = 3, iters = 20, pair_iters = 60;
@@ -123,21 +124,6 @@ ThreadUsage thread_usage() {
       if (line.compare(0, key.size(), key) == 0) u.preemptions = std::stod(line.substr(key.size()));
   }
   return u;
-}
-
-bool read_all(int fd, void* buf, size_t n, double deadline_s) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    const int left_ms = static_cast<int>((deadline_s - now_s()) * 1e3);
-    if (left_ms <= 0) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    if (poll(&pfd, 1, left_ms) <= 0) continue;
-    ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
 }
 
 // One model + optimizer (+ the EDL wrapper) trained on a fixed random batch.

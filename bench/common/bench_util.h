@@ -76,6 +76,11 @@ inline double now_s() {
 }
 
 // Median of a non-empty sample (copies; the input order is kept).
+// Pipe I/O between a bench and its forked ranks: read exactly n bytes before deadline_s (now_s()
+// clock; false on EOF, error or the deadline), write all n bytes (false on error).
+bool read_all(int fd, void* buf, size_t n, double deadline_s);
+bool write_all(int fd, const void* buf, size_t n);
+
 double median(std::vector<double> v);
 // q-quantile (0..1) by nearest rank of a non-empty sample.
 double quantile(std::vector<double> v, double q);
