@@ -30,43 +30,15 @@ TEST_CASE("peer killed mid-allreduce: PeerLostError on every survivor, promptly"
   const int n = 3;
   test::Child child([&] { endless_allreduce(dir, prefix, 2, n); });
   auto store = std::make_shared<test::FileStore>(dir);
-  std::atomic<int> iterations{0};
-  std::atomic<bool> killed{false};
-  Clock::time_point kill_time;
-  std::vector<std::string> errors(2);
-  std::vector<double> delay(2, -1);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        auto comm = Communicator::create(store, prefix, r, n, test::fast_options(20000));
-        std::vector<float> v(1 << 18, 1.0f);
-        for (int it = 0; it < 100000; ++it) {
-          comm->allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-          ++iterations;
-        }
-        errors[r] = "no error";
-      } catch (const PeerLostError& e) {
-        errors[r] = "PeerLostError";
-        if (killed) delay[r] = seconds_since(kill_time);
-        // Poisoned: nothing else is attempted; later calls rethrow (checked in another test).
-      } catch (const std::exception& e) {
-        errors[r] = std::string("other: ") + e.what();
-      }
-    });
-  }
-  auto start = Clock::now();
-  while (iterations < 6 && seconds_since(start) < 15) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  kill_time = Clock::now();
-  killed = true;
-  child.signal(SIGKILL);
-  for (auto& t : ranks) t.join();
+  const test::PeerKill got = test::allreduce_until_peer_killed(
+      2, [&](int r) { return Communicator::create(store, prefix, r, n, test::fast_options(20000)); }, 1 << 18, 6, 15,
+      [&] { child.signal(SIGKILL); });
   child.kill_and_reap();
   for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    CHECK(errors[r] == "PeerLostError");
-    CHECK(delay[r] >= 0);
-    CHECK(delay[r] < 5.0);  // far below the 20 s deadline: detected by EOF, not by the timeout
+    INFO("rank " << r << ": " << got.ended[r]);
+    CHECK(got.ended[r] == "PeerLostError");
+    CHECK(got.delay_s[r] >= 0);
+    CHECK(got.delay_s[r] < 5.0);  // far below the 20 s deadline: detected by EOF, not by the timeout
   }
 }
 

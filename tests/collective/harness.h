@@ -137,6 +137,56 @@ inline void run_ranks(int n, const std::function<void(int, collective::TcpCommun
   });
 }
 
+// How each thread rank's allreduce loop ended when a peer process was killed (kill -9 tests).
+struct PeerKill {
+  std::vector<std::string> ended;  // "PeerLostError", "no error", "other: <what>", or check()'s message
+  std::vector<double> delay_s;     // seconds from the kill to the PeerLostError (-1: none after the kill)
+};
+
+// Thread ranks 0..k-1 join with make(r) and allreduce `floats` float32 in a loop; once they did
+// `warmup` allreduces in all (or after warmup_s seconds) `kill` is called; returns how each loop
+// ended. check(comm), when given, runs first: a non-empty result ends that rank with it.
+inline PeerKill allreduce_until_peer_killed(int k, const std::function<std::shared_ptr<Communicator>(int)>& make,
+                                            size_t floats, int warmup, double warmup_s,
+                                            const std::function<void()>& kill,
+                                            const std::function<std::string(Communicator&)>& check = nullptr) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  PeerKill out{std::vector<std::string>(k), std::vector<double>(k, -1)};
+  std::atomic<int> iterations{0};
+  std::atomic<bool> killed{false};
+  Clock::time_point kill_time;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < k; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto comm = make(r);
+        if (check) {
+          out.ended[r] = check(*comm);
+          if (!out.ended[r].empty()) return;
+        }
+        std::vector<float> v(floats, 1.0f);
+        for (int it = 0; it < 1000000; ++it) {
+          comm->allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+          ++iterations;
+        }
+        out.ended[r] = "no error";
+      } catch (const PeerLostError&) {
+        out.ended[r] = "PeerLostError";
+        if (killed) out.delay_s[r] = since(kill_time);
+      } catch (const std::exception& e) {
+        out.ended[r] = std::string("other: ") + e.what();
+      }
+    });
+  const auto start = Clock::now();
+  while (iterations < warmup && since(start) < warmup_s) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  kill_time = Clock::now();
+  killed = true;
+  kill();
+  for (auto& t : ranks) t.join();
+  return out;
+}
+
 // Runs fn(rank, engine) on n threads; each rank's engine wraps its own communicator.
 inline void run_engines(int n, collective::EngineOptions eo, const std::function<void(int, collective::Engine&)>& fn) {
   run_ranks(n, [&](int rank, collective::TcpCommunicator& comm) {

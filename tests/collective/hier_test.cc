@@ -20,8 +20,6 @@ using edl::collective::TcpCommunicator;
 
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 std::string host_of(int rank, int hosts) { return "h" + std::to_string(rank % hosts); }
 
 CommunicatorOptions hier_options(int rank, int hosts, int timeout_ms = 5000) {
@@ -187,45 +185,18 @@ TEST_CASE("hier: kill -9 of a rank: PeerLostError on its local and its remote pe
     const std::string dir = test::make_temp_dir();
     test::Child child([&] { endless(dir, 3, floats); });  // host h1 with rank 1
     auto store = std::make_shared<test::FileStore>(dir);
-    std::atomic<int> iterations{0};
-    std::atomic<bool> killed{false};
-    Clock::time_point kill_time;
-    std::vector<std::string> errors(3);
-    std::vector<double> delay(3, -1);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 3; ++r)
-      ranks.emplace_back([&, r] {
-        try {
-          auto comm = Communicator::create(store, "hier-kill/", r, 4, hier_options(r, 2, 20000));
-          if (std::string(static_cast<TcpCommunicator&>(*comm).transport_name()) != "hier") {
-            errors[r] = "not hierarchical";
-            return;
-          }
-          std::vector<float> v(floats, 1.0f);
-          for (int it = 0; it < 1000000; ++it) {
-            comm->allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-            ++iterations;
-          }
-          errors[r] = "no error";
-        } catch (const PeerLostError& e) {
-          errors[r] = "PeerLostError";
-          if (killed) delay[r] = seconds_since(kill_time);
-        } catch (const std::exception& e) {
-          errors[r] = std::string("other: ") + e.what();
-        }
-      });
-    const auto start = Clock::now();
-    while (iterations < 9 && seconds_since(start) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    kill_time = Clock::now();
-    killed = true;
-    child.signal(SIGKILL);
-    for (auto& t : ranks) t.join();
+    const test::PeerKill got = test::allreduce_until_peer_killed(
+        3, [&](int r) { return Communicator::create(store, "hier-kill/", r, 4, hier_options(r, 2, 20000)); },
+        floats, 9, 30, [&] { child.signal(SIGKILL); },
+        [](Communicator& c) {
+          return std::string(static_cast<TcpCommunicator&>(c).transport_name()) == "hier" ? "" : "not hierarchical";
+        });
     child.kill_and_reap();
     for (int r = 0; r < 3; ++r) {  // rank 1: local peer of rank 3; ranks 0 and 2: remote
-      INFO("rank " << r << ": " << errors[r]);
-      CHECK(errors[r] == "PeerLostError");
-      CHECK(delay[r] >= 0);
-      CHECK(delay[r] < 10.0);  // the 20 s deadline was not what ended it
+      INFO("rank " << r << ": " << got.ended[r]);
+      CHECK(got.ended[r] == "PeerLostError");
+      CHECK(got.delay_s[r] >= 0);
+      CHECK(got.delay_s[r] < 10.0);  // the 20 s deadline was not what ended it
     }
   }
 }
