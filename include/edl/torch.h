@@ -137,8 +137,7 @@ class DistributedOptimizer : public elastic::Stateful {
   void init(std::vector<std::pair<std::string, ::torch::Tensor>> named, DistributedOptimizerOptions options);
   void on_gradient(size_t index);
   void fill_missing();
-  void write_back();
-  void finish_in_place();
+  void write_back(bool from_slots);
   void apply_lrs(double lr);
   void compensate_before(int64_t t, int previous_size);
   void compensate_after();

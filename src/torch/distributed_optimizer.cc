@@ -186,33 +186,17 @@ void DistributedOptimizer::fill_missing() {
   }
 }
 
-// A world of one: p.grad() already holds the sum over this rank's passes; the mean is that / passes
-// (the same multiply write_back() does after its copy: bitwise the same result), and a parameter
-// without a gradient gets zeros, as write_back() gives it.
-void DistributedOptimizer::finish_in_place() {
-  ::torch::NoGradGuard no_grad;
-  const double inv_passes = 1.0 / options_.accumulation_steps;
-  for (auto& p : params_) {
-    if (!p.grad().defined()) {
-      p.mutable_grad() = ::torch::zeros_like(p);
-    } else if (options_.accumulation_steps > 1) {
-      p.mutable_grad().mul_(inv_passes);
-    }
-  }
-}
-
-void DistributedOptimizer::write_back() {
+// p.grad() = the step's mean gradient: the reduced sum from EDL's slots (from_slots) or, in a world
+// of one, this rank's own sum already in p.grad() (used in place); divided by the passes; zeros for a
+// parameter without a gradient (Horovod's rule).
+void DistributedOptimizer::write_back(bool from_slots) {
   ::torch::NoGradGuard no_grad;
   const double inv_passes = 1.0 / options_.accumulation_steps;
   for (size_t i = 0; i < params_.size(); ++i) {
     ::torch::Tensor& p = params_[i];
-    auto src = ::torch::from_blob(reducer_->grad_slot(i), p.sizes(), ::torch::kFloat32);
     if (!p.grad().defined()) p.mutable_grad() = ::torch::zeros_like(p);
-    if (options_.accumulation_steps > 1) {
-      p.mutable_grad().copy_(src).mul_(inv_passes);
-    } else {
-      p.mutable_grad().copy_(src);
-    }
+    if (from_slots) p.mutable_grad().copy_(::torch::from_blob(reducer_->grad_slot(i), p.sizes(), ::torch::kFloat32));
+    if (options_.accumulation_steps > 1) p.mutable_grad().mul_(inv_passes);
   }
 }
 
@@ -271,11 +255,7 @@ void DistributedOptimizer::step() {
   last_size_ = reducer_->rescaler().size();
   // A weighted step in which no rank had a record (an epoch's tail) changes nothing, as in EDL.
   if (weighted && reducer_->last_step_stats().samples == 0) return;
-  if (in_place) {
-    finish_in_place();
-  } else {
-    write_back();
-  }
+  write_back(!in_place);
   if (options_.rescale) {
     apply_lrs(lr);
     compensate_before(t, previous_size);
