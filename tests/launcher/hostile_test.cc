@@ -190,6 +190,37 @@ TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run 
   CHECK(kill(victim, 0) != 0);  // ended and reaped by edl-run
 }
 
+// Issue 22, item 2: a stopped worker that a generation leaves out is ended as soon as edl-run sees that
+// generation (the decider's reason at <job>/g<G>/dropped/<w>), not after --grace-period; its slot is
+// restarted and the job finishes.
+TEST_CASE("edl-run elastic: a SIGSTOPped worker is ended as soon as a generation leaves it out",
+          "[launcher][elastic][hostile]") {
+  Launch l({"--min-np", "1", "--max-np", "3", "-np", "3", "--pid-file", "pids", "--grace-period", "30", kHelper,
+            "elastic-train", "400", "20"},
+           {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
+  REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=3") != std::string::npos; },
+                     60s));
+  const auto pids = l.worker_pids();
+  REQUIRE(pids.size() == 3);
+  const pid_t victim = pids.at(2);
+  REQUIRE(kill(victim, SIGSTOP) == 0);
+  // The grace period is 30 s: an eviction within 20 s can only be the at-once one.
+  const bool evicted = l.wait_for(
+      [](const std::string&, const std::string& err) { return err.find("event=evict slot=2") != std::string::npos; },
+      20s);
+  if (!evicted) kill(victim, SIGCONT);  // let the job end normally; the checks below fail
+  CHECK(evicted);
+  auto r = l.wait(120s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.err, m, std::regex("event=evict slot=2 worker=[^ ]+ gen=[0-9]+ reason=\"([^\"]*)\"")));
+  CHECK_THAT(m[1].str(), Catch::StartsWith("dead"));  // the decider's record: its lease or its beats stopped
+  CHECK(r.err.find("still running after --grace-period") == std::string::npos);
+  CHECK(count_of(r.err, "event=started slot=2") == 2);  // the slot was started again
+  CHECK(kill(victim, 0) != 0);                          // ended and reaped by edl-run
+}
+
 TEST_CASE("edl-run: a worker printing 200 MB while training causes no eviction", "[launcher][elastic][hostile]") {
   auto r = edl::test::run_edl({"--min-np", "2", "-np", "2", "--grace-period", "3", kHelper, "elastic-train", "100",
                                "20", "--print-mb", "100"},
