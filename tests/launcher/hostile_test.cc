@@ -169,17 +169,31 @@ TEST_CASE("edl-run elastic: a non-retryable worker error fails the job at once w
   CHECK(rr.err.find("restarts=1/1") != std::string::npos);
 }
 
-TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run open after training finished",
-          "[launcher][elastic][hostile]") {
-  Launch l({"--min-np", "1", "--max-np", "3", "-np", "3", "--pid-file", "pids", "--grace-period", "1", kHelper,
-            "elastic-train", "120", "20"},
-           {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
+namespace {
+
+// The stopped-worker jobs: 3 workers of elastic-train STEPS (20 ms each) with --grace-period GRACE.
+std::vector<std::string> stopped_job_args(const std::string& grace, const std::string& steps) {
+  return {"--min-np", "1", "--max-np", "3", "-np", "3", "--pid-file", "pids", "--grace-period", grace, kHelper,
+          "elastic-train", steps, "20"};
+}
+
+// Waits for the generation of 3, then SIGSTOPs the worker of slot 2; returns its pid.
+pid_t stop_slot_2(Launch& l) {
   REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=3") != std::string::npos; },
                      60s));
   const auto pids = l.worker_pids();
   REQUIRE(pids.size() == 3);
   const pid_t victim = pids.at(2);
   REQUIRE(kill(victim, SIGSTOP) == 0);
+  return victim;
+}
+
+}  // namespace
+
+TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run open after training finished",
+          "[launcher][elastic][hostile]") {
+  Launch l(stopped_job_args("1", "120"), {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
+  const pid_t victim = stop_slot_2(l);
   auto r = l.wait(90s);
   INFO(r.err);
   CHECK(r.code == 0);
@@ -195,15 +209,8 @@ TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run 
 // restarted and the job finishes.
 TEST_CASE("edl-run elastic: a SIGSTOPped worker is ended as soon as a generation leaves it out",
           "[launcher][elastic][hostile]") {
-  Launch l({"--min-np", "1", "--max-np", "3", "-np", "3", "--pid-file", "pids", "--grace-period", "30", kHelper,
-            "elastic-train", "400", "20"},
-           {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
-  REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=3") != std::string::npos; },
-                     60s));
-  const auto pids = l.worker_pids();
-  REQUIRE(pids.size() == 3);
-  const pid_t victim = pids.at(2);
-  REQUIRE(kill(victim, SIGSTOP) == 0);
+  Launch l(stopped_job_args("30", "400"), {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
+  const pid_t victim = stop_slot_2(l);
   // The grace period is 30 s: an eviction within 20 s can only be the at-once one.
   const bool evicted = l.wait_for(
       [](const std::string&, const std::string& err) { return err.find("event=evict slot=2") != std::string::npos; },

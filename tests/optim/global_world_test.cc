@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,17 @@ bool mixed_step(int rank, int s, test::TinyMlp& m, DistributedOptimizer& opt, co
   _exit(code);
 }
 
+// One local worker (the reference): step(s, model, optimizer) trains step s; returns the parameters.
+std::vector<float> train_reference(const std::function<void(int, test::TinyMlp&, DistributedOptimizer&)>& step) {
+  test::TinyMlp ref(kDim, kHidden);
+  auto lo = options();
+  lo.local = true;
+  DistributedOptimizer opt(lo);
+  for (auto& p : ref.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+  for (int s = 0; s < kSteps; ++s) step(s, ref, opt);
+  return flatten(ref);
+}
+
 // Trains 2 forked workers (the variant `mixed` or not) and checks their parameters against `expect`.
 void run_job(const test::Dataset& data, const std::vector<float>& expect, bool mixed) {
   // Fork before any thread exists in this process (the store server starts afterwards).
@@ -174,35 +186,23 @@ void run_job(const test::Dataset& data, const std::vector<float>& expect, bool m
 TEST_CASE("process-global world: 2 processes through the collective engine == 1 worker at batch 2b") {
   const auto data = test::make_dataset(kRanks * kLocalBatch * kSteps, kDim);
   // Reference: one worker, batch 2b.
-  test::TinyMlp ref(kDim, kHidden);
-  auto lo = options();
-  lo.local = true;
-  DistributedOptimizer ref_opt(lo);
-  for (auto& p : ref.parameters()) ref_opt.add_parameter("p", p.data, p.grad, p.count);
-  for (int s = 0; s < kSteps; ++s) {
+  const auto expect = train_reference([&](int s, test::TinyMlp& ref, DistributedOptimizer& opt) {
     ref.backward(data, static_cast<size_t>(s) * kRanks * kLocalBatch, kRanks * kLocalBatch,
-                 [&](size_t i) { ref_opt.grad_ready(i); });
-    ref_opt.step();
-  }
-  run_job(data, flatten(ref), false);
+                 [&](size_t i) { opt.grad_ready(i); });
+    opt.step();
+  });
+  run_job(data, expect, false);
 }
 
 TEST_CASE("process-global world: weighted short and empty steps with the program's own collectives in them") {
   const auto data = test::make_dataset(kRanks * kLocalBatch * kSteps, kDim);
   // Reference: one worker training the union of the two ranks' records of each step (weighted mean).
-  test::TinyMlp ref(kDim, kHidden);
-  auto lo = options();
-  lo.local = true;
-  DistributedOptimizer ref_opt(lo);
-  for (auto& p : ref.parameters()) ref_opt.add_parameter("p", p.data, p.grad, p.count);
-  const std::vector<float> start = flatten(ref);
-  for (int s = 0; s < kSteps; ++s) {
+  const auto expect = train_reference([&](int s, test::TinyMlp& ref, DistributedOptimizer& opt) {
     const int n = kMixed[s][0] + kMixed[s][1];
-    ref_opt.set_step_samples(static_cast<uint64_t>(n));
-    ref.backward(data, mixed_offset(s), static_cast<size_t>(n), [&](size_t i) { ref_opt.grad_ready(i); });
-    ref_opt.step();
-  }
-  const std::vector<float> expect = flatten(ref);
-  CHECK(expect != start);
+    opt.set_step_samples(static_cast<uint64_t>(n));
+    ref.backward(data, mixed_offset(s), static_cast<size_t>(n), [&](size_t i) { opt.grad_ready(i); });
+    opt.step();
+  });
+  CHECK(expect != flatten(test::TinyMlp(kDim, kHidden)));  // training moved the parameters
   run_job(data, expect, true);
 }
