@@ -276,7 +276,9 @@ def main():
     ap.add_argument("--root", default=root_default)
     ap.add_argument("--table", default=None, help="default: ROOT/testing/deps_programs.txt")
     ap.add_argument("--install-deps", default=None, help="default: ROOT/scripts/install-deps.sh")
-    ap.add_argument("--no-dpkg", action="store_true", help="skip the dpkg checks (a machine without dpkg)")
+    ap.add_argument("--no-dpkg", action="store_true",
+                    help="skip dpkg (a machine without it): then every package outside install-deps.sh fails, since "
+                         "which ones every Debian system has cannot be told")
     ap.add_argument("--list", action="store_true", help="print every program found and where")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args()

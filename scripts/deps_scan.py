@@ -77,6 +77,17 @@ def shell_words(text):
             words.append(("".join(cur), "".join(raw)))
         cur, raw, in_word = [], [], False
 
+    def expansion(start, end, inner=None):
+        """An expansion text[start:end] within the current word (it becomes '$'); `inner`, the text
+        of a command substitution, is scanned as commands of its own. Returns `end`."""
+        nonlocal in_word
+        if inner is not None:
+            commands.extend(shell_words(inner))
+        cur.append("$")
+        raw.append(text[start:end])
+        in_word = True
+        return end
+
     def end_command(case_pattern=False):
         nonlocal words
         end_word()
@@ -126,31 +137,16 @@ def shell_words(text):
             in_word = True
             i = j + 1
         elif text.startswith("$((", i):
-            k = _matching(text, i + 1, "(", ")")
-            cur.append("$")
-            raw.append(text[i:k])
-            in_word = True
-            i = k
+            i = expansion(i, _matching(text, i + 1, "(", ")"))
         elif text.startswith("$(", i):
             k = _matching(text, i + 1, "(", ")")
-            commands.extend(shell_words(text[i + 2:k - 1]))
-            cur.append("$")
-            raw.append(text[i:k])
-            in_word = True
-            i = k
+            i = expansion(i, k, text[i + 2:k - 1])
         elif text.startswith("${", i):
-            k = _matching(text, i + 1, "{", "}")
-            cur.append("$")
-            raw.append(text[i:k])
-            in_word = True
-            i = k
+            i = expansion(i, _matching(text, i + 1, "{", "}"))
         elif c == "`":
             k = text.find("`", i + 1)
             k = n if k < 0 else k
-            commands.extend(shell_words(text[i + 1:k]))
-            cur.append("$")
-            in_word = True
-            i = k + 1
+            i = expansion(i, k + 1, text[i + 1:k])
         elif c in " \t":
             end_word()
             i += 1
