@@ -19,8 +19,9 @@ must be added there):
     builtins, keywords, the file's own functions, variables and paths into the tree are skipped;
   CMake: `COMMAND NAME` (not a target of the build), find_program(VAR NAME...), find_package(Python3);
   C++: find_program("X"), have_program("X"), program_package("X"), require_program("X"),
-    an argv list passed to spawn/run_command/Process/check/fork_exec/spawn_process or assigned to a
-    variable named argv, args, cmd, command or c ({"X", ...}), "exec", NS, "X" (ip netns exec),
+    an argv list passed (first, or after one argument) to spawn/run_command/Process/check/fork_exec/
+    spawn_process or assigned to a variable named argv, args, cmd, command or c ({"X", ...}),
+    "exec", NS, "X" (ip netns exec),
     "X", "-c", "<shell>" (the shell and its script), literal paths "/usr/bin/X", "/bin/X",
     "/usr/sbin/X", "/sbin/X", and system()/popen() strings;
   Python: the shebang's interpreter, subprocess.*(["X", ...]).
@@ -207,6 +208,7 @@ Table t({"epoch", "records"});          // not an argv
 bool ok = !find_program("foundtool").empty();
 Process p({"sh", "-c", "scripttool 1 | sorter"});
 Process q({"proctool"}, o);
+hosts.spawn(h, {"nstool", "--x"}, out);
 access("/usr/sbin/pathtool", X_OK);
 popen(("ls " + dir).c_str(), "r");
 json.write({{"bench", "x"}});
@@ -219,7 +221,7 @@ add_test(NAME u COMMAND cmaketool --y)
 find_program(GP NAMES gnuplotish)
 """
 SAMPLE_WANT = {"sh", "shelltool", "tail", "nice", "subtool", "lookedup", "nested", "argvtool", "vectool",
-               "foundtool", "scripttool", "sorter", "proctool", "pathtool", "ls", "cmaketool", "gnuplotish"}
+               "foundtool", "scripttool", "sorter", "proctool", "nstool", "pathtool", "ls", "cmaketool", "gnuplotish"}
 
 
 def self_test(real_root):

@@ -337,7 +337,8 @@ CPP_RULES = [
     # find_program("X"), have_program("X"), ...
     re.compile(r"\b(?:find_program|have_program|program_package|require_program)\s*\(\s*" + LIT),
     # an argv list given to a spawning function
-    re.compile(r"\b(?:spawn|run_command|Process|check|fork_exec|spawn_process)\s*\(\s*\{\s*" + LIT),
+    re.compile(r"\b(?:spawn|run_command|Process|check|fork_exec|spawn_process)\s*\(\s*(?:[\w.]+\s*,\s*)?\{\s*" +
+               LIT),  # spawn({"X", ...}), spawn(ns, {"X", ...})
     re.compile(r"\bProcess\s+\w+\s*[({]\s*\{\s*" + LIT),  # Process p({"X", ...}, o)
     # an argv list assigned to a variable or member named so: argv = {"X", ...}, c{"X", ...}
     re.compile(r"\b(?:argv|args|cmd|command|c)\s*(?:=\s*)?\{\s*" + LIT + r"\s*,"),

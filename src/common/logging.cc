@@ -24,7 +24,7 @@ std::string utc_time(std::chrono::system_clock::time_point t) {
   const time_t secs = static_cast<time_t>(sec);
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char buf[40];
+  char buf[96];  // 27 characters; room for what the compiler cannot rule out
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us - sec * 1000000));
   return buf;
