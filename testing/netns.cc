@@ -279,6 +279,53 @@ void NetnsCluster::enter(const std::string& name) {
   if (rc != 0) throw std::runtime_error("netns: setns(" + name + ") failed: " + std::strerror(err));
 }
 
+// --- faults -----------------------------------------------------------------------------------
+
+void NetnsCluster::kill_all(int i) const {
+  const std::string& name = i == size() ? switch_ : ns(i);
+  for (int round = 0; round < 100; ++round) {
+    CommandResult r = run_command({"ip", "netns", "pids", name});
+    int n = 0;
+    for (size_t p = 0; p < r.output.size();) {
+      size_t end = r.output.find('\n', p);
+      if (end == std::string::npos) end = r.output.size();
+      long pid = std::strtol(r.output.c_str() + p, nullptr, 10);
+      if (pid > 1) {
+        ::kill(static_cast<pid_t>(pid), SIGKILL);
+        ++n;
+      }
+      p = end + 1;
+    }
+    if (n == 0 || r.status != 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void NetnsCluster::set_link(int i, bool up) const {
+  if (i < 0 || i >= size()) throw std::out_of_range("NetnsCluster::set_link: no worker " + std::to_string(i));
+  check({"ip", "-n", switch_, "link", "set", "p" + std::to_string(i), up ? "up" : "down"});
+}
+
+bool NetnsCluster::wait_listening(const std::string& addr, int port, double timeout_ms) const {
+  bool ok = false;
+  std::thread t([&] {  // a thread of its own: enter() moves only the calling thread
+    enter(switch_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(timeout_ms * 1000));
+    while (!ok && std::chrono::steady_clock::now() < deadline) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(static_cast<uint16_t>(port));
+      inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+      ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+      close(fd);
+      if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  t.join();
+  return ok;
+}
+
 // --- probes -----------------------------------------------------------------------------------
 
 namespace {
