@@ -19,6 +19,8 @@ PACKAGES=(
   clang libclang-rt-14-dev  # -DEDL_BUILD_FUZZ=ON: libFuzzer + ASan/UBSan runtimes (docs/fuzzing.md)
   libtorch-dev          # edl::torch (src/torch, include/edl/torch.h, examples/torch)
   prometheus            # observability test: a real Prometheus server scrapes edl-run --metrics-port
+  slurmctld slurmd slurm-client munge  # tests/slurm: a real Slurm cluster on emulated nodes (testing/slurm_cluster.h)
+  python3-kubernetes yamllint  # tests/kubernetes: offline checks of examples/kubernetes (scripts/check-k8s-manifests.py)
 )
 
 missing=()
