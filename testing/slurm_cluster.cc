@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -251,11 +252,12 @@ std::string SlurmCluster::node_state(int i) const {
 bool SlurmCluster::wait_idle(double timeout_ms) const {
   double deadline = mono_ms() + timeout_ms;
   do {
-    CommandResult r = command({"sinfo", "-h", "-N", "-o", "%t"});
+    CommandResult r = command({"sinfo", "-h", "-N", "-o", "%N %t"});  // a node once per partition
     std::istringstream in(r.output);
-    int idle = 0;
-    for (std::string s; in >> s;) idle += s == "idle";
-    if (r.status == 0 && idle == options_.nodes) return true;
+    std::set<std::string> idle;
+    for (std::string node, st; in >> node >> st;)
+      if (st == "idle") idle.insert(node);
+    if (r.status == 0 && static_cast<int>(idle.size()) == options_.nodes) return true;
     sleep_ms(200);
   } while (mono_ms() < deadline);
   return false;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -58,10 +59,12 @@ bool final_state(const std::string& s) {
 // script submitted once per allocation, the workers' shared log.
 class SlurmJob {
  public:
-  SlurmJob(const SlurmScenarioOptions& o, SlurmScenarioResult& r) : o_(o), r_(r) {
+  SlurmJob(const SlurmScenarioOptions& o, SlurmScenarioResult& r, const std::vector<std::string>& conf_lines)
+      : o_(o), r_(r) {
     SlurmClusterOptions co;
     co.nodes = kNodes;
     co.keep_dir = o.keep_dir;
+    co.conf_lines = conf_lines;
     cluster_ = std::make_unique<SlurmCluster>(co);
     r.dir = cluster_->dir();
     start_etcd();
@@ -87,6 +90,7 @@ class SlurmJob {
     return cluster_->submit(args, env);
   }
 
+  std::string dir() const { return cluster_->dir(); }
   std::string output(long job) const { return read_text(dir() + "/jobs/slurm-" + std::to_string(job) + ".out"); }
 
   // Monotonic ms at which the batch script of `job` logged its allocation (-1: not yet).
@@ -123,12 +127,15 @@ class SlurmJob {
   }
 
   // The job ended as expected: batch script exit `code` (JobState COMPLETED for 0, FAILED otherwise).
-  bool ended(long job, int code, const std::string& what) {
+  // The job ended as expected: in `want_state` (default: COMPLETED for code 0, else FAILED) with its
+  // batch script's exit `code` (-1: any).
+  bool ended(long job, int code, const std::string& what, std::string want_state = "") {
     auto [state, exit] = wait_end(job, kWaitMs);
-    std::string want = std::to_string(code) + ":0";
-    if (exit == want && state == (code == 0 ? "COMPLETED" : "FAILED")) return true;
+    if (want_state.empty()) want_state = code == 0 ? "COMPLETED" : "FAILED";
+    std::string want = code < 0 ? exit : std::to_string(code) + ":0";
+    if (exit == want && state == want_state) return true;
     fail(what + ": Slurm job " + std::to_string(job) + " ended " + (state.empty() ? "never" : state + " " + exit) +
-         " (expected exit " + want + "); its output: " + tail(output(job)));
+         " (expected " + want_state + (code < 0 ? "" : " " + want) + "); its output: " + tail(output(job)));
     return false;
   }
 
@@ -157,8 +164,6 @@ class SlurmJob {
   }
 
  private:
-  std::string dir() const { return cluster_->dir(); }
-
   void start_etcd() {
     std::string a = cluster_->controller_address();
     std::string client = "http://" + a + ":" + std::to_string(kEtcdPort), peer = "http://" + a + ":2380";
@@ -315,6 +320,30 @@ bool scale_up(SlurmJob& job, SlurmScenarioResult& r) {
          check_exactly_once(job, workers_of(job.log(), {"n0", "n1", "n2"}), records);
 }
 
+// The second allocation `b` (n2) is made to leave by `trigger`: its worker leaves gracefully at a
+// batch boundary (a done line, the next generation not after a failure, no lost step), the batch
+// script of `b` ends in `b_state` with `b_code` (-1: any code), the first allocation trains on.
+bool second_leaves(SlurmJob& job, SlurmScenarioResult& r, uint64_t records, long a, long b,
+                   const std::function<bool()>& trigger, const std::string& b_state, int b_code,
+                   const std::string& what) {
+  const double t_leave = mono_ms();
+  const uint64_t gen = generation_at(job.log(), t_leave);
+  if (!trigger() || !progressed(job, {"n0", "n1"}, 2, t_leave, what)) return false;
+  r.leave_to_step_ms = first_step_after(job.log(), gen, {"n0", "n1"}) - t_leave;
+  if (!job.ended(b, b_code, what + " (the second allocation)", b_state) ||
+      !no_failure_after(job, {"n0", "n1"}, t_leave, what))
+    return false;
+  std::set<std::string> leaver = workers_of(job.log(), {"n2"});
+  bool leaver_done = false;
+  for (const WorkerEnd& e : job.log().ends) leaver_done = leaver_done || (!e.error && leaver.count(e.worker));
+  if (!leaver_done) {
+    job.fail(what + ": the worker of n2 logged no done line (it did not leave gracefully)");
+    return false;
+  }
+  return job.ended(a, 0, what + " (first allocation)") &&
+         check_exactly_once(job, workers_of(job.log(), {"n0", "n1"}), records);
+}
+
 bool leave(SlurmJob& job, SlurmScenarioResult& r) {
   const uint64_t records = 4800;
   long a = 0, b = 0;
@@ -328,29 +357,39 @@ bool leave(SlurmJob& job, SlurmScenarioResult& r) {
     job.fail("no step of the second allocation in `squeue -s`: " + steps.output);
     return false;
   }
-  const double t_leave = mono_ms();
-  const uint64_t gen = generation_at(job.log(), t_leave);
-  CommandResult c = job.cluster().command({"scancel", "--signal=TERM", step});
-  if (c.status != 0) {
-    job.fail("scancel --signal=TERM " + step + " failed: " + c.output);
-    return false;
-  }
-  if (!progressed(job, {"n0", "n1"}, 2, t_leave, "leave")) return false;
-  r.leave_to_step_ms = first_step_after(job.log(), gen, {"n0", "n1"}) - t_leave;
-  // Gracefully: the leaver ended its run (a done line, checked by exactly_once), its edl-run exited
-  // 128 + SIGTERM, the next generation was not formed after a failure.
-  if (!job.ended(b, 143, "leave (the allocation whose step got SIGTERM)") ||
-      !no_failure_after(job, {"n0", "n1"}, t_leave, "leave"))
-    return false;
-  std::set<std::string> leaver = workers_of(job.log(), {"n2"});
-  bool leaver_done = false;
-  for (const WorkerEnd& e : job.log().ends) leaver_done = leaver_done || (!e.error && leaver.count(e.worker));
-  if (!leaver_done) {
-    job.fail("the worker of n2 logged no done line (it did not leave gracefully)");
-    return false;
-  }
-  return job.ended(a, 0, "leave (first allocation)") &&
-         check_exactly_once(job, workers_of(job.log(), {"n0", "n1"}), records);
+  // SIGTERM to the step's edl-run and worker; edl-run exits 128 + 15, so does the batch script.
+  auto scancel = [&] {
+    CommandResult c = job.cluster().command({"scancel", "--signal=TERM", step});
+    if (c.status != 0) job.fail("scancel --signal=TERM " + step + " failed: " + c.output);
+    return c.status == 0;
+  };
+  return second_leaves(job, r, records, a, b, scancel, "FAILED", 143, "leave");
+}
+
+// Partitions for preempt: "serve" (PriorityTier 2) preempts "train" (the default): SIGTERM to the
+// training job's tasks at once, SIGKILL after GraceTime.
+const std::vector<std::string>& preemption_conf() {
+  static const std::vector<std::string> c = {
+      "PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
+      "PartitionName=train Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=30",
+      "PartitionName=serve Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2"};
+  return c;
+}
+
+bool preempt(SlurmJob& job, SlurmScenarioResult& r) {
+  const uint64_t records = 4800;
+  long a = 0, b = 0;
+  if (!join_second_allocation(job, r, records, &a, &b)) return false;
+  long serving = 0;
+  auto submit_serving = [&] {  // needs n2, which only the training allocation b holds
+    serving = job.cluster().submit({"-p", "serve", "-N", "1", "-w", "n2", "-o", job.dir() + "/jobs/slurm-%j.out",
+                                    "--wrap", "sleep 1"});
+    return true;
+  };
+  // The allocation ends by itself within GraceTime, once its node left: Slurm records its batch
+  // script's exit 143, as for the scancel.
+  return second_leaves(job, r, records, a, b, submit_serving, "FAILED", 143, "preempt") &&
+         job.ended(serving, 0, "preempt (the serving job)");
 }
 
 bool drain(SlurmJob& job, SlurmScenarioResult&) {
@@ -396,7 +435,7 @@ bool drain(SlurmJob& job, SlurmScenarioResult&) {
 }  // namespace
 
 const std::vector<std::string>& slurm_scenario_names() {
-  static const std::vector<std::string> names = {"train", "node_loss", "scale_up", "leave", "drain"};
+  static const std::vector<std::string> names = {"train", "node_loss", "scale_up", "leave", "preempt", "drain"};
   return names;
 }
 
@@ -414,12 +453,13 @@ SlurmScenarioResult run_slurm_scenario(const std::string& scenario, const SlurmS
   SlurmScenarioResult r;
   r.scenario = scenario;
   r.nodes = kNodes;
-  SlurmJob job(o, r);
+  SlurmJob job(o, r, scenario == "preempt" ? preemption_conf() : std::vector<std::string>{});
   bool ok = false;
   if (scenario == "train") ok = train(job, r);
   else if (scenario == "node_loss") ok = node_loss(job, r);
   else if (scenario == "scale_up") ok = scale_up(job, r);
   else if (scenario == "leave") ok = leave(job, r);
+  else if (scenario == "preempt") ok = preempt(job, r);
   else ok = drain(job, r);
   CommitLog log = job.log();
   r.lost_steps = lost_steps(log);

@@ -15,6 +15,11 @@
 //   leave      as scale_up, then `scancel --signal=TERM` of the second allocation's step: its worker
 //              leaves gracefully at a batch boundary (it logs `done`, the next generation is not
 //              after a failure), the others go on
+//   preempt    as scale_up, with a "serve" partition of a higher PriorityTier over the same nodes
+//              (preempt/partition_prio, PreemptMode=CANCEL, GraceTime=30 on "train"): a serving job
+//              that needs n2 preempts the second allocation; its worker leaves gracefully on the
+//              SIGTERM, the allocation ends (its batch script exits 143 within GraceTime), the
+//              serving job runs, the others go on
 //   drain      `scontrol update nodename=n2 state=drain`: the discovery script drops n2, its worker
 //              leaves gracefully, the others go on; after `state=resume` n2's edl-run starts a new
 //              worker that joins at a batch boundary
@@ -52,7 +57,8 @@ struct SlurmScenarioResult {
   double alloc_to_step_ms = -1;  // scale_up, leave: the second allocation's batch script starting to
                                  // its worker's first step
   double submit_to_step_ms = -1; // scale_up, leave: its `sbatch` to that step (Slurm's scheduling too)
-  double leave_to_step_ms = -1;  // leave: the scancel to the first step of the generation without it
+  double leave_to_step_ms = -1;  // leave, preempt: the scancel / the serving job's sbatch to the first
+                                 // step of the generation without the second allocation
 };
 
 const std::vector<std::string>& slurm_scenario_names();

@@ -78,6 +78,12 @@ TEST_CASE("slurm: scancel --signal=TERM of one node's step, its workers leave gr
   CHECK(r.final_size == 2);
 }
 
+TEST_CASE("slurm: a serving job preempts a training allocation, its workers leave gracefully", "[slurm][preempt]") {
+  if (!ready()) return;
+  auto r = run("preempt");
+  CHECK(r.final_size == 2);
+}
+
 TEST_CASE("slurm: a drained node's workers leave gracefully and come back after the resume", "[slurm][drain]") {
   if (!ready()) return;
   auto r = run("drain");
