@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
       json.write(rows.back());
     }
   }
-  eb::Table t({"scenario", "measure", "runs", "median_ms", "min_ms", "max_ms", "lost", "ok"}, 12);
+  eb::Table t({"scenario", "measure", "runs", "median_ms", "min_ms", "max_ms", "lost", "ok"}, 18);
   std::cout << "\n";
   t.header();
   bool all_ok = true;

@@ -33,8 +33,11 @@ class NetnsCluster {
  public:
   // "" when this process can build namespaces, else why not (not root, `ip`/`tc` missing, ...).
   static std::string unsupported_reason();
-  // Deletes edlns<pid>* namespaces whose creating process no longer exists; returns how many.
+  // Deletes edlns<pid>* namespaces whose creating process no longer exists, after SIGKILLing the
+  // processes left in them; returns how many.
   static int remove_stale();
+  // Namespaces this process created that still exist (0 once every cluster it built is gone).
+  static int count_own();
 
   // Creates `workers` namespaces joined by a shaped bridge. Throws std::runtime_error with the
   // failing command and its output; whatever was created before the failure is removed.

@@ -1,13 +1,4 @@
 # slurm_bench given a bad flag value must exit with code 2 and name the flag (never start a cluster).
-foreach(args "--scenarios;train" "--scenarios;node_loss,nope" "--scenarios;" "--runs;0" "--lease-ms;10" "--step-ms;0")
-  execute_process(COMMAND ${CMD} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
-  if(NOT rc EQUAL 2)
-    message(FATAL_ERROR "slurm_bench ${args}: expected exit code 2, got ${rc}: ${err}")
-  endif()
-  list(GET args 0 flag)
-  string(REPLACE "--" "" name "${flag}")
-  string(FIND "${err}" "${name}" pos)
-  if(pos EQUAL -1)
-    message(FATAL_ERROR "slurm_bench ${args}: the message does not name ${flag}: ${err}")
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/bad_values.cmake)
+expect_bad_values(slurm_bench --scenarios=train --scenarios=node_loss,nope --scenarios= --runs=0 --lease-ms=10
+                  --step-ms=0)

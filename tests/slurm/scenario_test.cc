@@ -5,12 +5,10 @@
 // skipped, or failed when EDL_REQUIRE_DEPS=1 (a build without the etcd:// store only warns).
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <string>
 
+#include "testing/netns.h"
 #include "testing/require_dep.h"
 #include "testing/slurm_scenarios.h"
 
@@ -25,16 +23,6 @@ bool ready() {
   return edl::testing::require_dep("Slurm on emulated nodes", why.empty(), why);
 }
 
-int namespaces_left() {
-  int n = 0;
-  std::string prefix = "edlns" + std::to_string(getpid()) + "-";
-  if (DIR* d = opendir("/run/netns")) {
-    while (dirent* e = readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
-    closedir(d);
-  }
-  return n;
-}
-
 edl::testing::SlurmScenarioResult run(const std::string& scenario) {
   edl::testing::SlurmScenarioOptions o;
   o.edl_run = EDL_RUN_PATH;
@@ -43,7 +31,7 @@ edl::testing::SlurmScenarioResult run(const std::string& scenario) {
   o.keep_dir = std::getenv("EDL_KEEP_SLURM_LOGS") != nullptr;
   edl::testing::SlurmScenarioResult r = edl::testing::run_slurm_scenario(scenario, o);
   INFO(scenario << ": " << r.detail);
-  CHECK(namespaces_left() == 0);  // the harness removed its nodes
+  CHECK(edl::testing::NetnsCluster::count_own() == 0);  // the harness removed its nodes
   CHECK(r.lost_steps == 0);
   CHECK(r.split_brain_steps == 0);
   CHECK(r.ok);
