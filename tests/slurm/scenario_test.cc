@@ -40,39 +40,39 @@ edl::testing::SlurmScenarioResult run(const std::string& scenario) {
 
 }  // namespace
 
-TEST_CASE("slurm: a 3-node allocation trains to the end of its data", "[slurm]") {
+TEST_CASE("a 3-node allocation trains to the end of its data", "[slurm]") {
   if (!ready()) return;
   auto r = run("train");
   CHECK(r.final_size == 3);
 }
 
-TEST_CASE("slurm: a lost node does not end the allocation, the others train on in place", "[slurm][loss]") {
+TEST_CASE("a lost node does not end the allocation, the others train on in place", "[slurm][loss]") {
   if (!ready()) return;
   auto r = run("node_loss");
   CHECK(r.final_size == 2);
   CHECK(r.loss_to_step_ms > 0);
 }
 
-TEST_CASE("slurm: a second allocation with the same job id and store joins, the job scales up", "[slurm][join]") {
+TEST_CASE("a second allocation with the same job id and store joins, the job scales up", "[slurm][join]") {
   if (!ready()) return;
   auto r = run("scale_up");
   CHECK(r.final_size == 3);
   CHECK(r.alloc_to_step_ms > 0);
 }
 
-TEST_CASE("slurm: scancel --signal=TERM of one node's step, its workers leave gracefully", "[slurm][leave]") {
+TEST_CASE("scancel --signal=TERM of one node's step, its workers leave gracefully", "[slurm][leave]") {
   if (!ready()) return;
   auto r = run("leave");
   CHECK(r.final_size == 2);
 }
 
-TEST_CASE("slurm: a serving job preempts a training allocation, its workers leave gracefully", "[slurm][preempt]") {
+TEST_CASE("a serving job preempts a training allocation, its workers leave gracefully", "[slurm][preempt]") {
   if (!ready()) return;
   auto r = run("preempt");
   CHECK(r.final_size == 2);
 }
 
-TEST_CASE("slurm: a drained node's workers leave gracefully and come back after the resume", "[slurm][drain]") {
+TEST_CASE("a drained node's workers leave gracefully and come back after the resume", "[slurm][drain]") {
   if (!ready()) return;
   auto r = run("drain");
   CHECK(r.final_size == 3);
