@@ -25,6 +25,9 @@ constexpr int kNodes = 3;
 constexpr int kWarmSteps = 20;      // steps trained before the event
 constexpr int kProgressSteps = 20;  // steps the job must train after it
 constexpr double kWaitMs = 60000;   // bound of every wait for the job (a hang guard, not a target)
+// Bound of the wait for an allocation to end: the rest of its data first (on a loaded machine the
+// steps are slower: the CI machine is shared); a hang guard as well.
+constexpr double kEndWaitMs = 180000;
 constexpr int kEtcdPort = 2379;
 constexpr int kEndGraceS = 5;       // EDL_SLURM_END_GRACE: a lost node's srun never returns
 const char* const kJobId = "edl-slurm";
@@ -130,7 +133,7 @@ class SlurmJob {
   // The job ended as expected: in `want_state` (default: COMPLETED for code 0, else FAILED) with its
   // batch script's exit `code` (-1: any).
   bool ended(long job, int code, const std::string& what, std::string want_state = "") {
-    auto [state, exit] = wait_end(job, kWaitMs);
+    auto [state, exit] = wait_end(job, kEndWaitMs);
     if (want_state.empty()) want_state = code == 0 ? "COMPLETED" : "FAILED";
     std::string want = code < 0 ? exit : std::to_string(code) + ":0";
     if (exit == want && state == want_state) return true;
