@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "launcher/run_util.h"
 #include "testing/redis_server.h"
@@ -226,6 +227,27 @@ TEST_CASE("edl-run elastic: a SIGSTOPped worker is ended as soon as a generation
   CHECK(r.err.find("still running after --grace-period") == std::string::npos);
   CHECK(count_of(r.err, "event=started slot=2") == 2);  // the slot was started again
   CHECK(kill(victim, 0) != 0);                          // ended and reaped by edl-run
+}
+
+// The other side of issue 22, item 2 (docs/elastic.md, SIGSTOP row): a stop shorter than EDL_LEASE_MS
+// (and the collective deadline) is only a pause — no generation leaves the worker out, edl-run ends
+// nothing, and the same three workers finish with the same parameters.
+TEST_CASE("edl-run elastic: a worker SIGSTOPped for less than the lease is only paused",
+          "[launcher][elastic][hostile]") {
+  Launch l(stopped_job_args("5", "200"), {"EDL_LEASE_MS=6000", "EDL_HEARTBEAT_MS=200"});
+  const pid_t victim = stop_slot_2(l);
+  std::this_thread::sleep_for(1s);
+  REQUIRE(kill(victim, SIGCONT) == 0);
+  auto r = l.wait(120s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("event=evict") == std::string::npos);
+  CHECK(r.err.find("event=generation gen=2") == std::string::npos);  // generation 1 trained to the end
+  CHECK(count_of(r.err, "event=started slot=2") == 1);
+  int done = 0;
+  CHECK(finals_of({&r.out}, &done).size() == 1);  // the same parameters on every worker
+  CHECK(done == 3);
+  CHECK(count_of(r.out, "] done 200 ") == 3);
 }
 
 TEST_CASE("edl-run: a worker printing 200 MB while training causes no eviction", "[launcher][elastic][hostile]") {
