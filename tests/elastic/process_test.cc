@@ -333,9 +333,13 @@ TEST_CASE("processes: a user error fails the job with exit code 3 and <job>/fail
   job.spawn("a", 2, 3);
   job.spawn("b", 2, 3);
   job.spawn("c", 2, 3, "process-test-secret", {}, {"--throw-at", "12"});
-  for (const char* id : {"a", "b", "c"}) {
+  std::map<std::string, int> status;
+  for (const char* id : {"a", "b", "c"}) status[id] = job.exit_status(id, 30s);
+  job.wait_for([&] { return job.errors.size() == 3; }, 2s);
+  for (const auto& e : job.errors) UNSCOPED_INFO(e);  // each worker's error line
+  for (const auto& [id, code] : status) {
     INFO("worker " << id);
-    CHECK(job.exit_status(id, 30s) == edl::elastic::kJobFailedExitCode);
+    CHECK(code == edl::elastic::kJobFailedExitCode);
   }
   edl::StoreOptions so;
   so.secret = "process-test-secret";
