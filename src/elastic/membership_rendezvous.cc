@@ -287,6 +287,9 @@ void Membership::decide_next(uint64_t round) {
       members.push_back(Member{a.id, a.host});
     }
     if (publish_if_decided(round, members, deadline, "left for longer than")) return;
+    // The job failed for good meanwhile (a member's user error, <job>/failed): a lone decider waiting
+    // for EDL_MIN_NP must not wait out the timeout and end with "below the minimum" instead.
+    check_failed();
     EDL_LOG(1) << "edl: generation " << round << ": " << members.size() << " worker(s), waiting for "
                << opt_.min_np << " (EDL_MIN_NP)";
     count = store_->wait_change(keys_.count(round), count, std::min(left_until(deadline), opt_.lease));
