@@ -85,6 +85,15 @@ EDL_API void run(State& state, const std::function<void()>& fn);
 // Asks this worker to leave at the next batch boundary (what SIGTERM does in an elastic job).
 EDL_API void request_leave();
 
+// True while this worker is a newcomer of a stop-free join (EDL_JOIN=stopfree) that is still
+// receiving the job's state, chunk by chunk at batch boundaries, while the job trains on
+// (docs/elastic.md, "Stop-free joins"). Meanwhile it must train no records and contribute a zero
+// gradient: ShardGenerator::next() gives it empty steps and DistributedOptimizer::set_step_samples(0)
+// weighs its gradient to zero; a loop averaging gradients itself zeroes its own (and may skip the
+// step's compute, which gives it the time to receive the next chunk). False in every other worker,
+// outside run(), and outside elastic mode. Training thread.
+EDL_API bool catching_up();
+
 // Samples this worker processes per batch (its local batch size). Optional: rank 0 publishes the
 // job's measured throughput for edl-run's autoscaling advice (docs/observability.md, "Autoscaling"),
 // in samples/s when this is set and in batches x workers / s when it is not (0, the default).

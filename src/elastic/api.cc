@@ -13,6 +13,7 @@
 #include "collective/runtime_state.h"
 #include "edl/elastic.h"
 #include "edl/error.h"
+#include "elastic/keys.h"
 #include "elastic/launcher_link.h"
 #include "elastic/timed_store.h"
 #include "elastic/worker.h"
@@ -61,6 +62,12 @@ std::shared_ptr<Worker> worker() {
   return g_worker;
 }
 
+// Whether the job has a generation and has not finished: a worker starting now joins a running job.
+bool job_running(Store& store, const std::string& job) {
+  const Keys k(job);
+  return store.get(k.gen()).has_value() && !store.get(k.finished()).has_value();
+}
+
 bool request_leave_if_running() {
   auto w = worker();
   if (!w || !w->in_run()) return false;
@@ -101,6 +108,11 @@ WorkerOptions worker_options_from(const Config& c) {
   o.stragglers.factor = c.straggler_factor;
   o.stragglers.steps = c.straggler_steps;
   o.stragglers.evict = c.evict_stragglers;
+  o.stop_free.enabled = c.join == "stopfree";
+  o.stop_free.fetch_share = c.join_fetch_share;
+  o.stop_free.max_chunk_bytes = c.join_max_chunk_bytes;
+  o.stop_free.secret = c.secret;
+  o.stop_free.io_timeout = std::chrono::milliseconds(c.timeout_ms);
   return o;
 }
 
@@ -125,7 +137,9 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   // SIGTERM = graceful leave at the next batch boundary; exit at once when edl-run dies.
   install_launcher_link(config, [] { return request_leave_if_running(); });
   try {
-    w->join();
+    // A stop-free newcomer to a running job joins in run(), once its State is registered and
+    // committed: nothing it does before (building its model, its first commit) holds up the job.
+    if (config.join != "stopfree" || !job_running(*w->store(), config.job_id)) w->join();
   } catch (const JobFinished&) {
     stop_elastic();
     throw JobError("edl: job '" + config.job_id + "' has already finished; nothing to join");

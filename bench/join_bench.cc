@@ -1,0 +1,253 @@
+// join_bench: what a join costs the workers already training (issue 26 part 1), the old path
+// (EDL_JOIN=stop: the job stops while the best member broadcasts its whole commit) against stop-free
+// joins (EDL_JOIN=stopfree: the newcomer receives the tensors in the background, docs/elastic.md).
+//
+// For each state size in --sizes-mb and each path in --paths, in one run: --survivors processes of
+// the synthetic worker (testing/elastic_worker.cc: a 65,536-float model with one averaged gradient
+// allreduce and --step-ms of compute per step, a further --state-mb M tensor of which a 1 MiB window
+// changes every step, a commit every step) train against an in-process store; at step --join-at a
+// newcomer starts; the trial ends when the newcomer has trained --after steps of its own.
+// From the workers' step log (CLOCK_MONOTONIC times):
+//   step_ms          the survivors' median step time before the join (median over survivors)
+//   extra_ms         around the join: for each survivor the time between its last step line of the
+//                    old generation and its first of the new one, minus as many of its median steps;
+//                    the largest over the survivors (the slowest survivor)
+//   catchup_steps    stop-free: steps from the join to the newcomer's "caught up" boundary (0 for stop)
+//   catchup_extra_ms stop-free: the slowest survivor's extra time summed over those steps (the
+//                    background serving's cost, spread over the catch-up)
+// Rows (--json PATH): {"bench":"join","state_bytes","path","survivors","step_ms","extra_ms",
+//                      "catchup_steps","catchup_extra_ms"}
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "common/bench_util.h"
+#include "edl/store_server.h"
+#include "testing/process.h"
+
+#ifndef EDL_ELASTIC_WORKER_PATH
+#define EDL_ELASTIC_WORKER_PATH "elastic_worker"
+#endif
+
+namespace {
+
+using namespace edl::bench;
+
+struct Options {
+  std::vector<uint64_t> sizes_mb;
+  std::vector<std::string> paths;
+  int survivors = 2;
+  double step_ms = 100;
+  int join_at = 15;
+  int after = 10;
+  double trial_timeout_s = 1800;
+  std::string worker = EDL_ELASTIC_WORKER_PATH;
+  std::string dir;
+};
+
+struct Step {
+  int64_t step;
+  uint64_t gen;
+  int size;
+  double t;
+};
+
+// The workers' shared log, parsed.
+struct Log {
+  std::map<std::string, std::vector<Step>> steps;  // worker -> its step lines in order
+  std::map<std::string, int64_t> caught_at;        // worker -> step of its "catchup 0" line
+  std::vector<std::string> errors;
+
+  void parse_line(const std::string& line) {
+    std::istringstream is(line);
+    std::string kind, worker;
+    is >> kind >> worker;
+    if (kind == "step") {
+      Step s;
+      int rank = 0;
+      is >> s.step >> s.gen >> rank >> s.size >> s.t;
+      steps[worker].push_back(s);
+    } else if (kind == "catchup") {
+      int on = 0;
+      int64_t step = 0;
+      is >> on >> step;
+      if (on == 0) caught_at[worker] = step;
+    } else if (kind == "error") {
+      errors.push_back(line);
+    }
+  }
+};
+
+struct Row {
+  double step_ms = 0, extra_ms = 0, catchup_extra_ms = 0;
+  int64_t catchup_steps = 0;
+};
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Survivor w's numbers: its median step before the join, the extra time across the generation
+// change, and the extra time summed over the steps up to `caught` (the newcomer's caught-up step).
+struct SurvivorCost {
+  double median = 0, extra = 0, catchup_extra = 0;
+};
+SurvivorCost survivor_cost(const std::vector<Step>& s, int old_size, int64_t caught) {
+  SurvivorCost c;
+  std::vector<double> before;
+  size_t j = 0;  // index of the first line of the new generation
+  for (size_t i = 1; i < s.size(); ++i) {
+    if (s[i].size != old_size) {
+      j = i;
+      break;
+    }
+    if (i > 3 && s[i].step == s[i - 1].step + 1) before.push_back(s[i].t - s[i - 1].t);
+  }
+  c.median = median_of(before);
+  if (j == 0) return c;
+  c.extra = (s[j].t - s[j - 1].t) - static_cast<double>(s[j].step - s[j - 1].step) * c.median;
+  for (size_t i = j + 1; i < s.size() && s[i - 1].step <= caught; ++i)
+    c.catchup_extra += (s[i].t - s[i - 1].t) - static_cast<double>(s[i].step - s[i - 1].step) * c.median;
+  return c;
+}
+
+// One job: survivors train, a newcomer joins, until it trained `after` steps of its own.
+Row run_trial(const Options& o, uint64_t mb, const std::string& path, const std::string& tag) {
+  edl::StoreServerOptions so;
+  so.secret = "join-bench";
+  edl::StoreServer store(so);
+  const std::string log_path = o.dir + "/" + tag + ".log";
+  std::vector<edl::testing::Process> procs;
+  auto spawn = [&](const std::string& id) {
+    edl::testing::SpawnOptions sp;
+    sp.env = {"EDL_STORE=" + store.url(), "EDL_JOB_SECRET=join-bench", "EDL_JOB_ID=" + tag, "EDL_ELASTIC=1",
+              "EDL_MIN_NP=" + std::to_string(o.survivors), "EDL_MAX_NP=" + std::to_string(o.survivors + 1),
+              "EDL_WORKER_ID=" + id, "EDL_JOIN=" + path, "EDL_START_WINDOW_MS=300", "EDL_LOG_LEVEL=1"};
+    sp.log = o.dir + "/" + tag + "." + id + ".out";
+    sp.die_with_parent = true;
+    procs.emplace_back(std::vector<std::string>{o.worker, "--steps", "100000000", "--step-ms", std::to_string(o.step_ms),
+                                                "--params", "65536", "--state-mb", std::to_string(mb), "--log", log_path},
+                       sp);
+  };
+  for (int i = 0; i < o.survivors; ++i) spawn("s" + std::to_string(i));
+  LineTail tail(log_path);
+  Log log;
+  const double t_end = now_s() + o.trial_timeout_s;
+  bool joined = false;
+  for (;;) {
+    for (const auto& line : tail.new_lines()) log.parse_line(line);
+    if (!log.errors.empty()) throw std::runtime_error("join_bench: a worker failed: " + log.errors.front());
+    if (now_s() > t_end) throw std::runtime_error("join_bench: trial " + tag + " did not finish in time");
+    const auto& s0 = log.steps["s0"];
+    if (!joined && !s0.empty() && s0.back().step >= o.join_at) {
+      spawn("new");
+      joined = true;
+    }
+    const auto& n = log.steps["new"];
+    if (!n.empty()) {
+      const auto c = log.caught_at.find("new");
+      if (path == "stopfree" ? c != log.caught_at.end() && n.back().step >= c->second + o.after
+                             : n.size() >= static_cast<size_t>(o.after))
+        break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& p : procs) p.stop(std::chrono::milliseconds(0));
+  Row row;
+  row.extra_ms = row.catchup_extra_ms = -1e300;  // the largest over the survivors (negative: below the noise)
+  const int64_t caught = path == "stopfree" ? log.caught_at["new"] : -1;
+  std::vector<double> medians;
+  for (int i = 0; i < o.survivors; ++i) {
+    const SurvivorCost c = survivor_cost(log.steps["s" + std::to_string(i)], o.survivors, caught);
+    medians.push_back(c.median);
+    if (c.extra > row.extra_ms) row.extra_ms = c.extra;
+    if (c.catchup_extra > row.catchup_extra_ms) row.catchup_extra_ms = c.catchup_extra;
+  }
+  row.step_ms = median_of(medians);
+  if (caught < 0) row.catchup_extra_ms = 0;
+  if (caught >= 0) {
+    const auto& s0 = log.steps["s0"];
+    for (const auto& st : s0)
+      if (st.size != o.survivors) {
+        row.catchup_steps = caught - st.step + 1;
+        break;
+      }
+  }
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("join_bench", "the survivors' cost of a join: stop vs stop-free (EDL_JOIN)");
+  opts.add_options()("sizes-mb", "state sizes in MiB (the --state-mb tensor)", cxxopts::value<std::string>()->default_value("1,100,1024"))(
+      "paths", "join paths to compare", cxxopts::value<std::string>()->default_value("stop,stopfree"))(
+      "survivors", "workers training before the join", cxxopts::value<int>()->default_value("2"))(
+      "step-ms", "compute per step (ms)", cxxopts::value<double>()->default_value("100"))(
+      "join-at", "the newcomer starts when the job reaches this step", cxxopts::value<int>()->default_value("15"))(
+      "after", "steps the newcomer trains (after catching up) before the trial ends", cxxopts::value<int>()->default_value("10"))(
+      "trial-timeout-s", "give up on a trial after this long", cxxopts::value<double>()->default_value("1800"))(
+      "worker", "path of the synthetic worker", cxxopts::value<std::string>()->default_value(EDL_ELASTIC_WORKER_PATH))(
+      "json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))(
+      "help", "usage");
+  auto r = parse_flags(opts, argc, argv);
+  if (r.count("help")) {
+    std::printf("%s\n", opts.help().c_str());
+    return 0;
+  }
+  Options o;
+  for (const auto& s : split(r["sizes-mb"].as<std::string>())) o.sizes_mb.push_back(std::stoull(s));
+  o.paths = split(r["paths"].as<std::string>());
+  for (const auto& p : o.paths)
+    if (p != "stop" && p != "stopfree") {
+      std::fprintf(stderr, "join_bench: --paths takes stop and/or stopfree, got '%s'\n", p.c_str());
+      return 2;
+    }
+  o.survivors = r["survivors"].as<int>();
+  o.step_ms = r["step-ms"].as<double>();
+  o.join_at = r["join-at"].as<int>();
+  o.after = r["after"].as<int>();
+  o.worker = r["worker"].as<std::string>();
+  o.trial_timeout_s = r["trial-timeout-s"].as<double>();
+  if (o.survivors < 1 || o.sizes_mb.empty() || o.paths.empty() || o.join_at < 5 || o.after < 1) {
+    std::fprintf(stderr, "join_bench: needs --survivors >= 1, --join-at >= 5, --after >= 1, sizes and paths\n");
+    return 2;
+  }
+  char tmpl[] = "/tmp/edl_join_bench_XXXXXX";
+  if (!::mkdtemp(tmpl)) return 1;
+  o.dir = tmpl;
+  JsonRows json(r["json"].as<std::string>());
+  Table table({"state_MiB", "path", "step_ms", "extra_ms", "extra_%", "catchup_steps", "catchup_extra"});
+  table.header();
+  int trial = 0;
+  for (uint64_t mb : o.sizes_mb)
+    for (const auto& path : o.paths) {
+      Row row = run_trial(o, mb, path, "join" + std::to_string(::getpid()) + "_" + std::to_string(trial++));
+      const double pct = row.step_ms > 0 ? 100.0 * row.extra_ms / row.step_ms : 0;
+      table.row({std::to_string(mb), path, fmt(row.step_ms, 1), fmt(row.extra_ms, 1), fmt(pct, 1),
+                 std::to_string(row.catchup_steps), fmt(row.catchup_extra_ms, 1)});
+      Json j;
+      j["bench"] = "join";
+      j["state_bytes"] = mb << 20;
+      j["path"] = path;
+      j["survivors"] = o.survivors;
+      j["step_ms"] = row.step_ms;
+      j["extra_ms"] = row.extra_ms;
+      j["catchup_steps"] = row.catchup_steps;
+      j["catchup_extra_ms"] = row.catchup_extra_ms;
+      json.write(j);
+    }
+  return 0;
+}
