@@ -53,6 +53,7 @@ struct Options {
   double trial_timeout_s = 1800;
   std::string worker = EDL_ELASTIC_WORKER_PATH;
   std::string dir;
+  std::string timeline_dir;  // --timeline: each worker's EDL_TIMELINE file goes there
 };
 
 struct Step {
@@ -135,6 +136,7 @@ Row run_trial(const Options& o, uint64_t mb, const std::string& path, const std:
     sp.env = {"EDL_STORE=" + store.url(), "EDL_JOB_SECRET=join-bench", "EDL_JOB_ID=" + tag, "EDL_ELASTIC=1",
               "EDL_MIN_NP=" + std::to_string(o.survivors), "EDL_MAX_NP=" + std::to_string(o.survivors + 1),
               "EDL_WORKER_ID=" + id, "EDL_JOIN=" + path, "EDL_START_WINDOW_MS=300", "EDL_LOG_LEVEL=1"};
+    if (!o.timeline_dir.empty()) sp.env.push_back("EDL_TIMELINE=" + o.timeline_dir + "/" + tag + "." + id + ".json");
     sp.log = o.dir + "/" + tag + "." + id + ".out";
     sp.die_with_parent = true;
     procs.emplace_back(std::vector<std::string>{o.worker, "--steps", "100000000", "--step-ms", std::to_string(o.step_ms),
@@ -200,6 +202,7 @@ int main(int argc, char** argv) {
       "after", "steps the newcomer trains (after catching up) before the trial ends", cxxopts::value<int>()->default_value("10"))(
       "trial-timeout-s", "give up on a trial after this long", cxxopts::value<double>()->default_value("1800"))(
       "worker", "path of the synthetic worker", cxxopts::value<std::string>()->default_value(EDL_ELASTIC_WORKER_PATH))(
+      "timeline", "write each worker's timeline (EDL_TIMELINE) into this directory", cxxopts::value<std::string>()->default_value(""))(
       "json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))(
       "help", "usage");
   auto r = parse_flags(opts, argc, argv);
@@ -221,6 +224,7 @@ int main(int argc, char** argv) {
   o.after = r["after"].as<int>();
   o.worker = r["worker"].as<std::string>();
   o.trial_timeout_s = r["trial-timeout-s"].as<double>();
+  o.timeline_dir = r["timeline"].as<std::string>();
   if (o.survivors < 1 || o.sizes_mb.empty() || o.paths.empty() || o.join_at < 5 || o.after < 1) {
     std::fprintf(stderr, "join_bench: needs --survivors >= 1, --join-at >= 5, --after >= 1, sizes and paths\n");
     return 2;
