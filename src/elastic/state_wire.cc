@@ -72,22 +72,35 @@ std::string encode(const Reply& r) {
   return out;
 }
 
-Request decode_request(const uint8_t* p) {
-  if (std::memcmp(p, kRequestMagic, 8) != 0) throw DataError("stop-free join: not a state request (bad magic)");
-  Request r;
-  r.step = codec::load_le<int64_t>(p + 8);
-  r.offset = codec::load_le<uint64_t>(p + 16);
-  r.length = codec::load_le<uint64_t>(p + 24);
+namespace {
+
+// A Reader over one fixed-size message whose magic was checked.
+codec::Reader message(const uint8_t* p, size_t n, const char* magic, const char* what) {
+  codec::Reader r(p, n, what);
+  if (r.raw(8, "magic") != std::string_view(magic, 8))
+    throw DataError(std::string("stop-free join: not a ") + what + " (bad magic)");
   return r;
 }
 
+}  // namespace
+
+Request decode_request(const uint8_t* p) {
+  codec::Reader r = message(p, kRequestBytes, kRequestMagic, "state request");
+  Request q;
+  q.step = r.i64("step");
+  q.offset = r.u64("offset");
+  q.length = r.u64("length");
+  return q;
+}
+
 Reply decode_reply(const uint8_t* p) {
-  if (std::memcmp(p, kReplyMagic, 8) != 0) throw DataError("stop-free join: not a state reply (bad magic)");
-  Reply r;
-  r.status = codec::load_le<uint32_t>(p + 8);
-  r.total = codec::load_le<uint64_t>(p + 16);
-  r.length = codec::load_le<uint64_t>(p + 24);
-  return r;
+  codec::Reader r = message(p, kReplyBytes, kReplyMagic, "state reply");
+  Reply q;
+  q.status = r.u32("status");
+  r.u32("padding");
+  q.total = r.u64("total");
+  q.length = r.u64("length");
+  return q;
 }
 
 collective::mesh::Identity identity(const std::string& job, uint64_t generation, int size, const std::string& secret) {
