@@ -44,7 +44,10 @@ void StateFetch::connect() {
   const auto id = wire::identity(o_.job, o_.generation, o_.size, o_.secret);
   for (const auto& s : sources_) {
     const auto deadline = Clock::now() + o_.io_timeout;
-    int fd = collective::connect_until(s.address, deadline);
+    int fd = -1;  // in slices of 100 ms, so a failure of the generation (cancel) ends the wait
+    while (fd < 0 && Clock::now() < deadline && !(cancel_ && cancel_->load()))
+      fd = collective::connect_until(s.address, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    if (cancel_ && cancel_->load() && fd < 0) throw AbortedError("stop-free join: the fetch was cancelled (the generation failed)");
     if (fd < 0)
       throw PeerLostError("stop-free join: cannot reach the state server of rank " + std::to_string(s.rank) + " at " +
                           s.address);

@@ -109,11 +109,15 @@ void StateServer::accept_loop() {
     if (stop_.load()) return;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (conns_.size() >= kMaxConnections) {  // a flood of connections gets no threads
+      ::close(fd);
+      continue;
+    }
     collective::tune_data_socket(fd);
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     Conn* raw = c.get();
-    std::lock_guard<std::mutex> lock(mu_);
     conns_.push_back(std::move(c));
     raw->thread = std::thread([this, raw] {
       serve(*raw);

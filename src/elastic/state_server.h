@@ -61,6 +61,8 @@ class EDL_API StateServer {
   // Blocks until no newcomer is connected, at most `max` (a worker about to exit lets a newcomer
   // that is still catching up fetch the last commit first).
   void drain(std::chrono::milliseconds max);
+  // Connections served at once (newcomers and handshakes in progress); more are closed at once.
+  static constexpr size_t kMaxConnections = 64;
   // Tensor bytes sent so far (tests, bench).
   uint64_t served_bytes() const { return served_.load(); }
 
