@@ -203,7 +203,7 @@ TEST_CASE("garbage on a state server's socket ends that connection only", "[stop
   CHECK(f.fetch(10, 0, f.total()));
 }
 
-TEST_CASE("a server that dies during a fetch is a PeerLostError; a cancel ends a fetch at once",
+TEST_CASE("a server that dies during a fetch is a PeerLostError, a cancel ends a fetch at once",
           "[stopfree][server][kill]") {
   Model src = filled(1000, 2.0f);
   auto server = std::make_unique<StateServer>(server_options());

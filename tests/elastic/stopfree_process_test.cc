@@ -53,7 +53,7 @@ double caught_up_at(ProcJob& job, const std::string& id) {
 
 }  // namespace
 
-TEST_CASE("processes, stop-free: a newcomer catches up in the background; same parameters, records once",
+TEST_CASE("processes, stop-free: a newcomer catches up in the background, same parameters, records once",
           "[process][stopfree][join]") {
   ProcJob job("psf_join", 1000);
   job.spawn("a", 2, 3, "process-test-secret", kStopFree, kRecords);

@@ -97,7 +97,7 @@ TEST_CASE("stop-free join: the newcomer is killed during the catch-up, the other
   CHECK(c.outcomes[2].killed);
 }
 
-TEST_CASE("stop-free join: a second newcomer during the first one's catch-up; commits every 5 batches",
+TEST_CASE("stop-free join: a second newcomer during the first one's catch-up, commits every 5 batches",
           "[stopfree][join]") {
   Cluster c("sf_two", 2, 0);
   stop_free(c);
