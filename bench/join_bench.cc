@@ -22,7 +22,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <string>
@@ -211,7 +213,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   Options o;
-  for (const auto& s : split(r["sizes-mb"].as<std::string>())) o.sizes_mb.push_back(std::stoull(s));
+  for (const auto& s : split(r["sizes-mb"].as<std::string>())) {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || mb == 0 || mb > (1ull << 20)) {
+      std::fprintf(stderr, "join_bench: --sizes-mb takes positive MiB counts, got '%s'\n", s.c_str());
+      return 2;
+    }
+    o.sizes_mb.push_back(mb);
+  }
   o.paths = split(r["paths"].as<std::string>());
   for (const auto& p : o.paths)
     if (p != "stop" && p != "stopfree") {
@@ -238,7 +248,13 @@ int main(int argc, char** argv) {
   int trial = 0;
   for (uint64_t mb : o.sizes_mb)
     for (const auto& path : o.paths) {
-      Row row = run_trial(o, mb, path, "join" + std::to_string(::getpid()) + "_" + std::to_string(trial++));
+      Row row;
+      try {
+        row = run_trial(o, mb, path, "join" + std::to_string(::getpid()) + "_" + std::to_string(trial++));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s (logs in %s)\n", e.what(), o.dir.c_str());
+        return 1;
+      }
       const double pct = row.step_ms > 0 ? 100.0 * row.extra_ms / row.step_ms : 0;
       table.row({std::to_string(mb), path, fmt(row.step_ms, 1), fmt(row.extra_ms, 1), fmt(pct, 1),
                  std::to_string(row.catchup_steps), fmt(row.catchup_extra_ms, 1)});
@@ -253,5 +269,6 @@ int main(int argc, char** argv) {
       j["catchup_extra_ms"] = row.catchup_extra_ms;
       json.write(j);
     }
+  std::filesystem::remove_all(o.dir);  // the workers' logs; kept when a trial fails
   return 0;
 }
