@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "edl/export.h"
 #include "edl/state.h"
 #include "elastic/group.h"
 #include "elastic/snapshot.h"
@@ -33,7 +34,7 @@ struct JoinPlan {
 };
 
 // `address`: this member's StateServer ("" when it has none: then it is never a source).
-JoinPlan sync_state_stopfree(State& s, Group& g, const std::string& address);
+EDL_API JoinPlan sync_state_stopfree(State& s, Group& g, const std::string& address);
 
 // --- State internals (state.cc) ------------------------------------------------------------------
 // Whether the State was never synced (a newcomer's initial state or loaded checkpoint).

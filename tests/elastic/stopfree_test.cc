@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "elastic/state_join.h"
 #include "harness.h"
 
 using namespace edl::elastic::testing;
@@ -115,4 +116,92 @@ TEST_CASE("stop-free join: a second newcomer during the first one's catch-up, co
   c.start();
   c.check_finishers(4);
   for (const auto& o : c.outcomes) CHECK(o.last_size == 4);
+}
+
+namespace {
+
+// One member of a sync test: a tensor, a scalar, committed at `step`; `synced` members took part
+// in an earlier sync (survivors), the others are fresh (newcomers).
+struct SyncMember {
+  std::vector<float> p = std::vector<float>(64);
+  int64_t s = 0;
+  edl::elastic::State state;
+  edl::elastic::JoinPlan plan;
+  SyncMember() {
+    state.register_tensor("p", p.data(), p.size(), edl::DataType::kFloat32);
+    state.register_scalar("s", &s);
+  }
+};
+
+// Runs sync_state_stopfree on 3 thread-ranks: members 0 and 1 synced before (a 2-rank sync),
+// member 2 fresh; member r holds p = r + 1, s = 10 (r + 1) at its committed step steps[r].
+std::vector<std::unique_ptr<SyncMember>> sync_case(const std::string& tag, std::vector<int64_t> steps,
+                                                   std::vector<std::string> addresses) {
+  std::vector<std::unique_ptr<SyncMember>> m;
+  for (int r = 0; r < 3; ++r) {
+    m.push_back(std::make_unique<SyncMember>());
+    m[r]->state.commit();
+  }
+  auto group = [&](const std::string& key, int size, int rank) {
+    return std::make_shared<edl::elastic::CommGroup>(std::make_shared<LocalComm>(
+        LocalHub::get(tag + key, size), rank, 1, std::chrono::milliseconds(3000), std::chrono::milliseconds(3000)));
+  };
+  std::vector<std::thread> t;
+  for (int r = 0; r < 2; ++r)
+    t.emplace_back([&, r] { edl::elastic::sync_state(m[r]->state, *group("/prep", 2, r)); });
+  for (auto& th : t) th.join();
+  t.clear();
+  for (int r = 0; r < 3; ++r) {
+    std::fill(m[r]->p.begin(), m[r]->p.end(), static_cast<float>(r + 1));
+    m[r]->s = 10 * (r + 1);
+    m[r]->state.step = steps[r];
+    m[r]->state.commit();
+  }
+  for (int r = 0; r < 3; ++r)
+    t.emplace_back([&, r] { m[r]->plan = edl::elastic::sync_state_stopfree(m[r]->state, *group("/join", 3, r), addresses[r]); });
+  for (auto& th : t) th.join();
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("stop-free sync: a skeleton to the newcomer only when the survivors agree", "[stopfree][sync]") {
+  SECTION("survivors at the same step: the newcomer takes scalars and step, its tensors wait") {
+    auto m = sync_case("sfs_a", {5, 5, 0}, {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"});
+    CHECK_FALSE(m[0]->plan.catch_up);
+    CHECK_FALSE(m[1]->plan.catch_up);
+    REQUIRE(m[2]->plan.catch_up);
+    CHECK(m[2]->plan.step == 5);
+    CHECK(m[2]->state.step == 5);
+    CHECK(m[2]->s == 10);          // rank 0's scalar
+    CHECK(m[2]->p[0] == 3.0f);     // its own tensor until the catch-up
+    CHECK(m[2]->state.committed_step() == 0);  // restore() still returns to its own state
+    m[2]->state.restore();
+    CHECK(m[2]->s == 30);
+    REQUIRE(m[2]->plan.sources.size() == 2);
+    CHECK(m[2]->plan.sources[1].rank == 1);
+    CHECK(m[2]->plan.sources[1].address == "127.0.0.1:2");
+    CHECK(m[1]->p[0] == 2.0f);  // survivors move nothing
+  }
+  SECTION("survivors at different steps (a failure hit the commit): the ordinary sync") {
+    auto m = sync_case("sfs_b", {5, 4, 0}, {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"});
+    for (auto& x : m) {
+      CHECK_FALSE(x->plan.catch_up);
+      CHECK(x->p[0] == 1.0f);  // everyone holds rank 0's commit of step 5
+      CHECK(x->state.step == 5);
+    }
+  }
+  SECTION("a newcomer with a newer commit (a checkpoint) wins, as in the ordinary sync") {
+    auto m = sync_case("sfs_c", {5, 5, 9}, {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"});
+    for (auto& x : m) {
+      CHECK_FALSE(x->plan.catch_up);
+      CHECK(x->p[0] == 3.0f);
+      CHECK(x->state.step == 9);
+    }
+  }
+  SECTION("a survivor without a state server: the ordinary sync") {
+    auto m = sync_case("sfs_d", {5, 5, 0}, {"127.0.0.1:1", "", "127.0.0.1:3"});
+    CHECK_FALSE(m[2]->plan.catch_up);
+    CHECK(m[2]->p[0] == 1.0f);
+  }
 }
