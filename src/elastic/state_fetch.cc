@@ -159,8 +159,9 @@ bool CatchUp::fetch_chunk(int64_t step, uint64_t bytes) {
     installed_ += bytes;
     ++chunks_;
     const double s = std::max(fetch_->transfer_s(), 1e-6), r = static_cast<double>(bytes) / s;
-    rate_ = rate_ > 0 ? 0.5 * rate_ + 0.5 * r : r;
+    rate_ = rate_ > 0 && r > rate_ ? 0.5 * rate_ + 0.5 * r : r;  // down at once, up gently
     answer_ = fetch_->answer_s();
+    last_ = bytes;
   }
   return installed_ == total();
 }
@@ -172,6 +173,8 @@ bool CatchUp::at_boundary(int64_t step, int64_t others_us, int64_t own_us) {
     const double budget_s = share_ * left_s - static_cast<double>(own_us) / 1e6;
     bytes = budget_s > 0 ? static_cast<uint64_t>(rate_ * budget_s) : 0;
   }
+  if (last_ > 0) bytes = std::min(bytes, 2 * last_);  // at most double the last chunk: a rate measured on
+                                                      // a small chunk (socket buffers) overstates
   bytes = std::max(bytes, kMinChunk);
   return fetch_chunk(step, max_chunk_ > 0 ? std::min(bytes, max_chunk_) : bytes);
 }

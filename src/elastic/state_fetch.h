@@ -86,7 +86,8 @@ class EDL_API CatchUp {
   // worker's. The survivors commit at their boundary, so their servers answer only once that commit
   // exists; what is left of their step after it is the time a chunk may take:
   //   bytes = rate × (share × (others_us − time to the answers) − own_us),
-  // rate = the transfer rate measured from the answers on. Returns true once every byte has arrived.
+  // rate = the transfer rate measured from the answers on (lowered at once, raised gently), and at
+  // most twice the last chunk. Returns true once every byte has arrived.
   bool at_boundary(int64_t step, int64_t others_us, int64_t own_us);
   // Fetches everything left of the commit of `step` at once (the training function returned).
   bool finish(int64_t step);
@@ -105,6 +106,7 @@ class EDL_API CatchUp {
   uint64_t installed_ = 0;
   double rate_ = 0;    // bytes per second of the transfers so far (0 = not measured yet)
   double answer_ = 0;  // seconds until the survivors answered, last chunk
+  uint64_t last_ = 0;  // bytes of the last chunk
   int chunks_ = 0;
 };
 
