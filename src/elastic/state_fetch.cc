@@ -175,7 +175,7 @@ bool CatchUp::at_boundary(int64_t step, int64_t others_us, int64_t own_us) {
   }
   if (last_ > 0) bytes = std::min(bytes, 2 * last_);  // at most double the last chunk: a rate measured on
                                                       // a small chunk (socket buffers) overstates
-  bytes = std::max(bytes, kMinChunk);
+  bytes = std::max({bytes, kMinChunk, (total() + kMaxBoundaries - 1) / kMaxBoundaries});
   return fetch_chunk(step, max_chunk_ > 0 ? std::min(bytes, max_chunk_) : bytes);
 }
 

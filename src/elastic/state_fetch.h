@@ -86,8 +86,10 @@ class EDL_API CatchUp {
   // worker's. The survivors commit at their boundary, so their servers answer only once that commit
   // exists; what is left of their step after it is the time a chunk may take:
   //   bytes = rate × (share × (others_us − time to the answers) − own_us),
-  // rate = the transfer rate measured from the answers on (lowered at once, raised gently), and at
-  // most twice the last chunk. Returns true once every byte has arrived.
+  // rate = the transfer rate measured from the answers on (lowered at once, raised gently), at most
+  // twice the last chunk, at least kMinChunk and 1/kMaxBoundaries of the tensor space (a catch-up
+  // takes at most kMaxBoundaries boundaries, even when the survivors' answers come later than their
+  // compute ends: a loaded machine), at most max_chunk. Returns true once every byte has arrived.
   bool at_boundary(int64_t step, int64_t others_us, int64_t own_us);
   // Fetches everything left of the commit of `step` at once (the training function returned).
   bool finish(int64_t step);
@@ -97,6 +99,7 @@ class EDL_API CatchUp {
 
   static constexpr uint64_t kMinChunk = 64 << 10;    // always progress, however short the steps
   static constexpr uint64_t kFirstChunk = 1 << 20;   // before a transfer rate was measured
+  static constexpr uint64_t kMaxBoundaries = 32;     // a catch-up ends within this many boundaries
 
  private:
   bool fetch_chunk(int64_t step, uint64_t bytes);
