@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
       "fusion-reps", "repetitions of the fusion timing", cxxopts::value<int>()->default_value("20"))(
       "commit", "the commit the rows name", cxxopts::value<std::string>()->default_value("unknown"))(
       "json", "append one JSON object per row to this file", cxxopts::value<std::string>()->default_value(""))(
+      "probe", "print the device, driver, CUDA and NCCL versions and exit (status 3: no usable GPU)")(
       "h,help", "usage");
   auto args = parse_flags(opts, argc, argv);
   if (args.count("help")) {
@@ -162,6 +163,13 @@ int main(int argc, char** argv) {
   try {
     BenchContext c = context_from(args);
     GpuInfo g = probe_gpu(c.dir);
+    if (args.count("probe")) {
+      if (!g.ok) std::cout << "gpu=none why=\"" << g.why << "\"\n";
+      else
+        std::cout << "gpu=\"" << g.device << "\" driver=" << g.driver << " cuda=" << g.cuda << " nccl=" << g.nccl
+                  << " revoke_shrink=" << (g.revoke_and_shrink ? "yes" : "no") << "\n";
+      return g.ok ? 0 : 3;
+    }
     if (!g.ok) {
       std::cerr << "gpu_allreduce_bench: no usable GPU: " << g.why << " (no rows written)\n";
       return 3;

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The GPU check (docs/gpu.md, "Running the GPU check"): on a machine with one NVIDIA GPU, prints the
+# GPU, driver, CUDA and NCCL versions first, runs the tests labelled `gpu` with EDL_REQUIRE_GPU=1
+# and gpu_allreduce_bench, and writes under $OUT (default: gpu-check-out/):
+#   env.txt                    the machine: GPU, driver, CUDA, NCCL (loaded), the mode
+#   gpu_tests.log              the test run (Catch2; a failing test prints its ranks' logs)
+#   gpu_allreduce_bench.jsonl  the bench rows: commit them as docs/data/gpu_allreduce_bench.jsonl
+#   gpu_bench.log              the bench's table and errors
+#   gpu_check.jsonl            one summary row: status, tests, bench, device, versions, commit, time
+#   scratch.tar.gz             what the tests and the bench left in /tmp (rank logs), for post-mortems
+# The programs come from one of two places, chosen automatically:
+#   bundle  .gpu-bundle/ exists (scripts/gpu-bundle.sh, built on a Debian 12 machine): its binaries,
+#           LD_LIBRARY_PATH = its lib/ + the machine's own libnccl.so.2 (the pip package
+#           nvidia-nccl-cu13 / -cu12 of python3, else the system's or the CUDA toolkit's)
+#   source  otherwise: a CMake build with -DEDL_WITH_CUDA=ON into ${EDL_BUILD_DIR:-build} (needs the
+#           packages of scripts/install-deps.sh and the CUDA toolkit with NCCL)
+# Without a usable GPU it says why, writes env.txt and gpu_check.jsonl, and exits 0 — or 1 with
+# EDL_REQUIRE_GPU=1 (the device call sets it).
+#
+#   [OUT=DIR] [EDL_REQUIRE_GPU=1] scripts/gpu-check.sh [--quick] [--source]
+#     --quick   fewer bench rows (sizes 4K,1M; 2 kills per path): a rehearsal, not rows to commit
+#     --source  build from source even when .gpu-bundle/ exists
+set -u -o pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-check-out}
+QUICK=0
+MODE=bundle
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1; shift ;;
+    --source) MODE=source; shift ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) echo "gpu-check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -d "$ROOT/.gpu-bundle/bin" ] || MODE=source
+mkdir -p "$OUT"
+T0=$(date +%s)
+log() { echo "gpu-check: $*" | tee -a "$OUT/env.txt"; }
+: > "$OUT/env.txt"
+rm -f "$OUT/gpu_check.jsonl" "$OUT/gpu_allreduce_bench.jsonl" "$OUT/scratch.tar.gz"
+
+# --- the programs ------------------------------------------------------------------------------
+find_nccl_dir() {
+  local d
+  for py in python3 /opt/torch/.venv/bin/python3; do
+    d=$("$py" -c 'import glob, os, nvidia
+for p in nvidia.__path__:
+    for f in glob.glob(os.path.join(p, "**", "libnccl.so.2"), recursive=True):
+        print(os.path.dirname(f)); raise SystemExit' 2>/dev/null) && [ -n "$d" ] && { echo "$d"; return; }
+  done
+  d=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
+  [ -n "$d" ] && { dirname "$d"; return; }
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -e "$d/libnccl.so.2" ] && { echo "$d"; return; }; done
+}
+if [ "$MODE" = bundle ]; then
+  BIN="$ROOT/.gpu-bundle/bin"
+  NCCL_DIR=$(find_nccl_dir || true)
+  export LD_LIBRARY_PATH="$ROOT/.gpu-bundle/lib${NCCL_DIR:+:$NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  COMMIT=$(awk '/^commit /{print $2}' "$ROOT/.gpu-bundle/MANIFEST" 2>/dev/null)
+  export EDL_TEST_EDL_RUN="$BIN/edl-run" EDL_TEST_GPU_WORKER="$BIN/gpu_elastic_worker"
+  TESTS="$BIN/test_gpu"
+  BENCH="$BIN/gpu_allreduce_bench"
+  log "mode bundle ($(sed -n 2p "$ROOT/.gpu-bundle/MANIFEST" 2>/dev/null)); libnccl from ${NCCL_DIR:-nowhere}"
+else
+  BUILD=${EDL_BUILD_DIR:-$ROOT/build}
+  log "mode source: building into $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDL_WITH_CUDA=ON >"$OUT/build.log" 2>&1 &&
+    ninja -C "$BUILD" -j"${EDL_JOBS:-$(nproc)}" test_gpu gpu_allreduce_bench edl-run gpu_elastic_worker >>"$OUT/build.log" 2>&1 ||
+    { log "the build failed (see build.log)"; tail -20 "$OUT/build.log"; exit 1; }
+  COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo -dirty)
+  TESTS="$BUILD/tests/cuda/test_gpu"
+  BENCH="$BUILD/bench/gpu_allreduce_bench"
+fi
+COMMIT=${COMMIT:-unknown}
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+
+# --- first thing: the machine and the loaded NCCL ------------------------------------------------
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/gpu-check: nvidia-smi /' | tee -a "$OUT/env.txt"
+fi
+command -v nvcc >/dev/null 2>&1 && log "nvcc $(nvcc --version | tail -1)"
+log "commit $COMMIT"
+PROBE=$("$BENCH" --probe 2>&1)
+PROBE_RC=$?
+log "probe: $PROBE"
+summary() {  # status tests bench: the gpu_check.jsonl row
+  python3 - "$@" <<PY >>"$OUT/gpu_check.jsonl" 2>/dev/null || echo "{\"check\": \"gpu-check\", \"status\": \"$1\"}" >>"$OUT/gpu_check.jsonl"
+import json, sys, time
+probe = """$PROBE"""
+kv = {}
+import shlex
+for tok in shlex.split(probe.replace("\n", " ")):
+    if "=" in tok:
+        k, v = tok.split("=", 1); kv[k] = v
+print(json.dumps({"check": "gpu-check", "status": sys.argv[1], "tests": sys.argv[2], "bench": sys.argv[3],
+                  "mode": "$MODE", "device": kv.get("gpu", "none"), "driver_version": kv.get("driver", ""),
+                  "cuda_version": kv.get("cuda", ""), "nccl_version": kv.get("nccl", ""),
+                  "revoke_shrink": kv.get("revoke_shrink", ""), "why": kv.get("why", ""),
+                  "commit": "$COMMIT", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "seconds": int(time.time()) - $T0}))
+PY
+}
+if [ $PROBE_RC -eq 3 ]; then
+  log "no usable GPU: nothing to check here"
+  summary no-gpu skipped skipped
+  if [ "${EDL_REQUIRE_GPU:-0}" != 0 ]; then log "EDL_REQUIRE_GPU=1: failing"; exit 1; fi
+  exit 0
+elif [ $PROBE_RC -ne 0 ]; then
+  log "the probe failed (status $PROBE_RC): the binaries do not start here?"
+  summary probe-failed skipped skipped
+  exit 1
+fi
+
+# --- the gpu tests -----------------------------------------------------------------------------
+export EDL_REQUIRE_GPU=1
+log "gpu tests ..."
+timeout 330 "$TESTS" --durations yes >"$OUT/gpu_tests.log" 2>&1
+TESTS_RC=$?
+TESTS_LINE=$(grep -E "^test cases:|^All tests passed" "$OUT/gpu_tests.log" | tail -1)
+log "gpu tests: status $TESTS_RC: ${TESTS_LINE:-no summary (timed out?)}"
+
+# --- the bench ---------------------------------------------------------------------------------
+BENCH_ARGS=(--commit "$COMMIT" --json "$OUT/gpu_allreduce_bench.jsonl")
+[ $QUICK = 1 ] && BENCH_ARGS+=(--sizes 4K,1M --kills 2 --iters 5)
+log "bench ..."
+timeout 220 "$BENCH" "${BENCH_ARGS[@]}" >"$OUT/gpu_bench.log" 2>&1
+BENCH_RC=$?
+log "bench: status $BENCH_RC, $(wc -l <"$OUT/gpu_allreduce_bench.jsonl" 2>/dev/null || echo 0) rows"
+
+# --- what the ranks left behind, and the summary -----------------------------------------------
+SCRATCH=$(cd /tmp && find . -maxdepth 1 -newer "$OUT/env.txt" \( -name 'edl_coll_*' -o -name 'edl_gpu_bench_*' \) | head -400)
+[ -n "$SCRATCH" ] && tar czf "$OUT/scratch.tar.gz" -C /tmp $SCRATCH 2>/dev/null
+STATUS=ok
+if [ $TESTS_RC -ne 0 ] && [ $BENCH_RC -ne 0 ]; then STATUS=tests-and-bench-failed
+elif [ $TESTS_RC -ne 0 ]; then STATUS=tests-failed
+elif [ $BENCH_RC -ne 0 ]; then STATUS=bench-failed
+fi
+summary "$STATUS" "status $TESTS_RC: ${TESTS_LINE:-none}" "status $BENCH_RC"
+echo "---- bench table"
+cat "$OUT/gpu_bench.log"
+echo "---- summary ($(( $(date +%s) - T0 )) s)"
+cat "$OUT/env.txt"
+[ "$STATUS" = ok ]
