@@ -1,7 +1,6 @@
 #include "gpu/gpu_ranks.h"
 
 #include <cuda_runtime.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include "edl/cuda.h"
 #include "edl/store.h"
 #include "edl/store_server.h"
+#include "testing/rank_process.h"
 
 namespace edl::bench::gpu {
 namespace {
@@ -89,30 +89,9 @@ StoreProcess::StoreProcess(const std::string& dir) {
 
 RankSet::RankSet(std::string dir, int n, const std::function<int(int)>& fn, const std::vector<std::string>& env)
     : dir_(std::move(dir)) {
-  for (int r = 0; r < n; ++r) {
-    const std::string log = dir_ + "/rank" + std::to_string(r) + ".log";
-    testing::SpawnOptions o;
-    o.own_group = false;
-    procs_.push_back(testing::Process::forked(
-        [r, fn, log, env] {
-          const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-          if (fd >= 0) {
-            ::dup2(fd, 1);
-            ::dup2(fd, 2);
-          }
-          const std::string host_id = "edl-gpu-bench-" + std::to_string(getppid()) + "-" + std::to_string(r);
-          setenv("NCCL_HOSTID", host_id.c_str(), 1);
-          if (!getenv("NCCL_SOCKET_IFNAME")) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-          for (const auto& kv : env) putenv(strdup(kv.c_str()));
-          try {
-            return fn(r);
-          } catch (const std::exception& e) {
-            std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
-            return 1;
-          }
-        },
-        o));
-  }
+  for (int r = 0; r < n; ++r)
+    procs_.push_back(testing::fork_rank(r, dir_ + "/rank" + std::to_string(r) + ".log", "edl-gpu-bench", env,
+                                        [r, fn] { return fn(r); }));
 }
 
 std::vector<int> RankSet::wait(double timeout_s) {

@@ -38,8 +38,8 @@ class StoreProcess {
   std::string url_;
 };
 
-// n forked rank children running fn(rank) (exit status its result; 1 with the error in its log
-// when it throws). Each gets NCCL_HOSTID and NCCL_SOCKET_IFNAME=lo unless set.
+// n forked rank children running fn(rank) (testing/rank_process.h: own NCCL_HOSTID, output in
+// <dir>/rank<r>.log, exit status fn's result).
 class RankSet {
  public:
   RankSet(std::string dir, int n, const std::function<int(int)>& fn, const std::vector<std::string>& env = {});

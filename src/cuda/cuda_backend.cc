@@ -74,12 +74,13 @@ CudaBackend::~CudaBackend() {
   if (!monitor_->poll_outstanding())
     monitor_->fail(std::make_exception_ptr(AbortedError(
         "GPU path: generation " + std::to_string(generation_) + " ended with device work in flight")));
-  monitor_->stop();
-  nccl_.reset();  // ncclCommAbort: every rank releases its communicator with abort
+  nccl_.reset();  // ncclCommAbort: every rank releases its communicator with abort; its kernels end
   int previous = -1;
   (void)cudaGetDevice(&previous);
   (void)cudaSetDevice(device_);
   if (stream_) (void)cudaStreamSynchronize(stream_);
+  monitor_->poll_outstanding();  // every event has completed: the held references go
+  monitor_->stop();              // the watchdog, the hooks (they use this object) and what it tracked
   if (staging_) (void)cudaFreeHost(staging_);
   if (fusion_) (void)cudaFree(fusion_);
   if (stream_) (void)cudaStreamDestroy(stream_);
@@ -105,7 +106,7 @@ std::shared_ptr<detail::DeviceCompletion> CudaBackend::run(uint8_t kind,
   for (collective::DeviceRequest* d : group) {
     auto* r = static_cast<CudaRequest*>(d);
     rs.push_back(r);
-    if (r->hold) holds.push_back(r->hold);
+    if (r->hold) holds.push_back(std::move(r->hold));  // the completion alone keeps it from now on
   }
   try {
     for (CudaRequest* r : rs) check(cudaStreamWaitEvent(stream_, r->ready, 0), "cudaStreamWaitEvent");
@@ -114,6 +115,12 @@ std::shared_ptr<detail::DeviceCompletion> CudaBackend::run(uint8_t kind,
     else reduce_group(rs, kind, dtype, op, dl);
   } catch (const CommError&) {
     monitor_->fail(std::current_exception());
+    // Work already queued may still read the tensors: their references go with a completion that
+    // the watchdog releases once the stream has drained (or the generation's end aborted it).
+    try {
+      (void)finish(std::move(holds), "failed " + std::string(kind_name(kind)), dl);
+    } catch (const std::exception&) {
+    }
     monitor_->rethrow();
   }
   const std::string what = std::string(kind_name(kind)) + " of " + std::to_string(rs.size()) + " tensor" +
@@ -245,7 +252,7 @@ std::shared_ptr<CudaCompletion> CudaBackend::local_completion(const std::shared_
   cudaEvent_t ev = r->ready;
   r->ready = nullptr;  // the completion owns it now
   std::vector<std::shared_ptr<void>> holds;
-  if (r->hold) holds.push_back(r->hold);
+  if (r->hold) holds.push_back(std::move(r->hold));
   auto c = std::make_shared<CudaCompletion>(monitor_, pool_, ev, Clock::now() + timeout_, what, std::move(holds));
   monitor_->track(c);
   return c;

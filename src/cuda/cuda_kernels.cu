@@ -46,13 +46,22 @@ __device__ __forceinline__ int find_piece(const Batch& b) {
   return lo;
 }
 
+// This block's piece and its range [*begin, *end) within it (per_block units per block); false when
+// the block has nothing to do.
+__device__ __forceinline__ bool block_range(const Batch& b, size_t per_block, Piece* pc, size_t* begin, size_t* end) {
+  *pc = b.p[find_piece(b)];
+  *begin = static_cast<size_t>(blockIdx.x - pc->first_block) * per_block;
+  if (*begin >= pc->n) return false;
+  *end = *begin + per_block < pc->n ? *begin + per_block : pc->n;
+  return true;
+}
+
 // A plain copy: 16-byte vectors when source and destination are 16-byte aligned (every load of a
 // thread is issued before its first store), bytes otherwise.
 __global__ void __launch_bounds__(kThreads) copy_kernel(const Batch b) {
-  const Piece pc = b.p[find_piece(b)];
-  const size_t begin = static_cast<size_t>(blockIdx.x - pc.first_block) * kCopyBytesPerBlock;
-  if (begin >= pc.n) return;
-  const size_t end = begin + kCopyBytesPerBlock < pc.n ? begin + kCopyBytesPerBlock : pc.n;
+  Piece pc;
+  size_t begin, end;
+  if (!block_range(b, kCopyBytesPerBlock, &pc, &begin, &end)) return;
   const char* src = static_cast<const char*>(pc.src);
   char* dst = static_cast<char*>(pc.dst);
   size_t tail = begin;
@@ -80,10 +89,9 @@ template <typename In, typename Out>
 __global__ void __launch_bounds__(kThreads) convert_kernel(const Batch b, int divisor, float scale) {
   using InBits = typename Storage<In>::Bits;
   using OutBits = typename Storage<Out>::Bits;
-  const Piece pc = b.p[find_piece(b)];
-  const size_t begin = static_cast<size_t>(blockIdx.x - pc.first_block) * kElementsPerBlock;
-  if (begin >= pc.n) return;
-  const size_t end = begin + kElementsPerBlock < pc.n ? begin + kElementsPerBlock : pc.n;
+  Piece pc;
+  size_t begin, end;
+  if (!block_range(b, kElementsPerBlock, &pc, &begin, &end)) return;
   const InBits* src = static_cast<const InBits*>(pc.src);
   OutBits* dst = static_cast<OutBits*>(pc.dst);
   for (size_t i = begin + threadIdx.x; i < end; i += kThreads)

@@ -79,6 +79,10 @@ void Monitor::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_.clear();  // completions keep the Monitor alive: no cycle once it stopped
+  }
   std::lock_guard<std::mutex> lock(hook_mu_);
   teardown_ = nullptr;
   probe_ = nullptr;

@@ -76,8 +76,8 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   // The backend's hooks: teardown(reason) runs once, on the thread whose fail() came first; probe()
   // returns an error (or null) and runs on the watchdog thread while work is outstanding.
   void set_hooks(std::function<void(const std::string&)> teardown, std::function<std::exception_ptr()> probe);
-  // Stops the watchdog and drops the hooks (waits for a teardown in progress). The backend calls it
-  // before it destroys what the hooks use.
+  // Stops the watchdog, drops the hooks (waits for a teardown in progress) and forgets what it
+  // tracked. The backend calls it before it destroys what the hooks use.
   void stop();
 
   bool failed() const { return failed_.load(); }

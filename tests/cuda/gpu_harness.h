@@ -2,16 +2,14 @@
 // one GPU"). The test process itself never initialises CUDA — its children are forked from it and
 // CUDA does not survive a fork — so whether a GPU is usable is asked in a child of its own.
 //
-// Each rank child gets its own NCCL_HOSTID (NCCL then treats every rank as a host of its own and
-// connects them over NET/Socket, so several ranks may share one GPU) and NCCL_SOCKET_IFNAME=lo
-// unless set, writes its output to <dir>/rank<r>.log and installs generations directly in the
+// Each rank child (testing/rank_process.h) gets its own NCCL_HOSTID, so that several ranks share
+// one GPU, writes its output to <dir>/rank<r>.log and installs generations directly in the
 // collective layer's Runtime (over a FileStore in <dir>), as edl::init() would.
 //
 // Thread-safety: Catch2 test thread only (the children are processes).
 #pragma once
 
 #include <cuda_runtime.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,6 +29,7 @@
 #include "common/config.h"
 #include "edl/cuda.h"
 #include "testing/process.h"
+#include "testing/rank_process.h"
 #include "testing/require_dep.h"
 
 namespace edl::test::gpu {
@@ -87,13 +86,6 @@ inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// A rank child's environment: the variables NCCL needs to put several ranks on one GPU.
-inline void rank_environment(int rank) {
-  const std::string host_id = "edl-gpu-test-" + std::to_string(getppid()) + "-" + std::to_string(rank);
-  setenv("NCCL_HOSTID", host_id.c_str(), 1);
-  setenv("NCCL_SOCKET_IFNAME", getenv("NCCL_SOCKET_IFNAME") ? getenv("NCCL_SOCKET_IFNAME") : "lo", 1);
-}
-
 // The configuration of a rank child: short deadlines, TCP host transport.
 inline Config rank_config(int timeout_ms = 20000, int connect_ms = 20000) {
   Config c = Config::from_env();
@@ -140,28 +132,9 @@ struct Ranks {
   std::vector<testing::Process> procs;
 
   void start(int n, const std::function<int(int)>& fn, const std::vector<std::string>& env = {}) {
-    for (int r = 0; r < n; ++r) {
-      const std::string log = dir + "/rank" + std::to_string(r) + ".log";
-      testing::SpawnOptions o;
-      o.own_group = false;
-      procs.push_back(testing::Process::forked(
-          [r, fn, log, env] {
-            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-              ::dup2(fd, 1);
-              ::dup2(fd, 2);
-            }
-            rank_environment(r);
-            for (const auto& kv : env) putenv(strdup(kv.c_str()));
-            try {
-              return fn(r);
-            } catch (const std::exception& e) {
-              std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
-              return 1;
-            }
-          },
-          o));
-    }
+    for (int r = 0; r < n; ++r)
+      procs.push_back(testing::fork_rank(r, dir + "/rank" + std::to_string(r) + ".log", "edl-gpu-test", env,
+                                         [r, fn] { return fn(r); }));
   }
   std::vector<int> wait(std::chrono::seconds timeout) {
     std::vector<int> st;
