@@ -44,6 +44,7 @@ for b in "${BINS[@]}"; do
 done
 # Libraries: everything ldd resolves except the base system, NCCL and the driver.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+\.so|libgcc_s\.so|libnccl\.so|libcuda\.so)'
+skip_path='/(ld-linux[^/]*|libc\.so[^/]*|libm\.so[^/]*|libdl\.so[^/]*|libpthread\.so[^/]*|librt\.so[^/]*|libstdc\+\+\.so[^/]*|libgcc_s\.so[^/]*|libnccl\.so[^/]*|libcuda\.so[^/]*)$'
 for f in "$OUT"/bin/* "$BUILD/libedl.so" "$BUILD/src/cuda/libedl_cuda.so"; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
@@ -63,6 +64,15 @@ missing=$(for f in "$OUT"/bin/*; do LD_LIBRARY_PATH="$OUT/lib" ldd "$f" | grep "
 if [ -n "$missing" ]; then
   echo "gpu-bundle.sh: the bundle misses libraries:" >&2
   echo "$missing" >&2
+  exit 1
+fi
+# ... and the loader takes every library beyond the base system from the bundle (LD_DEBUG=libs).
+NCCL_DIR=$(dirname "$(ldconfig -p | awk '/libnccl\.so\.2 /{print $NF; exit}')" 2>/dev/null || true)
+foreign=$(LD_LIBRARY_PATH="$OUT/lib${NCCL_DIR:+:$NCCL_DIR}" LD_DEBUG=libs "$OUT/bin/test_gpu" --list-test-names-only 2>&1 |
+  awk '/calling init:/{print $NF}' | sort -u | grep -v "^$OUT/lib/" | grep -Ev "$skip_path" || true)
+if [ -n "$foreign" ]; then
+  echo "gpu-bundle.sh: test_gpu loads libraries from outside the bundle:" >&2
+  echo "$foreign" >&2
   exit 1
 fi
 echo "gpu-bundle.sh: $OUT, $(du -sb "$OUT" | cut -f1) bytes ($(du -sh "$OUT" | cut -f1)); the checkout: $(cd "$ROOT" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes"

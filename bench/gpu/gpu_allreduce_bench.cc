@@ -164,10 +164,10 @@ int main(int argc, char** argv) {
     BenchContext c = context_from(args);
     GpuInfo g = probe_gpu(c.dir);
     if (args.count("probe")) {
-      if (!g.ok) std::cout << "gpu=none why=\"" << g.why << "\"\n";
-      else
-        std::cout << "gpu=\"" << g.device << "\" driver=" << g.driver << " cuda=" << g.cuda << " nccl=" << g.nccl
-                  << " revoke_shrink=" << (g.revoke_and_shrink ? "yes" : "no") << "\n";
+      std::cout << "gpu=\"" << g.device << "\" driver=" << g.driver << " cuda=" << g.cuda << " nccl=" << g.nccl
+                << " revoke_shrink=" << (g.revoke_and_shrink ? "yes" : "no");
+      if (!g.ok) std::cout << " why=\"" << g.why << "\"";
+      std::cout << "\n";
       return g.ok ? 0 : 3;
     }
     if (!g.ok) {

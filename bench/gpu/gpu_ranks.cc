@@ -2,7 +2,6 @@
 
 #include <cuda_runtime.h>
 #include <signal.h>
-#include <nccl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -32,20 +31,16 @@ GpuInfo probe_gpu(const std::string& dir) {
   testing::Process p = testing::Process::forked([file] {
     std::string why;
     const bool ok = edl::cuda::available(&why);
-    std::string out = (ok ? "1\n" : "0\n") + why + "\n";
-    if (ok) {
-      cudaDeviceProp prop{};
-      int driver = 0, runtime = 0, nccl = 0;
-      (void)cudaGetDeviceProperties(&prop, 0);
-      (void)cudaDriverGetVersion(&driver);
-      (void)cudaRuntimeGetVersion(&runtime);
-      (void)ncclGetVersion(&nccl);
-      bool rs = false;
-      const std::string nv = edl::cuda::nccl_version(&rs);
-      out += std::string(prop.name) + "\n" + version_text(driver) + "\n" + version_text(runtime) + "\n" + nv + "\n" +
-             (rs ? "1" : "0") + "\n";
-    }
-    write_file(file, out);
+    int driver = 0, runtime = 0;
+    (void)cudaDriverGetVersion(&driver);  // 0 without a driver
+    (void)cudaRuntimeGetVersion(&runtime);
+    bool rs = false;
+    const std::string nccl = edl::cuda::nccl_version(&rs);  // the loaded libnccl: no GPU needed
+    cudaDeviceProp prop{};
+    if (ok) (void)cudaGetDeviceProperties(&prop, 0);
+    write_file(file, std::string(ok ? "1\n" : "0\n") + why + "\n" + (ok ? prop.name : "none") + "\n" +
+                         version_text(driver) + "\n" + version_text(runtime) + "\n" + nccl + "\n" + (rs ? "1" : "0") +
+                         "\n");
     return 0;
   });
   GpuInfo g;
@@ -65,7 +60,7 @@ GpuInfo probe_gpu(const std::string& dir) {
   }
   g.ok = !lines.empty() && lines[0] == "1";
   if (lines.size() > 1) g.why = lines[1];
-  if (g.ok && lines.size() >= 7) {
+  if (lines.size() >= 7) {
     g.device = lines[2];
     g.driver = lines[3];
     g.cuda = lines[4];
