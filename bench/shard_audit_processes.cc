@@ -85,7 +85,7 @@ class ProcessAudit {
   bool prepare() {
     const std::string bin = dir_of(self_);
     edl_run_ = a_["edl-run"].as<std::string>();
-    if (edl_run_.empty()) edl_run_ = bin + "/../src/elastic/edl-run";
+    if (edl_run_.empty()) edl_run_ = bin + "/../src/launcher/edl-run";
     std::string worker = a_["worker"].as<std::string>();
     if (worker.empty()) worker = bin + "/shard_audit_worker";
     for (const auto& p : {edl_run_, worker})

@@ -15,9 +15,9 @@
 #include <regex>
 #include <sstream>
 
-#include "elastic/launcher/goodput_report.h"
-#include "elastic/launcher/job_metrics.h"
-#include "elastic/launcher/metrics_exposition.h"
+#include "launcher/goodput_report.h"
+#include "launcher/job_metrics.h"
+#include "launcher/metrics_exposition.h"
 #include "launcher/prometheus_server.h"
 #include "launcher/run_util.h"
 #include "testing/process.h"
