@@ -163,9 +163,9 @@ TEST_CASE("gpu: broadcast from every root, allgather with equal and differing co
 
 namespace {
 
-// 61 odd-sized tensors of four dtypes and one larger than the fusion buffer, enqueued at once
-// (fused by the engine, packed in several passes through a 64 KiB buffer), and fp16 / bf16
-// compressed averages of float32 tensors.
+// 60 odd-sized tensors of four dtypes and a float16 one whose float32 form is larger than the
+// 64 KiB fusion buffer (cut into passes), enqueued at once (fused by the engine, packed through the
+// buffer), and fp16 / bf16 compressed averages of float32 tensors.
 int fusion_rank(const std::string& dir, int rank, int n) {
   Config c = rank_config();
   c.fusion_threshold = 64 << 10;
@@ -177,11 +177,11 @@ int fusion_rank(const std::string& dir, int rank, int n) {
   const DataType types[4] = {DataType::kFloat32, DataType::kFloat16, DataType::kInt32, DataType::kBFloat16};
   std::vector<size_t> counts;
   for (size_t i = 0; i < 60; ++i) counts.push_back(1 + (i * 7919) % 3001);
-  counts.push_back(300001);  // 1.2 MB of float32: split across passes
+  counts.push_back(300001);  // float16, reduced as 1.2 MB of float32: split across passes
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
   std::vector<Handle> handles;
   for (size_t i = 0; i < counts.size(); ++i) {
-    const DataType dt = i + 1 == counts.size() ? DataType::kFloat32 : types[i % 4];
+    const DataType dt = i + 1 == counts.size() ? DataType::kFloat16 : types[i % 4];
     auto h = inputs(rank, counts[i], dt);
     bufs.push_back(std::make_unique<DeviceBuffer>(h.size()));
     cuda_ok(cudaMemcpyAsync(bufs.back()->p, h.data(), h.size(), cudaMemcpyHostToDevice, s), "upload");
@@ -190,7 +190,7 @@ int fusion_rank(const std::string& dir, int rank, int n) {
   }
   for (auto& h : handles) h.wait();
   for (size_t i = 0; i < counts.size(); ++i) {
-    const DataType dt = i + 1 == counts.size() ? DataType::kFloat32 : types[i % 4];
+    const DataType dt = i + 1 == counts.size() ? DataType::kFloat16 : types[i % 4];
     const auto got = bufs[i]->download(counts[i] * dtype_size(dt));
     for (size_t e = 0; e < counts[i]; ++e)
       if (!ref_close(ref_get(got.data(), e, dt), ref_result(n, e, ReduceOp::kAverage, dt), dt))
@@ -215,7 +215,8 @@ int fusion_rank(const std::string& dir, int rank, int n) {
 
 }  // namespace
 
-TEST_CASE("gpu: 61 odd-sized tensors of four dtypes fused through a 64 KiB buffer; fp16 / bf16 compression",
+TEST_CASE("gpu: 61 odd-sized tensors of four dtypes fused through a 64 KiB buffer, one cut into passes; fp16 / bf16 "
+          "compression",
           "[gpu]") {
   EDL_GPU_TEST_OR_SKIP();
   for (int n : {2, 3}) {
