@@ -100,7 +100,7 @@ void run_device_engines(int n, const std::function<void(int, Engine&, HostBacken
 
 }  // namespace
 
-TEST_CASE("engine device requests: fused apart from host requests and by kind; results and completions",
+TEST_CASE("engine device requests: fused apart from host requests and by kind, results and completions",
           "[collective][engine][device]") {
   run_device_engines(2, [](int rank, Engine& engine, HostBackend& b) {
     std::vector<std::vector<float>> dev(5, std::vector<float>(7, static_cast<float>(rank + 1)));
@@ -156,7 +156,7 @@ TEST_CASE("engine device requests: a host and a device request of one name, or t
   });
 }
 
-TEST_CASE("engine device requests: the backend's InvalidArgument fails its requests only; a CommError fails the "
+TEST_CASE("engine device requests: the backend's InvalidArgument fails its requests only, a CommError fails the "
           "generation and reaches abort()",
           "[collective][engine][device]") {
   run_device_engines(2, [](int rank, Engine& engine, HostBackend& b) {
@@ -181,7 +181,7 @@ TEST_CASE("engine device requests: the backend's InvalidArgument fails its reque
   });
 }
 
-TEST_CASE("engine device requests: stop() aborts the backend; no backend is an InvalidArgument",
+TEST_CASE("engine device requests: stop() aborts the backend, no backend is an InvalidArgument",
           "[collective][engine][device]") {
   test::run_ranks(1, [](int, collective::TcpCommunicator& comm) {
     std::shared_ptr<Communicator> c(&comm, [](Communicator*) {});

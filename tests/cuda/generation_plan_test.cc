@@ -65,7 +65,7 @@ TEST_CASE("plan: every reason to build a fresh communicator instead", "[cuda][pl
   expect_init(rs, 5, "size");
 }
 
-TEST_CASE("plan: disabled when a rank has no device or the transports differ; host and local modes",
+TEST_CASE("plan: disabled when a rank has no device or the transports differ, host and local modes",
           "[cuda][plan]") {
   auto rs = survivors({0, 1}, 2, 2);
   rs[1].device_ok = false;
@@ -84,7 +84,7 @@ TEST_CASE("plan: disabled when a rank has no device or the transports differ; ho
   CHECK_THROWS_AS(decide_plan({}, 1), InvalidArgument);
 }
 
-TEST_CASE("plan records: encode / decode round trip; corrupt bytes are a CommError naming the rank",
+TEST_CASE("plan records: encode / decode round trip, corrupt bytes are a CommError naming the rank",
           "[cuda][plan]") {
   RankRecord r;
   r.device_ok = true;

@@ -215,7 +215,7 @@ int fusion_rank(const std::string& dir, int rank, int n) {
 
 }  // namespace
 
-TEST_CASE("gpu: 61 odd-sized tensors of four dtypes fused through a 64 KiB buffer, one cut into passes; fp16 / bf16 "
+TEST_CASE("gpu: 61 odd-sized tensors of four dtypes fused through a 64 KiB buffer, one cut into passes, fp16 / bf16 "
           "compression",
           "[gpu]") {
   EDL_GPU_TEST_OR_SKIP();

@@ -28,7 +28,7 @@ std::vector<std::string> lines(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("gpu: an elastic job under edl-run --one-gpu-test survives kill -9 and a join; parameters bitwise equal",
+TEST_CASE("gpu: an elastic job under edl-run --one-gpu-test survives kill -9 and a join, parameters bitwise equal",
           "[gpu][elastic]") {
   EDL_GPU_TEST_OR_SKIP();
   const std::string dir = edl::test::make_temp_dir();
