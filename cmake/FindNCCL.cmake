@@ -14,7 +14,7 @@ if(CUDAToolkit_INCLUDE_DIRS)
     list(APPEND _nccl_hints ${_p})
   endforeach()
 endif()
-find_program(_nccl_python NAMES python3 python)
+find_program(_nccl_python NAMES python3)
 if(_nccl_python)
   execute_process(COMMAND ${_nccl_python} -c
       "import os, nvidia.nccl as n; print(os.path.dirname(n.__file__) if n.__file__ else list(n.__path__)[0])"

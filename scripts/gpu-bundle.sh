@@ -51,12 +51,11 @@ done | sort -u | while read -r name path; do
   if [[ "$name" =~ $skip ]]; then continue; fi
   cp -L "$path" "$OUT/lib/$name"
 done
-strip --strip-unneeded "$OUT"/bin/* "$OUT"/lib/* 2>/dev/null || true
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo -dirty)"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}")"
   echo "cuda_architectures $ARCH"
-  echo "nvcc $(nvcc --version | tail -1)"
+  echo "nvcc $(sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\(.*\)")/\1/p' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake | head -1)"
   (cd "$OUT" && find bin lib -type f | sort | while read -r f; do echo "file $f $(stat -c %s "$f") $(sha256sum "$f" | cut -c1-16)"; done)
 } > "$OUT/MANIFEST"
 # Every binary must start with only the bundle's libraries (and a libnccl) on the path.
@@ -75,4 +74,4 @@ if [ -n "$foreign" ]; then
   echo "$foreign" >&2
   exit 1
 fi
-echo "gpu-bundle.sh: $OUT, $(du -sb "$OUT" | cut -f1) bytes ($(du -sh "$OUT" | cut -f1)); the checkout: $(cd "$ROOT" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes"
+echo "gpu-bundle.sh: $OUT, $(du -sb "$OUT" | cut -f1) bytes ($(du -sh "$OUT" | cut -f1)); the checkout: $(cd "$ROOT" && git ls-files -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1) bytes"

@@ -82,30 +82,32 @@ COMMIT=${COMMIT:-unknown}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 # --- first thing: the machine and the loaded NCCL ------------------------------------------------
-if command -v nvidia-smi >/dev/null 2>&1; then
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/gpu-check: nvidia-smi /' | tee -a "$OUT/env.txt"
-fi
-command -v nvcc >/dev/null 2>&1 && log "nvcc $(nvcc --version | tail -1)"
 log "commit $COMMIT"
 PROBE=$("$BENCH" --probe 2>&1)
 PROBE_RC=$?
 log "probe: $PROBE"
+probe_field() {  # KEY: its value in the probe line (KEY=value or KEY="a value")
+  local v
+  v=$(printf '%s\n' "$PROBE" | grep -o "$1=\"[^\"]*\"\|$1=[^ \"]*" | head -1)
+  v=${v#*=}
+  v=${v#\"}
+  printf '%s' "${v%\"}"
+}
+json() {  # a JSON string of $1
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '"%s"' "${s//$'\n'/ }"
+}
 summary() {  # STATUS TESTS BENCH: appends the gpu_check.jsonl row
-  GC_PROBE="$PROBE" GC_MODE="$MODE" GC_COMMIT="$COMMIT" GC_T0="$T0" python3 - "$@" >>"$OUT/gpu_check.jsonl" <<'PY' ||
-import json, os, shlex, sys, time
-kv = {}
-for tok in shlex.split(os.environ["GC_PROBE"].replace("\n", " ")):
-    if "=" in tok:
-        k, v = tok.split("=", 1)
-        kv[k] = v
-print(json.dumps({"check": "gpu-check", "status": sys.argv[1], "tests": sys.argv[2], "bench": sys.argv[3],
-                  "mode": os.environ["GC_MODE"], "device": kv.get("gpu", "none"), "driver_version": kv.get("driver", ""),
-                  "cuda_version": kv.get("cuda", ""), "nccl_version": kv.get("nccl", ""),
-                  "revoke_shrink": kv.get("revoke_shrink", ""), "why": kv.get("why", ""),
-                  "commit": os.environ["GC_COMMIT"], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "seconds": int(time.time()) - int(os.environ["GC_T0"])}))
-PY
-    echo "{\"check\": \"gpu-check\", \"status\": \"$1\"}" >>"$OUT/gpu_check.jsonl"
+  {
+    printf '{"check": "gpu-check", "status": %s, "tests": %s, "bench": %s, "mode": %s' "$(json "$1")" "$(json "$2")" \
+      "$(json "$3")" "$(json "$MODE")"
+    printf ', "device": %s, "driver_version": %s, "cuda_version": %s, "nccl_version": %s, "revoke_shrink": %s' \
+      "$(json "$(probe_field gpu)")" "$(json "$(probe_field driver)")" "$(json "$(probe_field cuda)")" \
+      "$(json "$(probe_field nccl)")" "$(json "$(probe_field revoke_shrink)")"
+    printf ', "why": %s, "commit": %s, "time": %s, "seconds": %d}\n' "$(json "$(probe_field why)")" "$(json "$COMMIT")" \
+      "$(json "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" "$(( $(date +%s) - T0 ))"
+  } >>"$OUT/gpu_check.jsonl"
 }
 if [ $PROBE_RC -eq 3 ] && [ $REHEARSE = 1 ]; then
   log "no usable GPU: rehearsing the rest (the tests skip, the bench exits 3)"
@@ -123,7 +125,8 @@ fi
 # --- the gpu tests -----------------------------------------------------------------------------
 [ $REHEARSE = 1 ] && [ $PROBE_RC -eq 3 ] && unset EDL_REQUIRE_GPU || export EDL_REQUIRE_GPU=1
 log "gpu tests ..."
-timeout 330 "$TESTS" --durations yes >"$OUT/gpu_tests.log" 2>&1
+TEST_ARGS=(--durations yes)  # Catch2: every test's time in the log
+timeout 330 "$TESTS" "${TEST_ARGS[@]}" >"$OUT/gpu_tests.log" 2>&1
 TESTS_RC=$?
 TESTS_LINE=$(grep -E "^test cases:|^All tests passed" "$OUT/gpu_tests.log" | tail -1)
 log "gpu tests: status $TESTS_RC: ${TESTS_LINE:-no summary (timed out?)}"
