@@ -89,11 +89,15 @@ else
   BENCH="$BUILD/bench/gpu_allreduce_bench"
 fi
 COMMIT=${COMMIT:-unknown}
+# The driver's libcuda.so.1 where containers mount it, in case the loader's path lacks it.
+for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+  [ -e "$d/libcuda.so.1" ] && case ":${LD_LIBRARY_PATH:-}:" in *":$d:"*) ;; *) export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d" ;; esac
+done
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 # --- first thing: the machine and the loaded NCCL ------------------------------------------------
 log "commit $COMMIT"
-PROBE=$("$BENCH" --probe 2>&1)
+PROBE=$(timeout -k 5 60 "$BENCH" --probe 2>&1)
 PROBE_RC=$?
 log "probe: $PROBE"
 probe_field() {  # KEY: its value in the probe line (KEY=value or KEY="a value")
@@ -181,6 +185,13 @@ if [ -f "$OUT/scratch.tar.gz" ] && [ "$(stat -c %s "$OUT/scratch.tar.gz")" -gt 1
   log "scratch.tar.gz is over 15 MB (the device tool brings back 16 MiB a file): only its *.log files kept"
   (cd /tmp && find $SCRATCH -name '*.log' -size -2M | head -400) | tar czf "$OUT/scratch.tar.gz" -C /tmp -T - 2>/dev/null
 fi
+# The device tool brings back files of at most 16 MiB: a longer log keeps its first 4 and last 10 MB.
+for f in "$OUT/gpu_tests.log" "$OUT/gpu_bench.log"; do
+  if [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15000000 ]; then
+    { head -c 4000000 "$f"; printf '\n[... gpu-check: cut to 14 MB ...]\n'; tail -c 10000000 "$f"; } >"$f.cut" && mv "$f.cut" "$f"
+    log "$(basename "$f") was over 15 MB: cut to its first 4 and last 10 MB"
+  fi
+done
 STATUS=ok
 if [ $PROBE_RC -eq 3 ]; then
   STATUS=rehearsal-failed
