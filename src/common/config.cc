@@ -131,6 +131,10 @@ Config Config::from_env() {
   c.hierarchical = env_str("EDL_HIERARCHICAL", c.hierarchical);
   if (c.hierarchical != "auto" && c.hierarchical != "0" && c.hierarchical != "1")
     throw InvalidArgument("EDL_HIERARCHICAL='" + c.hierarchical + "' is not one of auto, 0, 1");
+  c.gpu_transport = env_str("EDL_GPU_TRANSPORT", c.gpu_transport);
+  if (c.gpu_transport != "nccl" && c.gpu_transport != "host")
+    throw InvalidArgument("EDL_GPU_TRANSPORT='" + c.gpu_transport + "' is not one of nccl, host");
+  c.nccl_shrink = env_bool("EDL_NCCL_SHRINK", c.nccl_shrink);
   if (c.hierarchical == "1" && c.transport != "auto")
     throw InvalidArgument("EDL_HIERARCHICAL=1 needs EDL_TRANSPORT=auto (it is '" + c.transport + "')");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));

@@ -72,6 +72,12 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
   std::string hierarchical = "auto";  // EDL_HIERARCHICAL: auto | 0 | 1 (hierarchical allreduce across hosts;
                                       // needs EDL_TRANSPORT=auto, see docs/collectives.md)
 
+  // --- GPU path (libedl_cuda; docs/gpu.md) --------------------------------------------------------
+  std::string gpu_transport = "nccl";  // EDL_GPU_TRANSPORT: nccl | host (device tensors staged through
+                                       //   pinned host memory and the host collectives)
+  bool nccl_shrink = true;          // EDL_NCCL_SHRINK: build a generation that only lost members with
+                                    //   ncclCommShrink (0 = always a fresh communicator)
+
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug
   std::string metrics_addr;         // EDL_METRICS_ADDR: edl-run's metrics socket ("@name" = abstract Unix
