@@ -44,12 +44,12 @@ build() {
   local prefix=${EDL_TORCH_PREFIX:-}
   if [ -z "$prefix" ]; then
     prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
-    say "python3 torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda,
-"cxx11_abi", torch._C._GLIBCXX_USE_CXX11_ABI, "nccl", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "-")' 2>&1 | tail -1)"
+    local info='import torch; c = torch.cuda.is_available(); print(torch.__version__, "cuda", torch.version.cuda, "cxx11_abi", torch._C._GLIBCXX_USE_CXX11_ABI, "nccl", torch.cuda.nccl.version() if c else "-", "gpu", c)'
+    say "python3 torch: $(python3 -c "$info" 2>&1 | tail -1)"
   fi
   local extra=()
   [ $REHEARSE = 1 ] && extra=(-DEDL_KIT_REHEARSE=ON)
-  say "building the kit against ${prefix:-CMake's default libtorch} into $KB"
+  say "building the kit against ${prefix:-the libtorch CMake finds} into $KB"
   cmake -S "$ROOT/tests/torch/gpu_kit" -B "$KB" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDL_BUNDLE_DIR="$BUNDLE" \
     ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} "${extra[@]}" >"$W/torch_build.log" 2>&1 &&
     ninja -C "$KB" -j"${EDL_JOBS:-$(nproc)}" >>"$W/torch_build.log" 2>&1
