@@ -17,7 +17,11 @@ namespace {
 
 bool built() { return false; }
 
-int cuda_device(int /*local_rank*/) { refuse("the training device"); }
+int cuda_device(int /*local_rank*/) {
+  throw InvalidArgument(
+      "edl::torch::training_device(\"cuda\"): this edl::torch was built without CUDA support (it needs a CUDA "
+      "libtorch and edl::cuda at build time; docs/torch.md, \"CUDA tensors\")");
+}
 
 Handle allreduce(const ::torch::Tensor& /*t*/, const std::string& name, ReduceOp /*op*/,
                  cuda::Compression /*compression*/) {
