@@ -52,12 +52,13 @@ done | sort -u | while read -r name path; do
   if [[ "$name" =~ $skip ]]; then continue; fi
   cp -L "$path" "$OUT/lib/$name"
 done
+cp "$ROOT/scripts/gpu-check.sh" "$OUT/gpu-check.sh"  # the bundle runs itself, whatever checkout travels with it
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo -dirty)"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}")"
   echo "cuda_architectures $ARCH"
   echo "nvcc $(sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\(.*\)")/\1/p' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake | head -1)"
-  (cd "$OUT" && find bin lib -type f | sort | while read -r f; do echo "file $f $(stat -c %s "$f") $(sha256sum "$f" | cut -c1-16)"; done)
+  (cd "$OUT" && find bin lib gpu-check.sh -type f | sort | while read -r f; do echo "file $f $(stat -c %s "$f") $(sha256sum "$f" | cut -c1-16)"; done)
 } > "$OUT/MANIFEST"
 # Every binary must start with only the bundle's libraries (and a libnccl) on the path.
 missing=$(for f in "$OUT"/bin/*; do LD_LIBRARY_PATH="$OUT/lib" ldd "$f" | grep "not found" | grep -v libnccl || true; done)
