@@ -139,7 +139,9 @@ fi
 
 # --- edl::torch on CUDA (EDL_CHECK_TORCH=1; docs/torch.md, section 10) -----------------------------
 # scripts/gpu-torch-check.sh: its build (against python3's torch) runs beside the tests, its run at
-# the end within EDL_CHECK_TORCH_S seconds (default 240); its logs come back as torch.tar.gz.
+# the end within EDL_CHECK_TORCH_S seconds (default 240); its logs come back as torch.tar.gz. This
+# adds up to 240 s to the check's time: lower EDL_CHECK_TESTS_S / EDL_CHECK_BENCH_S to stay within
+# one device call, or run scripts/gpu-torch-check.sh as a call of its own.
 TORCH_BUILD_PID=""
 TORCH_ARGS=()
 [ $PROBE_RC -eq 3 ] && TORCH_ARGS=(--rehearse)
