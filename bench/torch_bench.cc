@@ -24,8 +24,12 @@
 // engine and transport; torch runs with --threads 1); preempt, how often the training thread was
 // preempted (involuntary context switches).
 //
+// --device cuda: models, data and reductions on the GPU (edl::torch's CUDA path); step times end
+// with torch::cuda::synchronize(); 2 workers share GPU 0, each with its own NCCL_HOSTID (behaviour
+// only: they compete for one GPU). JSON rows carry device and commit (--commit).
+//
 //   torch_bench [--batch 32] [--threads 1] [--warmup 3] [--iters 20] [--pair-iters 60] [--modes LIST]
-//               [--json PATH]
+//               [--device cpu|cuda] [--commit SHA] [--json PATH]
 //   (--modes overhead,independent,barrier,edl,edl-no-overlap)
 #include <poll.h>
 #include <signal.h>
@@ -60,6 +64,7 @@ using edl::bench::read_all;
 
 struct Config {
   int batch = 32, threads = 1, warmup = 3, iters = 20, pair_iters = 60;
+  std::string device = "cpu";
 };
 
 struct Mode {
@@ -128,9 +133,10 @@ ThreadUsage thread_usage() {
 
 // One model + optimizer (+ the EDL wrapper) trained on a fixed random batch.
 struct Trainer {
-  Trainer(const Config& cfg, const Mode& mode) : net(1, 10) {
-    images = torch::rand({cfg.batch, 1, 28, 28}) * 2 - 1;
-    labels = torch::randint(0, 10, {cfg.batch}, torch::kLong);
+  Trainer(const Config& cfg, const Mode& mode) : net(1, 10), device(edl::torch::training_device(cfg.device)) {
+    net->to(device);
+    images = (torch::rand({cfg.batch, 1, 28, 28}) * 2 - 1).to(device);
+    labels = torch::randint(0, 10, {cfg.batch}, torch::kLong).to(device);
     sgd = std::make_unique<torch::optim::SGD>(net->parameters(),
                                               torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
     if (mode.edl) {
@@ -149,6 +155,7 @@ struct Trainer {
     } else {
       sgd->step();
     }
+    if (device.is_cuda()) torch::cuda::synchronize();  // the step's device work is part of its time
     return now_s() - t0;
   }
   double checksum() {
@@ -157,6 +164,7 @@ struct Trainer {
     return c;
   }
   edl_examples::ResNet20 net;
+  torch::Device device;
   torch::Tensor images, labels;
   std::unique_ptr<torch::optim::SGD> sgd;
   std::unique_ptr<edl::torch::DistributedOptimizer> opt;
@@ -223,6 +231,8 @@ Report train(const Config& cfg, const Mode& mode, const PipeBarrier* barrier) {
       setenv("EDL_SIZE", std::to_string(mode.workers).c_str(), 1);
       setenv("EDL_LOG_LEVEL", "0", 1);
     }
+    // Ranks sharing one GPU: NCCL accepts them as different hosts (edl-run --one-gpu-test does the same).
+    if (cfg.device == "cuda" && mode.workers > 1) setenv("NCCL_HOSTID", ("torch_bench-rank" + std::to_string(rank)).c_str(), 1);
     if (mode.edl) edl::init();
     Report r = train(cfg, mode, mode.barrier ? barrier : nullptr);
     if (write(out_fd, &r, sizeof r) == static_cast<ssize_t>(sizeof r)) code = 0;
@@ -300,6 +310,8 @@ int main(int argc, char** argv) {
       "pair-iters", "timed step pairs of the overhead mode", cxxopts::value<int>()->default_value("60"))(
       "modes", "comma-separated: overhead (1 worker, plain and edl interleaved), independent, barrier, edl, edl-no-overlap (2 workers)",
       cxxopts::value<std::string>()->default_value("overhead,independent,barrier,edl,edl-no-overlap"))(
+      "device", "cpu or cuda", cxxopts::value<std::string>()->default_value("cpu"))(
+      "commit", "the commit measured (JSON field commit)", cxxopts::value<std::string>()->default_value(""))(
       "json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))(
       "help", "usage");
   auto args = edl::bench::parse_flags(options, argc, argv);
@@ -313,6 +325,12 @@ int main(int argc, char** argv) {
   cfg.warmup = args["warmup"].as<int>();
   cfg.iters = args["iters"].as<int>();
   cfg.pair_iters = args["pair-iters"].as<int>();
+  cfg.device = args["device"].as<std::string>();
+  if (cfg.device != "cpu" && cfg.device != "cuda") {
+    std::fprintf(stderr, "torch_bench: --device must be cpu or cuda, got '%s'\n", cfg.device.c_str());
+    return 2;
+  }
+  const std::string commit = args["commit"].as<std::string>();
   const std::vector<Mode> all = {{"overhead", 1, true, true, true},
                                  {"independent", 2, false, true, false},
                                  {"barrier", 2, false, true, false, true},
@@ -360,6 +378,8 @@ int main(int argc, char** argv) {
     row["batch"] = cfg.batch;
     row["threads"] = cfg.threads;
     row["ok"] = ok;
+    row["device"] = cfg.device;
+    if (!commit.empty()) row["commit"] = commit;
     if (!std::isnan(x.overhead_pct)) row["overhead_pct"] = x.overhead_pct;
     row["cpu_ms"] = x.cpu_s * 1e3;
     row["bg_cpu_ms"] = x.bg_cpu_s * 1e3;

@@ -4,7 +4,8 @@
 # binary, gpu_allreduce_bench, edl-run, the GPU elastic worker, libedl, libedl_cuda and every shared
 # library they need (per ldd) beyond the base system (glibc, libstdc++, libgcc_s) — except libnccl
 # (the GPU machine's own is used) and the CUDA driver. Compiled for sm_90 machine code + compute_90
-# PTX (CMAKE_CUDA_ARCHITECTURES=90) and without -march=native: the bundle runs on another CPU.
+# PTX (CMAKE_CUDA_ARCHITECTURES=90) and without -march=native: the bundle runs on another CPU. Also
+# torch-kit/ (scripts/gpu-torch-kit.sh): what builds edl::torch with CUDA there (docs/torch.md).
 #
 #   scripts/gpu-bundle.sh [--out DIR] [--build DIR] [--arch LIST]
 #
@@ -76,3 +77,5 @@ if [ -n "$foreign" ]; then
   exit 1
 fi
 echo "gpu-bundle.sh: $OUT, $(du -sb "$OUT" | cut -f1) bytes ($(du -sh "$OUT" | cut -f1)); the checkout: $(cd "$ROOT" && git ls-files -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1) bytes"
+# torch-kit/: what the GPU machine needs to build edl::torch with CUDA against its own libtorch.
+"$ROOT/scripts/gpu-torch-kit.sh" "$BUILD" "$OUT"

@@ -3,7 +3,9 @@
 //   edl-run --min-np 1 --max-np 3 -np 2 build/examples/edl-torch-fashion-mnist --epochs 3
 // scripts/torch-job.sh runs it with a kill -9 and a join and compares the test accuracy with a run
 // without failures. Options: --epochs E (3) --train-records N (30000) --test-records N (10000)
-// --batch B (global batch, 64) --lr LR (0.05, cosine-decayed to 0) --threads T (1) --seed S (1) --data DIR.
+// --batch B (global batch, 64) --lr LR (0.05, cosine-decayed to 0) --threads T (1) --seed S (1) --data DIR
+// --device cpu|cuda (cpu; cuda: model, data and gradient reduction on the GPU, NCCL between workers;
+// on one GPU run several workers with edl-run --one-gpu-test).
 // Prints "final test accuracy: X%" on rank 0.
 #include <edl/data.h>
 #include <edl/edl.h>
@@ -24,7 +26,8 @@ std::map<std::string, std::string> parse(int argc, char** argv) {
   std::map<std::string, std::string> args = {{"epochs", "3"},     {"train-records", "30000"},
                                              {"test-records", "10000"}, {"batch", "64"},
                                              {"lr", "0.05"},      {"threads", "1"},
-                                             {"seed", "1"},       {"data", edl::data::kFashionMnistDir}};
+                                             {"seed", "1"},       {"data", edl::data::kFashionMnistDir},
+                                             {"device", "cpu"}};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string key = argv[i];
     if (key.rfind("--", 0) != 0 || !args.count(key.substr(2))) throw edl::InvalidArgument("unknown option " + key);
@@ -34,7 +37,8 @@ std::map<std::string, std::string> parse(int argc, char** argv) {
 }
 
 // Accuracy (percent) of `net` on the first `records` test images.
-double test_accuracy(edl_examples::ResNet20& net, const edl::data::Dataset& test, size_t records) {
+double test_accuracy(edl_examples::ResNet20& net, const edl::data::Dataset& test, size_t records,
+                     const torch::Device& device) {
   torch::NoGradGuard no_grad;
   net->eval();
   const auto norm = edl::data::fashion_mnist_normalization();
@@ -46,8 +50,8 @@ double test_accuracy(edl_examples::ResNet20& net, const edl::data::Dataset& test
     idx.resize(n);
     for (size_t i = 0; i < n; ++i) idx[i] = begin + i;
     edl::data::assemble_batch(test, idx.data(), n, norm, 0, &batch);
-    auto x = torch::from_blob(batch.images.data(), {static_cast<int64_t>(n), 1, 28, 28});
-    auto y = torch::from_blob(batch.labels.data(), {static_cast<int64_t>(n)}, torch::kInt32).to(torch::kLong);
+    auto x = torch::from_blob(batch.images.data(), {static_cast<int64_t>(n), 1, 28, 28}).to(device);
+    auto y = torch::from_blob(batch.labels.data(), {static_cast<int64_t>(n)}, torch::kInt32).to(device, torch::kLong);
     correct += static_cast<size_t>(net->forward(x).argmax(1).eq(y).sum().item<int64_t>());
   }
   net->train();
@@ -67,7 +71,9 @@ int main(int argc, char** argv) {
     const uint64_t records = std::min<uint64_t>(std::stoull(args["train-records"]), train->size());
     const size_t test_records = std::min<size_t>(std::stoull(args["test-records"]), test->size());
 
+    const torch::Device device = edl::torch::training_device(args["device"]);
     edl_examples::ResNet20 net(1, 10);
+    net->to(device);  // before the optimizer takes the parameters
     torch::optim::SGD sgd(net->parameters(),
                           torch::optim::SGDOptions(std::stod(args["lr"])).momentum(0.9).weight_decay(5e-4));
     // A fixed global batch split over however many workers there are (so no LR rescaling), and a
@@ -111,8 +117,9 @@ int main(int argc, char** argv) {
         opt.set_step_samples(n);  // weighted mean: short and empty batches count right
         if (n > 0) {
           edl::data::assemble_batch(*train, rec.records.data(), n, norm, static_cast<uint64_t>(rec.epoch), &batch);
-          auto x = torch::from_blob(batch.images.data(), {static_cast<int64_t>(n), 1, 28, 28});
-          auto y = torch::from_blob(batch.labels.data(), {static_cast<int64_t>(n)}, torch::kInt32).to(torch::kLong);
+          auto x = torch::from_blob(batch.images.data(), {static_cast<int64_t>(n), 1, 28, 28}).to(device);
+          auto y = torch::from_blob(batch.labels.data(), {static_cast<int64_t>(n)}, torch::kInt32)
+                       .to(device, torch::kLong);
           torch::nn::functional::cross_entropy(net->forward(x), y).backward();  // hooks start the allreduce
         }
         opt.step();  // waits, averages, torch SGD step
@@ -127,7 +134,7 @@ int main(int argc, char** argv) {
 
     // kLeft: this worker left the job (SIGTERM) and the others train on: it has no final model.
     if (outcome == edl::elastic::RunOutcome::kFinished && edl::rank() == 0) {
-      const double acc = test_accuracy(net, *test, test_records);
+      const double acc = test_accuracy(net, *test, test_records, device);
       std::printf("trained %s epochs in %lld steps on %d worker(s)\n", args["epochs"].c_str(),
                   static_cast<long long>(state.step), edl::size());
       std::printf("final test accuracy: %.2f%%\n", acc);

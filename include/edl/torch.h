@@ -42,10 +42,15 @@
 // an explicit Communicator (tests run ranks as threads); every rank must create its optimizers and
 // call the broadcasts in the same order with the same module structure. A module whose parameters
 // (names, shapes) differ across ranks gets MismatchError from the first step() of each generation and
-// from the broadcasts, never a hang. Only dense float32 parameters are supported (InvalidArgument).
+// from the broadcasts, never a hang. Only dense float32 parameters are supported (InvalidArgument),
+// all on the CPU or all on one CUDA device. CUDA parameters (docs/torch.md, section 10; NOT RUN ON A
+// GPU YET) are reduced in device memory by edl::cuda (edl/cuda.h) on the global world: the hooks
+// enqueue each gradient's allreduce after the work on the device's current stream, step() makes the
+// current stream wait for them; needs an edl::torch built with a CUDA libtorch and edl::cuda.
 //
 // Thread-safety: one training thread uses a DistributedOptimizer; backward() must run on that thread
-// (libtorch runs CPU backward on the calling thread) and not concurrently with step(). The free
+// (libtorch runs CPU backward on the calling thread; CUDA backward on its device thread while the
+// calling thread waits) and not concurrently with step(). The free
 // functions are collective: call them from the training thread on every rank.
 #pragma once
 
@@ -58,6 +63,7 @@
 
 #include <torch/torch.h>
 
+#include "edl/collectives.h"
 #include "edl/communicator.h"
 #include "edl/optim.h"
 #include "edl/state.h"
@@ -84,6 +90,9 @@ struct DistributedOptimizerOptions {
   bool overlap = true;
   // Send gradients as float16 (see edl::DistributedOptimizerOptions). Default off.
   bool fp16_compression = false;
+  // CUDA parameters only: send gradients as bfloat16 (edl::cuda::Compression::kBf16; wins over
+  // fp16_compression). InvalidArgument with CPU parameters. Default off.
+  bool bf16_compression = false;
   // Backward passes per step: libtorch sums the passes into p.grad(); the last pass's hooks launch
   // the reduction and step() applies the MEAN over ranks and passes (each pass's loss is a mean, so
   // K passes of batch b equal one pass of batch K*b). Default 1.
@@ -153,6 +162,8 @@ class DistributedOptimizer : public elastic::Stateful {
   void init(std::vector<std::pair<std::string, ::torch::Tensor>> named, DistributedOptimizerOptions options);
   void on_gradient(size_t index);
   void fill_missing();
+  void launch_device(size_t index);
+  void wait_device();
   void write_back(bool from_slots);
   void apply_lrs(double lr);
   void compensate_before(int64_t t, int previous_size);
@@ -171,6 +182,11 @@ class DistributedOptimizer : public elastic::Stateful {
   std::vector<double> group_lr_ratio_;  // initial LR of group g / initial LR of group 0
   std::exception_ptr hook_error_;       // raised inside a hook, rethrown by step()
   bool weighted_ = false;               // set_step_samples() was called for this step
+  uint64_t samples_ = 0;                // its samples
+  // CUDA parameters: the gradients' device allreduces of this step; the reducer's control float.
+  bool cuda_ = false;
+  std::vector<edl::Handle> handles_;
+  float control_param_ = 0, control_grad_ = 0;
   int step_size_ = 0;                   // ranks this step reduces over (0: step not begun)
   // SGD momentum compensation (u-form buffers, docs/torch.md).
   int last_size_ = 0;                    // world size the previous step trained at (0: none yet)
@@ -197,6 +213,12 @@ void register_state(elastic::State& state, ::torch::nn::Module& module, Distribu
 // The same without a DistributedOptimizer (e.g. evaluation-only state): module + optimizer state.
 void register_state(elastic::State& state, ::torch::nn::Module& module, ::torch::optim::Optimizer* optimizer,
                     const std::string& prefix = "torch");
+
+// The device this rank trains on, for --device style flags: "cpu" -> the CPU; "cuda" -> the CUDA
+// device EDL's GPU path uses in this process (edl::cuda::device(), chosen at the first generation:
+// local rank % visible devices). Call it after edl::init(). InvalidArgument for another kind, or
+// for "cuda" when this edl::torch has no CUDA support or no device is usable.
+::torch::Device training_device(const std::string& kind);
 
 // The wrapped optimizer's state as bytes (torch serialization) and back; used by the blob above and
 // by broadcast_optimizer_state. load: DataError when the bytes are not an optimizer archive.

@@ -3,10 +3,13 @@
 // momentum compensation of torch's u-form SGD buffers. See include/edl/torch.h and docs/torch.md.
 #include <cmath>
 #include <cstring>
+#include <sstream>
+#include <type_traits>
 #include <unordered_map>
 
 #include "edl/error.h"
 #include "edl/torch.h"
+#include "torch/device.h"
 
 namespace edl::torch {
 
@@ -18,9 +21,23 @@ std::string shape_name(const std::string& name, const ::torch::Tensor& t) {
   return out + "]";
 }
 
+// The key of `p` in Optimizer::state(): libtorch 1.x keys it by the TensorImpl address printed as
+// a string, libtorch 2.x by the address itself.
+template <typename Key>
+Key state_key(const ::torch::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return out.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
 // The momentum buffer torch's SGD keeps for `p` (undefined before its first step).
 ::torch::Tensor sgd_buffer(::torch::optim::Optimizer& opt, const ::torch::Tensor& p) {
-  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  using Key = typename std::decay_t<decltype(opt.state())>::key_type;
+  auto it = opt.state().find(state_key<Key>(p));
   if (it == opt.state().end()) return {};
   auto* s = dynamic_cast<::torch::optim::SGDParamState*>(it->second.get());
   return s ? s->momentum_buffer() : ::torch::Tensor();
@@ -106,23 +123,43 @@ void DistributedOptimizer::init(std::vector<std::pair<std::string, ::torch::Tens
   o.bucket_cap_bytes = options_.bucket_cap_bytes;
   o.fuse = options_.fuse;
   o.overlap = options_.overlap;
-  o.fp16_compression = options_.fp16_compression;
+  o.fp16_compression = options_.fp16_compression && !options_.bf16_compression;
   o.accumulation_steps = 1;  // passes are summed by libtorch into p.grad(); we launch on the last one
   o.check_layout = true;
   reducer_ = std::make_unique<edl::DistributedOptimizer>(o);
 
   for (auto& [name, p] : named) {
     if (!p.requires_grad()) continue;
-    EDL_CHECK(p.scalar_type() == ::torch::kFloat32 && p.layout() == ::torch::kStrided && p.is_cpu(), InvalidArgument,
-              "edl::torch::DistributedOptimizer: parameter '" + name +
-                  "' is not a dense float32 CPU tensor (only those are supported)");
+    if (params_.empty()) cuda_ = p.is_cuda();
+    EDL_CHECK(p.scalar_type() == ::torch::kFloat32 && p.layout() == ::torch::kStrided &&
+                  (cuda_ ? p.is_cuda() && p.device() == params_.front().device() : p.is_cpu()) &&
+                  (!cuda_ || p.is_contiguous()),
+              InvalidArgument,
+              "edl::torch::DistributedOptimizer: parameter '" + name + "' is not a dense float32 " +
+                  (cuda_ ? "contiguous CUDA tensor on the device of the first parameter" : "CPU tensor") +
+                  " (all parameters must be on the CPU, or all on one CUDA device)");
     EDL_CHECK(p.is_leaf() && p.numel() > 0, InvalidArgument,
               "edl::torch::DistributedOptimizer: parameter '" + name + "' is not a non-empty leaf tensor");
-    reducer_->add_parameter(shape_name(name, p), p.data_ptr<float>(), nullptr, static_cast<size_t>(p.numel()));
+    if (!cuda_)
+      reducer_->add_parameter(shape_name(name, p), p.data_ptr<float>(), nullptr, static_cast<size_t>(p.numel()));
     names_.push_back(name);
     params_.push_back(p);
   }
   EDL_CHECK(!params_.empty(), InvalidArgument, "edl::torch::DistributedOptimizer: no parameter requires a gradient");
+  EDL_CHECK(!options_.bf16_compression || cuda_, InvalidArgument,
+            "edl::torch::DistributedOptimizerOptions.bf16_compression needs CUDA parameters");
+  if (cuda_) {
+    EDL_CHECK(device::built(), InvalidArgument,
+              "edl::torch::DistributedOptimizer: parameter '" + names_[0] +
+                  "' is a CUDA tensor, but this edl::torch was built without CUDA support");
+    EDL_CHECK(!options_.comm || options_.local, InvalidArgument,
+              "edl::torch::DistributedOptimizer: CUDA parameters reduce over the global world (edl::init) "
+              "or locally; an explicit Communicator is host-only");
+    // The gradients travel over edl::cuda; the reducer keeps the step, the generation, the LR
+    // policy and the sample count, with one host float (its own allreduce per step).
+    reducer_->add_parameter("edl.torch.control", &control_param_, &control_grad_, 1);
+    handles_.resize(params_.size());
+  }
   passes_seen_.assign(params_.size(), 0);
   reported_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -155,6 +192,10 @@ void DistributedOptimizer::on_gradient(size_t index) {
       reported_[index] = true;
       return;
     }
+    if (cuda_) {
+      launch_device(index);
+      return;
+    }
     ::torch::NoGradGuard no_grad;
     const ::torch::Tensor& p = params_[index];
     ::torch::Tensor g = p.grad();
@@ -172,10 +213,35 @@ void DistributedOptimizer::on_gradient(size_t index) {
   }
 }
 
+// CUDA parameters: the gradient is reduced in place in p.grad() (made contiguous; zeros when
+// undefined), on the current stream of its device (inside a hook: the stream autograd ran the
+// accumulation on). Weighted steps send samples * mean and sum; step() divides by the total.
+void DistributedOptimizer::launch_device(size_t index) {
+  ::torch::NoGradGuard no_grad;
+  ::torch::Tensor& p = params_[index];
+  if (!p.grad().defined()) {
+    p.mutable_grad() = ::torch::zeros_like(p);
+  } else if (!p.grad().is_contiguous()) {
+    p.mutable_grad() = p.grad().contiguous();
+  }
+  ::torch::Tensor g = p.grad();
+  if (weighted_) g.mul_(static_cast<double>(samples_));
+  const auto compression = options_.bf16_compression   ? cuda::Compression::kBf16
+                           : options_.fp16_compression ? cuda::Compression::kFp16
+                                                       : cuda::Compression::kNone;
+  reported_[index] = true;
+  handles_[index] = device::allreduce(g, "edl.torch.grad." + shape_name(names_[index], p),
+                                      weighted_ ? ReduceOp::kSum : ReduceOp::kAverage, compression);
+}
+
 void DistributedOptimizer::fill_missing() {
   ::torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (reported_[i]) continue;
+    if (cuda_) {
+      launch_device(i);
+      continue;
+    }
     auto dst = ::torch::from_blob(reducer_->grad_slot(i), {params_[i].numel()}, ::torch::kFloat32);
     const ::torch::Tensor& g = params_[i].grad();
     if (g.defined()) {
@@ -192,12 +258,26 @@ void DistributedOptimizer::fill_missing() {
 void DistributedOptimizer::write_back(bool from_slots) {
   ::torch::NoGradGuard no_grad;
   const double inv_passes = 1.0 / options_.accumulation_steps;
+  // CUDA, weighted: the sum of samples_r * mean_r over the ranks, divided by the samples here.
+  const uint64_t samples = reducer_->last_step_stats().samples;
+  const double scale = cuda_ && from_slots && samples > 0 ? inv_passes / static_cast<double>(samples) : inv_passes;
   for (size_t i = 0; i < params_.size(); ++i) {
     ::torch::Tensor& p = params_[i];
     if (!p.grad().defined()) p.mutable_grad() = ::torch::zeros_like(p);
-    if (from_slots) p.mutable_grad().copy_(::torch::from_blob(reducer_->grad_slot(i), p.sizes(), ::torch::kFloat32));
-    if (options_.accumulation_steps > 1) p.mutable_grad().mul_(inv_passes);
+    if (from_slots && !cuda_)
+      p.mutable_grad().copy_(::torch::from_blob(reducer_->grad_slot(i), p.sizes(), ::torch::kFloat32));
+    if (scale != 1.0) p.mutable_grad().mul_(scale);
   }
+}
+
+// CUDA: the current stream waits for every gradient's reduction (on the device; the host blocks
+// only until each was negotiated and queued). The handles (and the tensors they hold) go.
+void DistributedOptimizer::wait_device() {
+  std::vector<Handle> handles;
+  handles.swap(handles_);
+  handles_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (handles[i].valid()) device::wait(handles[i], params_[i]);
 }
 
 void DistributedOptimizer::apply_lrs(double lr) {
@@ -209,14 +289,17 @@ void DistributedOptimizer::apply_lrs(double lr) {
 void DistributedOptimizer::reset_step() {
   std::fill(passes_seen_.begin(), passes_seen_.end(), 0);
   std::fill(reported_.begin(), reported_.end(), false);
+  if (cuda_) handles_.assign(params_.size(), Handle());  // in-flight tensors stay held by EDL
   hook_error_ = nullptr;
   step_size_ = 0;
+  weighted_ = false;
 }
 
 void DistributedOptimizer::zero_grad() { optimizer_->zero_grad(); }
 
 void DistributedOptimizer::set_step_samples(uint64_t samples) {
   reducer_->set_step_samples(samples);
+  samples_ = samples;
   weighted_ = true;
 }
 
@@ -231,8 +314,7 @@ void DistributedOptimizer::step() {
     discard_step();
     std::rethrow_exception(e);
   }
-  const bool weighted = weighted_;
-  weighted_ = false;
+  const bool weighted = weighted_;  // reset by reset_step(), after the missing gradients went out
   bool in_place = false;
   try {
     if (step_size_ == 0) step_size_ = reducer_->begin_step();  // no hook ran (e.g. no backward)
@@ -246,6 +328,7 @@ void DistributedOptimizer::step() {
   const int64_t t = reducer_->step_count();
   try {
     reducer_->step();
+    if (cuda_ && !in_place) wait_device();
   } catch (...) {
     reset_step();
     throw;
@@ -350,7 +433,7 @@ std::string DistributedOptimizer::save() {
     const uint64_t n = c.defined() ? static_cast<uint64_t>(c.numel()) : 0;
     put_u64(out, n);
     if (n) {
-      ::torch::Tensor cc = c.contiguous();
+      ::torch::Tensor cc = c.to(::torch::kCPU).contiguous();
       out.append(reinterpret_cast<const char*>(cc.data_ptr<float>()), n * sizeof(float));
     }
   }
@@ -383,8 +466,9 @@ void DistributedOptimizer::load(const std::string& snapshot) {
               "edl::torch::DistributedOptimizer::load: compensation buffer of '" + names_[i] + "' has " +
                   std::to_string(count) + " elements, the parameter " + std::to_string(params_[i].numel()));
     in.need(count * sizeof(float));
-    comp[i] = ::torch::empty_like(params_[i]);
+    comp[i] = ::torch::empty(params_[i].sizes(), ::torch::kFloat32);
     std::memcpy(comp[i].data_ptr<float>(), snapshot.data() + in.pos, count * sizeof(float));
+    comp[i] = comp[i].to(params_[i].device());
     in.pos += count * sizeof(float);
   }
   EDL_CHECK(in.pos == snapshot.size(), DataError, "edl::torch::DistributedOptimizer::load: trailing bytes");

@@ -7,6 +7,7 @@
 #include "edl/edl.h"
 #include "edl/error.h"
 #include "edl/torch.h"
+#include "torch/device.h"
 
 namespace edl::torch {
 
@@ -38,8 +39,8 @@ std::vector<Entry> entries_of(::torch::nn::Module& module) {
   std::vector<Entry> out;
   auto add = [&](const std::string& name, const ::torch::Tensor& t) {
     if (!t.defined()) return;
-    EDL_CHECK(t.is_cpu() && t.layout() == ::torch::kStrided && t.is_contiguous(), InvalidArgument,
-              "edl::torch: tensor '" + name + "' is not a contiguous dense CPU tensor");
+    EDL_CHECK((t.is_cpu() || t.is_cuda()) && t.layout() == ::torch::kStrided && t.is_contiguous(), InvalidArgument,
+              "edl::torch: tensor '" + name + "' is not a contiguous dense CPU or CUDA tensor");
     out.push_back(Entry{name, t, dtype_of(name, t)});
   };
   for (const auto& item : module.named_parameters(true)) add("param." + item.key(), item.value());
@@ -115,18 +116,31 @@ void broadcast_parameters(::torch::nn::Module& module, int root, std::shared_ptr
   for (const auto& e : entries) items.push_back(describe(e));
   check_layout(g, "broadcast_parameters", items);
   ::torch::NoGradGuard no_grad;
-  if (g.comm) {
-    for (auto& e : entries) g.broadcast(e.tensor.data_ptr(), e.tensor.numel(), e.dtype, root, "");
+  if (g.comm) {  // host collectives: CUDA tensors are staged through host memory
+    for (auto& e : entries) {
+      ::torch::Tensor host = e.tensor.is_cuda() ? e.tensor.to(::torch::kCPU) : e.tensor;
+      g.broadcast(host.data_ptr(), host.numel(), e.dtype, root, "");
+      if (e.tensor.is_cuda()) e.tensor.copy_(host);
+    }
     return;
   }
-  std::vector<Handle> handles;  // the engine fuses them; matched by name
-  for (auto& e : entries)
-    handles.push_back(edl::broadcast_async(e.tensor.data_ptr(), static_cast<size_t>(e.tensor.numel()), e.dtype,
-                                           root, "edl.torch.bcast." + e.name));
+  // The engine fuses them (CUDA tensors in device memory); matched by name.
+  std::vector<Handle> handles;
+  for (auto& e : entries) {
+    const std::string name = "edl.torch.bcast." + e.name;
+    handles.push_back(e.tensor.is_cuda() ? device::broadcast(e.tensor, e.dtype, root, name)
+                                         : edl::broadcast_async(e.tensor.data_ptr(),
+                                                                static_cast<size_t>(e.tensor.numel()), e.dtype, root,
+                                                                name));
+  }
   std::exception_ptr error;
-  for (auto& h : handles) {
+  for (size_t i = 0; i < handles.size(); ++i) {
     try {
-      h.wait();
+      if (entries[i].tensor.is_cuda()) {
+        device::wait(handles[i], entries[i].tensor);  // the current stream waits on the device
+      } else {
+        handles[i].wait();
+      }
     } catch (...) {
       if (!error) error = std::current_exception();
     }
@@ -193,13 +207,26 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root, s
 
 void register_state(elastic::State& state, ::torch::nn::Module& module, ::torch::optim::Optimizer* optimizer,
                     const std::string& prefix) {
-  for (auto& e : entries_of(module))
-    state.register_tensor(prefix + "." + e.name, e.tensor.data_ptr(), static_cast<size_t>(e.tensor.numel()), e.dtype);
+  for (auto& e : entries_of(module)) {
+    if (e.tensor.is_cuda()) {  // commit copies to host, ordered on the current stream (edl::cuda)
+      device::register_tensor(state, prefix + "." + e.name, e.tensor, e.dtype);
+    } else {
+      state.register_tensor(prefix + "." + e.name, e.tensor.data_ptr(), static_cast<size_t>(e.tensor.numel()),
+                            e.dtype);
+    }
+  }
   if (optimizer != nullptr) {
     state.register_blob(
         prefix + ".optimizer", [optimizer] { return save_optimizer_state(*optimizer); },
         [optimizer](const std::string& bytes) { load_optimizer_state(*optimizer, bytes); });
   }
+}
+
+::torch::Device training_device(const std::string& kind) {
+  if (kind == "cpu") return ::torch::Device(::torch::kCPU);
+  EDL_CHECK(kind == "cuda", InvalidArgument, "edl::torch::training_device: unknown device '" + kind + "' (cpu or cuda)");
+  const int local_rank = edl::initialized() ? edl::local_rank() : 0;
+  return ::torch::Device(::torch::kCUDA, static_cast<c10::DeviceIndex>(device::cuda_device(local_rank)));
 }
 
 void register_state(elastic::State& state, ::torch::nn::Module& module, DistributedOptimizer& opt,

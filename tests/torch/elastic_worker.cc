@@ -7,7 +7,9 @@
 // Every step also runs a collective of the program's own, "user.records" (the step's records summed
 // over the ranks), between backward and step(), while the gradient buckets are in flight; it must
 // equal the optimizer's own count of the step (issue 22, item 7), else the worker fails.
-// Usage: edl_torch_elastic_worker --dir D [--steps 120] [--pause-step 10] [--sleep-ms 20]
+// --device cuda: the model, the data and the reduction on the GPU (edl::torch's CUDA path; run it
+// under edl-run --one-gpu-test); --probe 1 then only says whether CUDA is usable (exit 0, or 3 and why).
+// Usage: edl_torch_elastic_worker --dir D [--steps 120] [--pause-step 10] [--sleep-ms 20] [--device cpu]
 #include <unistd.h>
 
 #include <chrono>
@@ -52,8 +54,16 @@ void record(uint64_t i, float* x, int64_t* y) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> a = {{"dir", ""}, {"steps", "120"}, {"pause-step", "10"}, {"sleep-ms", "20"}};
+  std::map<std::string, std::string> a = {{"dir", ""},      {"steps", "120"},  {"pause-step", "10"},
+                                          {"sleep-ms", "20"}, {"device", "cpu"}, {"probe", "0"}};
   for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
+  const bool cuda = a["device"] == "cuda";
+  if (cuda && !torch::cuda::is_available()) {
+    std::printf("edl_torch_elastic_worker: no usable GPU (torch::cuda::is_available() is false)\n");
+    return 3;
+  }
+  if (a["probe"] != "0") return 0;
+  const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   const std::string dir = a["dir"];
   const int64_t steps = std::stoll(a["steps"]), pause_step = std::stoll(a["pause-step"]);
   const int sleep_ms = std::stoi(a["sleep-ms"]);
@@ -61,6 +71,7 @@ int main(int argc, char** argv) {
     edl::init();
     torch::set_num_threads(1);
     Net net;
+    net->to(device);
     torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     edl::torch::DistributedOptimizerOptions oo;
     oo.scaling.lr_scaling = edl::optim::LrScaling::kNone;
@@ -109,7 +120,7 @@ int main(int argc, char** argv) {
           auto y = torch::empty({n}, torch::kLong);
           for (int64_t i = 0; i < n; ++i)
             record(rec.records[i], x.data_ptr<float>() + 16 * i, y.data_ptr<int64_t>() + i);
-          torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+          torch::nn::functional::cross_entropy(net->forward(x.to(device)), y.to(device)).backward();
         }
         int64_t records = n;  // the program's own collective in the step (docs/torch.md)
         edl::allreduce(&records, 1, edl::ReduceOp::kSum, "user.records");
@@ -124,7 +135,7 @@ int main(int argc, char** argv) {
     if (state.step >= steps && edl::size() >= 2 && !dir.empty()) {
       std::ofstream out(dir + "/params." + std::to_string(getpid()), std::ios::binary);
       for (const auto& p : net->parameters()) {
-        auto c = p.detach().contiguous();
+        auto c = p.detach().to(torch::kCPU).contiguous();
         out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * sizeof(float));
       }
     }

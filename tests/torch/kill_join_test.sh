@@ -5,18 +5,39 @@
 # replacement, which joins; at the end every worker that trained all steps wrote its parameters.
 # Checks: the kill was sent, edl-run logged the failure, a recovery and a join, edl-run exited 0, at
 # least 2 parameter files exist and they are byte-identical.
-# Usage: kill_join_test.sh EDL_RUN WORKER
+# With --device cuda (label gpu): the workers train on GPU 0 (edl-run --one-gpu-test: one NCCL_HOSTID
+# per slot); without a usable GPU it skips (exit 77) with one line, or fails with EDL_REQUIRE_GPU=1.
+# Usage: kill_join_test.sh EDL_RUN WORKER [--device cpu|cuda]
 set -euo pipefail
 RUN=$1
 WORKER=$2
+DEVICE=cpu
+[ "${3:-}" = --device ] && DEVICE=${4:?--device needs cpu or cuda}
+RUN_ARGS=()
+if [ "$DEVICE" = cuda ]; then
+  set +e
+  why=$("$WORKER" --device cuda --probe 1 2>&1)
+  probe=$?
+  set -e
+  if [ $probe -eq 3 ]; then
+    if [ -n "${EDL_REQUIRE_GPU:-}" ] && [ "${EDL_REQUIRE_GPU}" != 0 ]; then
+      echo "kill_join_test FAILED: EDL_REQUIRE_GPU=1 and $why" >&2
+      exit 1
+    fi
+    echo "GPU test skipped: $why (EDL_REQUIRE_GPU=1 makes this a failure)"
+    exit 77
+  fi
+  [ $probe -eq 0 ] || { echo "kill_join_test FAILED: the worker's CUDA probe exited $probe: $why" >&2; exit 1; }
+  RUN_ARGS=(--one-gpu-test)
+fi
 work=$(mktemp -d)
 job=""
 cleanup() { [ -n "$job" ] && kill "$job" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 fail() { echo "kill_join_test FAILED: $*" >&2; echo "--- edl-run log ---" >&2; cat "$work/log" >&2 || true; exit 1; }
 
-"$RUN" --min-np 1 --max-np 3 -np 2 --reset-limit 3 "$WORKER" --dir "$work" --steps 150 --pause-step 10 \
-  > "$work/log" 2>&1 &
+"$RUN" "${RUN_ARGS[@]}" --min-np 1 --max-np 3 -np 2 --reset-limit 3 "$WORKER" --dir "$work" --steps 150 \
+  --pause-step 10 --device "$DEVICE" > "$work/log" 2>&1 &
 job=$!
 for _ in $(seq 1 1200); do
   [ -s "$work/paused" ] && break

@@ -261,4 +261,13 @@ TEST_CASE("misuse is InvalidArgument") {
   o.accumulation_steps = 0;
   ::torch::optim::SGD ok(net->parameters(), ::torch::optim::SGDOptions(0.1));
   CHECK_THROWS_AS(et::DistributedOptimizer(ok, *net, o), InvalidArgument);
+  o.accumulation_steps = 1;
+  o.bf16_compression = true;  // CUDA parameters only
+  CHECK_THROWS_AS(et::DistributedOptimizer(ok, *net, o), InvalidArgument);
+}
+
+TEST_CASE("training_device: cpu, cuda only with CUDA support and a device, nothing else") {
+  CHECK(et::training_device("cpu") == ::torch::Device(::torch::kCPU));
+  CHECK_THROWS_AS(et::training_device("tpu"), InvalidArgument);
+  if (!::torch::cuda::is_available()) CHECK_THROWS_AS(et::training_device("cuda"), InvalidArgument);
 }
