@@ -21,12 +21,17 @@ milliseconds left_until(Clock::time_point t) {
   return d.count() > 0 ? d : milliseconds(0);
 }
 
+// The first arrivals of a round that watch its decider closely (every 200 ms at most) and take over
+// from a dead one; every other waiter looks only every two heartbeats, so that a rendezvous costs
+// each of them O(1) store requests however many wait.
+constexpr int64_t kBackupDeciders = 3;
+
 }  // namespace
 
-void Membership::arrive(uint64_t round) {
+int64_t Membership::arrive(uint64_t round) {
   int64_t seq = store_->add(keys_.seq(), 1);
   store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname);
-  store_->add(keys_.count(round), 1);
+  return store_->add(keys_.count(round), 1);
 }
 
 GenerationView Membership::rendezvous(const GenerationView* previous) {
@@ -38,10 +43,10 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
     check_finished();
     if (leave_requested_.load()) throw LeftBeforeAdmission();
     fault("rendezvous:arrive");
-    arrive(round);
+    const int64_t place = arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
     fault("rendezvous:arrived");
-    auto decided = wait_decision(round, member);
+    auto decided = wait_decision(round, member, place);
     if (auto job_error = decided ? parse_job_error(*decided) : std::nullopt) throw JobError(*job_error);
     if (decided) {
       auto members = parse_members(*decided);
@@ -76,14 +81,12 @@ bool Membership::eligible(uint64_t round, bool member) {
   auto prev = store_->get(keys_.members(round - 1));
   if (!prev) return false;
   if (store_->get(keys_.abort(round - 1))) return true;
-  auto live = live_workers();
-  std::set<std::string> alive(live.begin(), live.end());
   for (const auto& m : parse_members(*prev))
-    if (alive.count(m.id) && !provably_dead(m.id)) return false;  // killed members count as gone at once
+    if (!provably_dead(m.id)) return false;  // the first live member ends the check; killed ones count as gone
   return true;
 }
 
-std::optional<std::string> Membership::wait_decision(uint64_t round, bool member) {
+std::optional<std::string> Membership::wait_decision(uint64_t round, bool member, int64_t place) {
   bool tried = false;
   const auto waiting_since = Clock::now();
   for (;;) {
@@ -92,12 +95,14 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
     }
     // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
-    // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. A
-    // member (its training waits for the decision) checks every 200 ms at most, so a decider killed
-    // right after it won the election costs ~0.2 s; so does a newcomer during its first lease of
-    // waiting (the members it replaces may be dying one after the other: a double kill), then every
-    // two heartbeats (it may wait for long, e.g. at EDL_MAX_NP).
-    const bool fast = member || Clock::now() - waiting_since < opt_.lease;
+    // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. The
+    // round's first kBackupDeciders arrivals check every 200 ms at most when they are members (their
+    // training waits for the decision), so a decider killed right after it won the election costs
+    // ~0.2 s; so do they as newcomers during their first lease of waiting (the members they replace
+    // may be dying one after the other: a double kill). Every other waiter checks every two
+    // heartbeats (the backups normally act first), so a round's requests stay O(1) per worker.
+    const bool backup = place <= kBackupDeciders;
+    const bool fast = backup && (member || Clock::now() - waiting_since < opt_.lease);
     const milliseconds slice = fast ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200)) : 2 * opt_.heartbeat;
     auto v = store_->wait_change(keys_.members(round), std::nullopt, slice);
     if (v) return v;
@@ -185,6 +190,74 @@ void Membership::decide_first(uint64_t round) {
   }
 }
 
+// Waits up to EDL_RENDEZVOUS_GRACE_MS for the `expected` members of `round` to arrive; returns the
+// arrivals seen. A missing member is dropped (g<G>/dropped, erased from *expected) only on evidence
+// of death: its lease is gone (the store expired it — the embedded store expires a lease only after
+// serving every request it has read, so a beat still in its input never loses one — or edl-run
+// removed it when the process exited), its liveness probe is refused (the process died), or its beat
+// did not change for a whole lease while we watched it by our own monotonic clock (never by
+// comparing its wall-clock stamp with ours), from when our watch thread first read that beat if it
+// did. A live member that is merely slow to beat on a busy machine is never dropped as dead.
+// Arrivals wake us through the round's counter; the list of arrivals is read again at most every
+// 20 ms (or when the counter reaches the expected number) and the missing members' liveness every
+// half heartbeat, so the decider's requests grow with the arrivals, not with the wait.
+std::set<std::string> Membership::await_members(uint64_t round, std::set<std::string>* expected) {
+  const auto grace_end = Clock::now() + opt_.rendezvous_grace;
+  const std::string prefix = keys_.in_prefix(round);
+  auto arrived_ids = [&] {
+    std::set<std::string> s;
+    for (const auto& k : store_->keys(prefix)) s.insert(k.substr(prefix.size()));
+    return s;
+  };
+  auto arrived = arrived_ids();
+  std::optional<std::string> count = store_->get(keys_.count(round));
+  std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
+  Clock::time_point next_pass{}, next_read{};
+  bool unread = false;  // the arrival counter moved since `arrived` was read
+  for (;;) {
+    std::vector<std::string> missing;
+    for (const auto& id : *expected)
+      if (!arrived.count(id)) missing.push_back(id);
+    if (missing.empty() || Clock::now() >= grace_end) break;
+    if (Clock::now() >= next_pass) {
+      next_pass = Clock::now() + opt_.heartbeat / 2;
+      for (const auto& id : missing) {
+        auto beat = store_->get(keys_.lease(id));
+        auto now = Clock::now();
+        auto it = seen.find(id);
+        if (it == seen.end() || it->second.first != beat) {
+          Clock::time_point since = now;
+          if (it == seen.end() && beat) {  // our watch thread may have watched this very beat for a while
+            std::lock_guard<std::mutex> lock(silence_mu_);
+            since = silence_.first_seen(id, *beat).value_or(now);
+          }
+          seen[id] = {beat, since};
+        }
+        bool dead = !beat || now - seen[id].second >= opt_.lease || probe_refused(parse_lease(*beat), opt_.hostname);
+        if (!dead) continue;
+        EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is dead or not heartbeating; dropping it";
+        store_->set(keys_.dropped(round, id), !beat ? "dead: its lease is gone" : "dead or stopped: not heartbeating");
+        expected->erase(id);
+      }
+      continue;
+    }
+    if (unread && (parse_store_int(count) >= static_cast<int64_t>(expected->size()) || Clock::now() >= next_read)) {
+      arrived = arrived_ids();
+      unread = false;
+      next_read = Clock::now() + milliseconds(20);
+      continue;
+    }
+    auto until = std::min(grace_end, next_pass);
+    if (unread) until = std::min(until, next_read);
+    auto c = store_->wait_change(keys_.count(round), count, left_until(until));
+    if (c != count) {
+      count = c;
+      unread = true;
+    }
+  }
+  return arrived;
+}
+
 // Later rounds: the survivors of the previous generation (order kept) + newcomers in arrival order.
 void Membership::decide_next(uint64_t round) {
   auto prev = parse_members(*store_->get(keys_.members(round - 1)));
@@ -193,58 +266,13 @@ void Membership::decide_next(uint64_t round) {
   std::set<std::string> left;
   for (auto k : store_->keys(keys_.left_prefix(round - 1))) left.insert(k.substr(keys_.left_prefix(round - 1).size()));
 
-  // Expected: previous members that are alive and not leaving. Wait for their arrival; a missing
-  // one whose lease was not refreshed over ~1 heartbeat is dead (kill -9) or stopped and dropped at
-  // once; a missing one that still heartbeats gets up to `grace` (it may be finishing a batch).
+  // Expected: previous members that are alive and not leaving. Wait for their arrival (a missing one
+  // that is provably dead is dropped at once; one that lives gets up to `grace`: it may be finishing
+  // a batch).
   std::set<std::string> expected;
   for (const auto& m : prev)
     if (alive.count(m.id) && !left.count(m.id)) expected.insert(m.id);
-  auto grace_end = Clock::now() + opt_.rendezvous_grace;
-  auto arrived_ids = [&] {
-    std::set<std::string> s;
-    std::string prefix = keys_.in_prefix(round);
-    for (const auto& k : store_->keys(prefix)) s.insert(k.substr(prefix.size()));
-    return s;
-  };
-  auto arrived = arrived_ids();
-  // A missing member is dead when its lease is gone (expired, or removed by the launcher when the
-  // process exited), its liveness probe is refused, or its beat did not change for `stale` while we
-  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours) — from
-  // when our lease thread first read that beat, if it did (a member judged silent is dropped at once).
-  const milliseconds stale = opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(30);
-  std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
-  for (;;) {
-    std::vector<std::string> missing;
-    for (const auto& id : expected)
-      if (!arrived.count(id)) missing.push_back(id);
-    if (missing.empty() || Clock::now() >= grace_end) break;
-    for (const auto& id : missing) {
-      auto beat = store_->get(keys_.lease(id));
-      auto now = Clock::now();
-      auto it = seen.find(id);
-      if (it == seen.end() || it->second.first != beat) {
-        Clock::time_point since = now;
-        if (it == seen.end() && beat) {  // our lease thread may have watched this very beat for a while
-          std::lock_guard<std::mutex> lock(silence_mu_);
-          since = silence_.first_seen(id, *beat).value_or(now);
-        }
-        seen[id] = {beat, since};
-      }
-      bool dead = !beat || now - seen[id].second >= stale || probe_refused(parse_lease(*beat), opt_.hostname);
-      if (dead) {
-        EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
-        store_->set(keys_.dropped(round, id), !beat ? "dead: its lease is gone" : "dead or stopped: not heartbeating");
-        expected.erase(id);
-      }
-    }
-    std::vector<std::string> wait_keys;
-    for (const auto& id : expected)
-      if (!arrived.count(id)) wait_keys.push_back(keys_.in(round, id));
-    if (wait_keys.empty()) break;
-    // Short probes: arrivals wake us at once; liveness is re-checked every probe.
-    store_->wait(wait_keys, std::min(left_until(grace_end), milliseconds(50)));
-    arrived = arrived_ids();
-  }
+  auto arrived = await_members(round, &expected);
   for (const auto& id : expected)  // alive (heartbeating) but not here after the grace: stuck or slow
     if (!arrived.count(id))
       store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
