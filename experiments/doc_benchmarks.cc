@@ -1,6 +1,7 @@
 // docs/benchmarks.md: one section per bench (see doc_benchmarks.h).
 #include "doc_benchmarks.h"
 #include "doc_chaos.h"
+#include "doc_scale.h"
 
 #include <algorithm>
 #include <cmath>
@@ -556,6 +557,7 @@ const std::vector<Section>& sections() {
        "with identical parameters.",
        nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
+      {"scale_bench", "Scale: hundreds of processes (start, kill -9, join)", "", scale_section},
       {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
       {"metrics_timeline", "Job metrics around a kill and a join",
        "A 2-worker job under `edl-run --metrics-file` (scripts/metrics-timeline.sh, docs/observability.md): "

@@ -10,11 +10,13 @@
 #include "edl/error.h"
 #include "edl/store.h"
 #include "elastic/membership.h"
+#include "counting_store.h"
 
 using namespace std::chrono_literals;
 using edl::elastic::GenerationView;
 using edl::elastic::Membership;
 using edl::elastic::MembershipOptions;
+using edl::elastic::testing::CountingStore;
 
 namespace {
 
@@ -242,43 +244,8 @@ TEST_CASE("rank 0 deletes the keys of generations older than the previous two", 
 
 namespace {
 
-// Counts the store operations issued by one thread (the rendezvous caller), not the lease thread.
-class CountingStore final : public edl::Store {
- public:
-  explicit CountingStore(std::shared_ptr<edl::Store> base) : base_(std::move(base)) {}
-  void track_this_thread() { owner_ = std::this_thread::get_id(); }
-  int ops() const { return ops_.load(); }
-  void set(const std::string& k, const std::string& v) override { count(), base_->set(k, v); }
-  std::optional<std::string> get(const std::string& k) override { return count(), base_->get(k); }
-  int64_t add(const std::string& k, int64_t d) override { return count(), base_->add(k, d); }
-  bool compare_set(const std::string& k, const std::optional<std::string>& e, const std::string& d,
-                   std::optional<std::string>* c) override {
-    return count(), base_->compare_set(k, e, d, c);
-  }
-  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) override {
-    return count(), base_->wait(keys, t);
-  }
-  std::optional<std::string> wait_change(const std::string& k, const std::optional<std::string>& known,
-                                         std::chrono::milliseconds t) override {
-    return count(), base_->wait_change(k, known, t);
-  }
-  bool del(const std::string& k) override { return count(), base_->del(k); }
-  std::vector<std::string> keys(const std::string& p) override { return count(), base_->keys(p); }
-  void set_lease(const std::string& k, const std::string& v, std::chrono::milliseconds ttl) override {
-    count(), base_->set_lease(k, v, ttl);
-  }
-
- private:
-  void count() {
-    if (std::this_thread::get_id() == owner_) ops_++;
-  }
-  std::shared_ptr<edl::Store> base_;
-  std::thread::id owner_;
-  std::atomic<int> ops_{0};
-};
-
 // Re-rendezvous of n members (fast path: all alive); returns (max ops of a non-decider, decider ops).
-std::pair<int, int> rerendezvous_ops(int n, const std::string& job) {
+std::pair<int64_t, int64_t> rerendezvous_ops(int n, const std::string& job) {
   auto base = edl::make_memory_store();
   std::vector<std::shared_ptr<CountingStore>> stores;
   std::vector<std::unique_ptr<Membership>> ms;
@@ -291,20 +258,19 @@ std::pair<int, int> rerendezvous_ops(int n, const std::string& job) {
   for (int i = 0; i < n; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
   std::vector<GenerationView> g1;
   for (auto& x : f) g1.push_back(x.get());
-  std::vector<int> before(n);
-  std::vector<std::future<int>> f2;
+  std::vector<std::future<int64_t>> f2;
   for (int i = 0; i < n; ++i)
     f2.push_back(std::async(std::launch::async, [&, i] {
       stores[i]->track_this_thread();
-      int b = stores[i]->ops();
+      int64_t b = stores[i]->ops();
       ms[i]->rendezvous(&g1[i]);
       return stores[i]->ops() - b;
     }));
-  std::vector<int> ops;
+  std::vector<int64_t> ops;
   for (auto& x : f2) ops.push_back(x.get());
   auto decider = base->get(job + "/g2/decider");
   REQUIRE(decider.has_value());
-  int worst = 0, dec = 0;
+  int64_t worst = 0, dec = 0;
   for (int i = 0; i < n; ++i) {
     if ("w" + std::to_string(i) == *decider) dec = ops[i];
     else worst = std::max(worst, ops[i]);
