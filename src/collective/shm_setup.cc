@@ -51,12 +51,6 @@ struct Offer {
   uint8_t nonce[32];
 };
 
-std::string host_name() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
 bool read_exact(int fd, void* buf, size_t n, Clock::time_point deadline) {
   char* p = static_cast<char*>(buf);
   while (n > 0) {
@@ -138,11 +132,7 @@ class ShmSetup {
     const bool forced = c_.options_.transport == Transport::kShm;
     if (!same) {
       if (forced) throw CommError(setup() + ": EDL_TRANSPORT=shm, but the ranks are on different hosts: " + hosts_);
-      HostLayout l = HostLayout::of(host_of_, c_.rank_);
-      if (l.problem.empty() && c_.options_.hierarchical == Hierarchical::kOff) l.problem = "EDL_HIERARCHICAL=0";
-      if (!l.problem.empty() && c_.options_.hierarchical == Hierarchical::kOn)
-        throw CommError(setup() + ": EDL_HIERARCHICAL=1, but " + l.problem + ": " + hosts_);
-      return l;
+      return HostLayout::decide(host_of_, c_.rank_, c_.options_.hierarchical, setup(), hosts_);
     }
     HostLayout none;
     none.problem = "one host";
@@ -176,7 +166,7 @@ class ShmSetup {
   }
 
   bool exchange_hellos() {
-    std::string host = c_.options_.host_id.empty() ? host_name() : c_.options_.host_id;
+    std::string host = c_.options_.host_id.empty() ? default_host_id() : c_.options_.host_id;
     host.resize(std::min(host.size(), kHostMax));
     Hello mine{};
     mine.magic = kHelloMagic;

@@ -46,9 +46,17 @@ constexpr bool kShmSuite = EDL_TEST_TRANSPORT == ::edl::Transport::kShm;
 #define EDL_TEST_HOSTS 0
 #endif
 
+// test_collective_sparse: every communicator on the sparse mesh whatever its size (the collectives of
+// large communicators, exercised at 1-4 ranks by the generic tests).
+#ifndef EDL_TEST_MESH
+#define EDL_TEST_MESH ::edl::Mesh::kAuto
+#endif
+constexpr bool kSparseSuite = EDL_TEST_MESH == ::edl::Mesh::kSparse;
+
 inline CommunicatorOptions fast_options(int timeout_ms = 5000) {
   CommunicatorOptions o;
   o.transport = EDL_TEST_TRANSPORT;
+  o.mesh = EDL_TEST_MESH;
   o.timeout = std::chrono::milliseconds(timeout_ms);
   o.connect_timeout = std::chrono::milliseconds(10000);
   return o;
