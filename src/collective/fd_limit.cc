@@ -33,18 +33,18 @@ int open_descriptors() {
 }  // namespace
 
 long raise_descriptor_limit() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    rlimit rl{};
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     const rlim_t before = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-      EDL_LOG(3) << "raised RLIMIT_NOFILE's soft limit from " << before << " to " << rl.rlim_max;
-    else
-      EDL_LOG(2) << "could not raise RLIMIT_NOFILE's soft limit from " << before << ": " << errno_text(errno);
-  });
-  rlimit rl{};
+    const bool raised = setrlimit(RLIMIT_NOFILE, &rl) == 0;
+    const int err = errno;
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      if (raised) EDL_LOG(3) << "raised RLIMIT_NOFILE's soft limit from " << before << " to " << rl.rlim_max;
+      else EDL_LOG(2) << "could not raise RLIMIT_NOFILE's soft limit from " << before << ": " << errno_text(err);
+    });
+  }
   getrlimit(RLIMIT_NOFILE, &rl);
   return rl.rlim_cur == RLIM_INFINITY ? -1 : static_cast<long>(rl.rlim_cur);
 }

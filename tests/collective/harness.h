@@ -302,6 +302,8 @@ class Child {
     if (proc_.poll() < 0) ::kill(proc_.pid(), sig);
   }
   void kill_and_reap() { proc_.stop(std::chrono::milliseconds(0)); }
+  // Waits up to `timeout` for the child to end: its exit status, or -1 while it still runs.
+  int wait(std::chrono::milliseconds timeout) { return proc_.wait(timeout); }
 
  private:
   static edl::testing::SpawnOptions child_options() {

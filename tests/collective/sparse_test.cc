@@ -289,3 +289,28 @@ TEST_CASE("sparse mesh: a cached name whose descriptor changes on some ranks fai
     }
   }
 }
+
+TEST_CASE("sparse mesh: ranks on two hosts take the hierarchical allreduce under a sparse parent",
+          "[collective][sparse][hier]") {
+  const int n = 10;  // above kShmFullMeshRanks: the parent is sparse; 5 ranks per host share memory
+  std::vector<std::string> transports(n);
+  test::run_ranks_with(
+      n,
+      [](int r) {
+        CommunicatorOptions o = test::fast_options(20000);
+        o.transport = Transport::kAuto;
+        o.host_id = "host" + std::to_string(r % 2);
+        return o;
+      },
+      [&](int rank, TcpCommunicator& comm) {
+        TREQUIRE(comm.sparse());
+        transports[rank] = comm.transport_name();
+        for (size_t count : {3ul, 100000ul}) {  // whole and sliced
+          std::vector<float> v(count, static_cast<float>(rank));
+          comm.allreduce(v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          for (float x : v) TREQUIRE(x == static_cast<float>(n * (n - 1) / 2));
+        }
+      },
+      "hier-sparse");
+  for (const auto& t : transports) CHECK(t == "hier");
+}
