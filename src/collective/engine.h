@@ -2,7 +2,8 @@
 //
 // Callers enqueue named requests and get an edl::Handle. In a round, every rank takes part in one
 // negotiation: an allgather of the requests each rank has ready (a bitset over the response cache
-// for names negotiated before, full descriptors for new names). Rounds are event-driven: a rank
+// for names negotiated before, full descriptors for new names); on the sparse mesh of a large
+// communicator a recursive-doubling combine of the same information instead (negotiation_reduce.h). Rounds are event-driven: a rank
 // starts one when it has new requests (after their burst) or a thread waits, and joins one when a
 // peer's first bytes arrive; no round runs while no rank has work (EngineOptions::tick restores a
 // round every cycle_time). The round runs on the engine thread, or on a thread waiting on a handle

@@ -1,6 +1,7 @@
 // Engine negotiation: the allgather of every rank's ready requests (response cache bits for names
-// negotiated before, full descriptors for new ones), decoding into the agreed ready list, mismatch
-// detection and the stall warnings. See engine.h and docs/collectives.md.
+// negotiated before, full descriptors for new ones), decoding into the agreed ready list (on the
+// sparse mesh the Verdict comes from a combine instead: negotiation_round.cc), mismatch detection
+// and the stall warnings. See engine.h and docs/collectives.md.
 #include <algorithm>
 #include <cstring>
 #include <functional>

@@ -14,6 +14,7 @@
 //   warning or the request deadline is due somewhere) take a second combine of a NegotiationDetail
 //   over the keys that need it; it only happens on those error paths.
 #include <algorithm>
+#include <functional>
 
 #include "collective/negotiation_reduce.h"
 #include "collective/tcp_communicator.h"
@@ -25,6 +26,33 @@ namespace {
 constexpr std::chrono::seconds kStallWarning{60};
 
 bool has_bit(const std::vector<uint64_t>& bits, size_t k) { return (bits[k / 64] >> (k % 64)) & 1; }
+
+// The rare second combine over `keys`: how many ranks list each, and the lowest rank that lists
+// it by its cache bit (`listed(k)`: 0 not here, 1 in full, 2 by its bit).
+NegotiationDetail detail_round(TcpCommunicator& tcp, const std::vector<uint32_t>& keys,
+                               const std::function<int(uint32_t)>& listed) {
+  NegotiationDetail d;
+  if (keys.empty()) return d;
+  const int n = tcp.size(), me = tcp.rank();
+  d.count.assign(keys.size(), 0);
+  d.lowest_bit_rank.assign(keys.size(), NegotiationDetail::kNone);
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const int how = listed(keys[j]);
+    if (how > 0) d.count[j] = 1;
+    if (how == 2) d.lowest_bit_rank[j] = me;
+  }
+  std::vector<uint8_t> dm = encode_detail(d);
+  const std::string from = "a partner of rank " + std::to_string(me);
+  tcp.reduce_messages(
+      dm,
+      [&](std::vector<uint8_t>& mine, std::vector<uint8_t>& theirs, bool) {
+        NegotiationDetail a = decode_detail(mine.data(), mine.size(), keys.size(), n, "this rank");
+        merge_detail(a, decode_detail(theirs.data(), theirs.size(), keys.size(), n, from));
+        mine = encode_detail(a);
+      },
+      dm.size(), "negotiation");
+  return decode_detail(dm.data(), dm.size(), keys.size(), n, "the round");
+}
 
 }  // namespace
 
@@ -97,6 +125,13 @@ Engine::Verdict Engine::reduce_round(bool idle, const std::vector<uint64_t>& bit
   }
 
   // The second combine: keys whose lowest bit-listing rank or whose exact count is needed.
+  auto listed_here = [&](uint32_t k) {  // 0: not listed here, 1: in full, 2: by its cache bit
+    if (k < C && has_bit(bits, k)) return 2;
+    const std::string& name = k < C ? cache_[k].first : v.fresh_name[k - C];
+    for (const auto& f : fresh)
+      if (f.second->name == name) return 1;
+    return 0;
+  };
   std::vector<uint32_t> detail_keys;
   for (size_t k = 0; k < total; ++k) {
     const auto* r = record_of_key[k];
@@ -104,30 +139,9 @@ Engine::Verdict Engine::reduce_round(bool idle, const std::vector<uint64_t>& bit
     const bool count = (all.flags & ReducedNegotiation::kWantCounts) && v.present[k] == Verdict::kSome;
     if (mixed || count) detail_keys.push_back(static_cast<uint32_t>(k));
   }
-  NegotiationDetail d;
-  if (!detail_keys.empty()) {
-    d.count.assign(detail_keys.size(), 0);
-    d.lowest_bit_rank.assign(detail_keys.size(), NegotiationDetail::kNone);
-    for (size_t j = 0; j < detail_keys.size(); ++j) {
-      const uint32_t k = detail_keys[j];
-      if (k < C && has_bit(bits, k)) d.count[j] = 1, d.lowest_bit_rank[j] = me;
-      for (const auto& f : fresh)
-        if (f.second->name == (k < C ? cache_[k].first : v.fresh_name[k - C])) d.count[j] = 1;
-    }
-    std::vector<uint8_t> dm = encode_detail(d);
-    const size_t keys = detail_keys.size();
-    tcp.reduce_messages(
-        dm,
-        [&](std::vector<uint8_t>& mine, std::vector<uint8_t>& theirs, bool) {
-          NegotiationDetail a = decode_detail(mine.data(), mine.size(), keys, n, "this rank");
-          merge_detail(a, decode_detail(theirs.data(), theirs.size(), keys, n, from));
-          mine = encode_detail(a);
-        },
-        dm.size(), "negotiation");
-    d = decode_detail(dm.data(), dm.size(), keys, n, "the round");
-    for (size_t j = 0; j < keys; ++j)
-      if (v.present[detail_keys[j]] == Verdict::kSome) v.present[detail_keys[j]] = static_cast<int>(d.count[j]);
-  }
+  const NegotiationDetail d = detail_round(tcp, detail_keys, listed_here);
+  for (size_t j = 0; j < detail_keys.size(); ++j)
+    if (v.present[detail_keys[j]] == Verdict::kSome) v.present[detail_keys[j]] = static_cast<int>(d.count[j]);
   auto lowest_bit_rank = [&](uint32_t k) {
     const auto at = std::lower_bound(detail_keys.begin(), detail_keys.end(), k) - detail_keys.begin();
     return d.lowest_bit_rank[static_cast<size_t>(at)];

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "collective/mesh_topology.h"
+#include "collective/negotiation_reduce.h"
 #include "harness.h"
 
 using namespace edl;
@@ -313,4 +314,67 @@ TEST_CASE("sparse mesh: ranks on two hosts take the hierarchical allreduce under
       },
       "hier-sparse");
   for (const auto& t : transports) CHECK(t == "hier");
+}
+
+TEST_CASE("sparse mesh: the combined negotiation message round-trips and refuses malformed input with CommError",
+          "[collective][sparse][engine]") {
+  using collective::ReducedNegotiation;
+  ReducedNegotiation m;
+  m.cache_size = 70;
+  m.ranks = 3;
+  m.all = {1, 0};
+  m.any = {3, 1ull << 5};
+  ReducedNegotiation::Record a, b;
+  a.name = "alpha";
+  a.count = 2;
+  a.lo_rank = 0;
+  a.lo_desc = collective::Engine::Desc{collective::kAllreduce, 0, 0, -1, 10};
+  b = a;
+  b.name = "beta";
+  b.count = 1;
+  b.lo_rank = 1;
+  b.bad_rank = -1;
+  m.fresh = {a, b};
+  const std::vector<uint8_t> bytes = collective::encode_reduced(m);
+  const ReducedNegotiation back = collective::decode_reduced(bytes.data(), bytes.size(), 70, 8, "test");
+  CHECK(collective::encode_reduced(back) == bytes);
+  auto refused = [&](std::vector<uint8_t> v, uint32_t cache, const char* needle) {
+    INFO(needle);
+    try {
+      collective::decode_reduced(v.data(), v.size(), cache, 8, "rank 3");
+      FAIL("accepted");
+    } catch (const CommError& e) {
+      CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+  };
+  refused(std::vector<uint8_t>(bytes.begin(), bytes.end() - 3), 70, "truncated");
+  refused(bytes, 71, "the caches diverged");
+  std::vector<uint8_t> v = bytes;
+  v[0] ^= 1;
+  refused(v, 70, "bad magic");
+  ReducedNegotiation u = m;
+  std::swap(u.fresh[0], u.fresh[1]);
+  refused(collective::encode_reduced(u), 70, "not sorted");
+  u = m;
+  u.fresh[0].count = 4;  // more than the 3 ranks the message stands for
+  refused(collective::encode_reduced(u), 70, "has count 4");
+  u = m;
+  u.all = {4, 0};  // listed by all, but not by any
+  refused(collective::encode_reduced(u), 70, "not by any");
+  u = m;
+  u.any = {3, 1ull << 10};  // bit 74 of a 70-entry cache
+  refused(collective::encode_reduced(u), 70, "beyond the cache");
+  u = m;
+  u.fresh[1].lo_desc.kind = 9;
+  refused(collective::encode_reduced(u), 70, "unknown kind");
+  // Merging: counts add up, the lower block's lowest rank stays, the lowest differing rank wins.
+  ReducedNegotiation lo = m, hi = m;
+  hi.fresh[0].lo_rank = 5;
+  hi.fresh[0].lo_desc.count = 11;
+  collective::merge_reduced(lo, hi, true);
+  CHECK(lo.ranks == 6);
+  CHECK(lo.fresh[0].count == 4);
+  CHECK(lo.fresh[0].lo_rank == 0);
+  CHECK(lo.fresh[0].bad_rank == 5);
+  CHECK(lo.all == std::vector<uint64_t>{1, 0});
 }
