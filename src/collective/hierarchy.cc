@@ -68,6 +68,19 @@ std::string default_host_id() {
   return buf;
 }
 
+TransportHello TransportHello::of(const CommunicatorOptions& options) {
+  std::string host = options.host_id.empty() ? default_host_id() : options.host_id;
+  host.resize(std::min(host.size(), kHostMax));
+  TransportHello h{};
+  h.magic = kMagic;
+  h.transport = static_cast<uint32_t>(options.transport);
+  h.hierarchical = static_cast<uint32_t>(options.hierarchical);
+  h.loopback = is_loopback_address(options.bind_address) ? 1 : 0;
+  h.host_len = static_cast<uint32_t>(host.size());
+  std::memcpy(h.host, host.data(), host.size());
+  return h;
+}
+
 std::unique_ptr<Hierarchy> Hierarchy::build(const std::shared_ptr<Store>& store, const std::string& prefix, int size,
                                             const CommunicatorOptions& options, const HostLayout& layout) {
   std::unique_ptr<Hierarchy> h(new Hierarchy(layout, size));

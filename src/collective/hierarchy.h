@@ -56,6 +56,23 @@ struct EDL_API HostLayout {
 // This machine's host id when CommunicatorOptions::host_id is empty (gethostname()).
 std::string default_host_id();
 
+// What every rank tells every other after the mesh is built (shm_setup.cc sends it to every peer,
+// sparse_setup.cc gathers it): its transport and hierarchical settings, whether it listens on a
+// loopback address, and its host id (CommunicatorOptions::host_id, else default_host_id()).
+struct TransportHello {
+  static constexpr uint64_t kMagic = 0x4f4c4c4548544445ull;  // "EDTHELLO"
+  static constexpr size_t kHostMax = 200;
+  uint64_t magic;
+  uint32_t transport;
+  uint32_t hierarchical;
+  uint32_t loopback;
+  uint32_t host_len;
+  char host[kHostMax];
+  static TransportHello of(const CommunicatorOptions& options);
+  std::string host_id() const { return std::string(host, host_len); }
+  bool valid() const { return magic == kMagic && host_len <= kHostMax; }
+};
+
 class SpanIndex;
 
 class Hierarchy {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "collective/negotiation_message.h"
 #include "common/codec.h"
 #include "edl/error.h"
 
@@ -13,35 +14,10 @@ constexpr uint32_t kReducedMagic = 0x51444c45u;  // "EDLQ"
 constexpr uint32_t kDetailMagic = 0x44444c45u;   // "EDLD"
 constexpr size_t kRecordMinBytes = 4 + 4 + 4 + 4 + 15 + 4 + 15;
 
-void put_desc(codec::Writer<std::vector<uint8_t>>& w, const Engine::Desc& d) {
-  w.u8(d.kind);
-  w.u8(d.dtype);
-  w.u8(d.op);
-  w.i32(d.root);
-  w.u64(d.count);
-}
-
-Engine::Desc get_desc(codec::Reader& rd, const std::string& name, bool used = true) {
-  Engine::Desc d;
-  d.kind = rd.u8("kind");
-  d.dtype = rd.u8("dtype");
-  d.op = rd.u8("op");
-  d.root = rd.i32("root");
-  d.count = rd.u64("count");
-  if (used && (d.kind < kAllreduce || d.kind > kBarrier || d.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
-      d.op > static_cast<uint8_t>(ReduceOp::kProduct)))
-    rd.fail("request '" + name + "' has unknown kind/dtype/op " + std::to_string(d.kind) + "/" +
-            std::to_string(d.dtype) + "/" + std::to_string(d.op));
-  return d;
-}
-
 ReducedNegotiation decode(codec::Reader& rd, uint32_t cache_size, int size) {
   ReducedNegotiation m;
   if (rd.u32("magic") != kReducedMagic) rd.fail("corrupt (bad magic)");
-  m.cache_size = rd.u32("cache size");
-  if (m.cache_size != cache_size)
-    rd.fail("a response cache of " + std::to_string(m.cache_size) + " entries, this rank " +
-            std::to_string(cache_size) + " (the caches diverged)");
+  m.cache_size = read_cache_size(rd, cache_size);
   m.flags = rd.u32("flags");
   m.ranks = rd.u32("ranks");
   if (m.ranks < 1 || m.ranks > static_cast<uint32_t>(size)) rd.fail("it stands for " + std::to_string(m.ranks) + " ranks");
@@ -64,9 +40,11 @@ ReducedNegotiation decode(codec::Reader& rd, uint32_t cache_size, int size) {
     r.count = rd.u32("count");
     r.lo_rank = rd.i32("lowest rank");
     r.lo_pos = rd.u32("position");
-    r.lo_desc = get_desc(rd, r.name);
+    r.lo_desc = read_desc(rd);
+    check_desc(rd, r.lo_desc, r.name);
     r.bad_rank = rd.i32("differing rank");
-    r.bad_desc = get_desc(rd, r.name, r.bad_rank != -1);
+    r.bad_desc = read_desc(rd);
+    if (r.bad_rank != -1) check_desc(rd, r.bad_desc, r.name);
     if (r.count < 1 || r.count > m.ranks || r.lo_rank < 0 || r.lo_rank >= size ||
         (r.bad_rank != -1 && (r.bad_rank <= r.lo_rank || r.bad_rank >= size)))
       rd.fail("request '" + r.name + "' has count " + std::to_string(r.count) + ", ranks " + std::to_string(r.lo_rank) +
@@ -93,9 +71,9 @@ std::vector<uint8_t> encode_reduced(const ReducedNegotiation& m) {
     w.u32(r.count);
     w.i32(r.lo_rank);
     w.u32(r.lo_pos);
-    put_desc(w, r.lo_desc);
+    append_desc(out, r.lo_desc);
     w.i32(r.bad_rank);
-    put_desc(w, r.bad_desc);
+    append_desc(out, r.bad_desc);
   }
   return out;
 }

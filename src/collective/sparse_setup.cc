@@ -1,7 +1,7 @@
 // TcpCommunicator::sparse_setup: the transport hello of a communicator on the sparse mesh
 // (docs/collectives.md, "Sparse mesh"). The full mesh sends every peer a hello (shm_setup.cc); the
-// sparse mesh gathers every rank's hello with one allgatherv over the mesh instead:
-//   {magic "EDTSPARS", transport, hierarchical, loopback, host id}.
+// sparse mesh gathers every rank's hello (hierarchy.h: TransportHello) with one allgatherv over the
+// mesh instead.
 // Every rank then knows whether all ranks listen on loopback (one_host(): the algorithm choice),
 // checks that every rank has its transport and hierarchical settings, and derives the same
 // HostLayout: on several hosts the hierarchical children are built as on the full mesh; on one host
@@ -14,40 +14,17 @@
 #include "edl/error.h"
 
 namespace edl::collective {
-namespace {
-
-constexpr uint64_t kSparseHelloMagic = 0x5352415053544445ull;  // "EDTSPARS"
-constexpr size_t kHostMax = 200;
-
-struct SparseHello {
-  uint64_t magic;
-  uint32_t transport;
-  uint32_t hierarchical;
-  uint32_t loopback;
-  uint32_t host_len;
-  char host[kHostMax];
-};
-
-}  // namespace
-
 void TcpCommunicator::sparse_setup(const std::shared_ptr<Store>& store, const std::string& prefix) {
   const std::string setup = "communicator setup on rank " + std::to_string(rank_);
-  std::string host = options_.host_id.empty() ? default_host_id() : options_.host_id;
-  host.resize(std::min(host.size(), kHostMax));
-  SparseHello mine{};
-  mine.magic = kSparseHelloMagic;
-  mine.transport = static_cast<uint32_t>(options_.transport);
-  mine.hierarchical = static_cast<uint32_t>(options_.hierarchical);
-  mine.loopback = is_loopback_address(options_.bind_address) ? 1 : 0;
-  mine.host_len = static_cast<uint32_t>(host.size());
-  std::memcpy(mine.host, host.data(), host.size());
+  const TransportHello mine = TransportHello::of(options_);
+  const std::string host = mine.host_id();
   std::vector<uint8_t> all;
   try {
     allgatherv(&mine, sizeof(mine), DataType::kUInt8, all, nullptr);
   } catch (const MismatchError& e) {
     throw CommError(setup + ": the ranks disagree about the setup (" + e.what() + ")");
   }
-  if (all.size() != sizeof(SparseHello) * static_cast<size_t>(size_))
+  if (all.size() != sizeof(TransportHello) * static_cast<size_t>(size_))
     throw CommError(setup + ": the transport hellos hold " + std::to_string(all.size()) + " bytes for " +
                     std::to_string(size_) + " ranks");
   std::vector<std::string> host_of(size_);
@@ -55,9 +32,9 @@ void TcpCommunicator::sparse_setup(const std::shared_ptr<Store>& store, const st
   bool same = true;
   one_host_ = true;
   for (int p = 0; p < size_; ++p) {
-    SparseHello h;
-    std::memcpy(&h, all.data() + sizeof(SparseHello) * static_cast<size_t>(p), sizeof(h));
-    if (h.magic != kSparseHelloMagic || h.host_len > kHostMax)
+    TransportHello h;
+    std::memcpy(&h, all.data() + sizeof(TransportHello) * static_cast<size_t>(p), sizeof(h));
+    if (!h.valid())
       throw CommError(setup + ": rank " + std::to_string(p) + " sent a malformed transport hello" + peer_text(p));
     if (h.transport != mine.transport)
       throw CommError(setup + ": rank " + std::to_string(p) + " has another EDL_TRANSPORT setting (" +
@@ -68,7 +45,7 @@ void TcpCommunicator::sparse_setup(const std::shared_ptr<Store>& store, const st
                       std::to_string(h.hierarchical) + ", this rank " + std::to_string(mine.hierarchical) +
                       "; 0 auto, 1 off, 2 on)");
     one_host_ = one_host_ && h.loopback == 1;
-    host_of[p].assign(h.host, h.host_len);
+    host_of[p] = h.host_id();
     if (host_of[p] != host) {
       if (same) hosts += "; other hosts:";
       same = false;

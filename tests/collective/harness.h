@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -88,6 +89,23 @@ inline void allreduce_every_op(int n, int rank, Communicator& comm, const std::v
         buf.resize(count * es);
         out.push_back(std::move(buf));
       }
+}
+
+// Checks an allgatherv of float64 in which rank r contributed count_of(r) copies of r + 0.5.
+inline void check_gathered(const std::vector<uint8_t>& out, const std::vector<size_t>& counts, int n,
+                           const std::function<size_t(int)>& count_of) {
+  if (counts.size() != static_cast<size_t>(n)) throw std::runtime_error("allgatherv: wrong number of counts");
+  size_t at = 0;
+  for (int r = 0; r < n; ++r) {
+    if (counts[r] != count_of(r)) throw std::runtime_error("allgatherv: wrong count of rank " + std::to_string(r));
+    for (size_t i = 0; i < counts[r]; ++i) {
+      double x;
+      std::memcpy(&x, out.data() + (at + i) * 8, 8);
+      if (x != r + 0.5) throw std::runtime_error("allgatherv: wrong value from rank " + std::to_string(r));
+    }
+    at += counts[r];
+  }
+  if (out.size() != at * 8) throw std::runtime_error("allgatherv: wrong output size");
 }
 
 // Runs fn(rank) on n threads. Rethrows the first exception of any rank after joining all of them.

@@ -11,7 +11,6 @@
 #include <sys/resource.h>
 
 #include <cmath>
-#include <fstream>
 
 #include "collective/engine.h"
 #include "harness.h"
@@ -46,21 +45,6 @@ int process_sockets() {
   return n;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path + ".tmp");
-  f << text;
-  f.close();
-  std::rename((path + ".tmp").c_str(), path.c_str());
-}
-
-bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 // "PeerLostError", "AuthError: ...", ... for the exception in flight.
 std::string outcome() {
@@ -77,9 +61,11 @@ std::string outcome() {
   }
 }
 
-// n forked ranks running body(rank); each writes "out.<rank>" in `dir` before it exits.
+// n forked ranks running body(rank); each writes its outcome under "out.<rank>" before it exits.
+// The ranks' mesh keys, their marks and outcomes all live in one FileStore directory.
 struct ProcessRanks {
   std::string dir = test::make_temp_dir();
+  test::FileStore files{dir};
   std::vector<std::unique_ptr<test::Child>> kids;
   void start(int n, const std::function<std::string(int)>& body) {
     for (int r = 0; r < n; ++r)
@@ -90,13 +76,13 @@ struct ProcessRanks {
         } catch (...) {
           out = outcome();
         }
-        write_file(dir + "/out." + std::to_string(r), out);
+        files.set("out." + std::to_string(r), out);
       }));
   }
-  std::string out(int r) const { return read_file(dir + "/out." + std::to_string(r)); }
-  bool all_wrote(const std::string& name, int n, int except = -1) const {
+  std::string out(int r) { return files.get("out." + std::to_string(r)).value_or(""); }
+  bool all_wrote(const std::string& name, int n, int except = -1) {
     for (int r = 0; r < n; ++r)
-      if (r != except && !exists(dir + "/" + name + "." + std::to_string(r))) return false;
+      if (r != except && !files.get(name + "." + std::to_string(r))) return false;
     return true;
   }
   void wait_all(std::chrono::seconds limit) {
@@ -123,9 +109,9 @@ TEST_CASE("sparse mesh, processes: every survivor detects a kill -9 — those in
       std::vector<float> v(64, 1.0f);
       for (int i = 0; i < 5; ++i)
         engine.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, "v").wait();
-      write_file(dir + "/ready." + std::to_string(rank), "");
+      store->set("ready." + std::to_string(rank), "");
       if (idle) {  // no call in flight: wait until the communicator is poisoned by the death's news
-        while (!comm->aborted() && !exists(dir + "/give_up")) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        while (!comm->aborted() && !store->get("give_up")) std::this_thread::sleep_for(std::chrono::milliseconds(2));
         const int64_t seen = now_ns();
         std::string how = comm->aborted() ? "poisoned" : "never poisoned";
         try {
@@ -153,7 +139,7 @@ TEST_CASE("sparse mesh, processes: every survivor detects a kill -9 — those in
     const auto wait_start = Clock::now();
     while (!ranks.all_wrote("out", n, victim) && Clock::now() - wait_start < std::chrono::seconds(15))
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    write_file(dir + "/give_up", "");
+    ranks.files.set("give_up", "");
     ranks.wait_all(std::chrono::seconds(30));
     const int bound = static_cast<int>(std::floor(2 * std::log2(n) + 4));
     for (int r = 0; r < n; ++r) {
@@ -189,9 +175,8 @@ TEST_CASE("sparse mesh, processes: a rank killed during the handshakes of 64 ran
     comm->barrier();
     return "no error";
   });
-  test::FileStore store(dir);
   const auto start = Clock::now();
-  while (!store.get("handshake/addr/" + std::to_string(victim)) && Clock::now() - start < std::chrono::seconds(60))
+  while (!ranks.files.get("handshake/addr/" + std::to_string(victim)) && Clock::now() - start < std::chrono::seconds(60))
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   ranks.kids[victim]->signal(SIGKILL);  // it has published its address and is dialling its peers
   ranks.wait_all(std::chrono::seconds(60));
