@@ -434,9 +434,17 @@ void Membership::unwatch() {
   pending_.store(false);
 }
 
+// The first announcer writes g<G>/abort and bumps g<G>/event, which wakes every member. When a
+// failure is seen by many members at once (a kill -9 closes the sockets of all its mesh peers, whose
+// aborts then close theirs), each later announcer only reads: a bump per announcer would wake every
+// member once per announcer, O(N^2) wake-ups for the store. A later announcer bumps only when the
+// counter never moved (the first one died between its two writes).
 void Membership::announce_abort(uint64_t gen, const std::string& reason) {
-  store_->compare_set(keys_.abort(gen), std::nullopt, reason);
-  store_->add(keys_.event(gen), 1);
+  if (!store_->get(keys_.abort(gen)) && store_->compare_set(keys_.abort(gen), std::nullopt, reason)) {
+    store_->add(keys_.event(gen), 1);
+    return;
+  }
+  if (!store_->get(keys_.event(gen))) store_->add(keys_.event(gen), 1);
 }
 
 void Membership::announce_leave(uint64_t gen) { store_->set(keys_.left(gen, opt_.worker_id), "1"); }

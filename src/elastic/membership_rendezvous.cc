@@ -190,8 +190,10 @@ void Membership::decide_first(uint64_t round) {
   }
 }
 
-// Waits up to EDL_RENDEZVOUS_GRACE_MS for the `expected` members of `round` to arrive; returns the
-// arrivals seen. A missing member is dropped (g<G>/dropped, erased from *expected) only on evidence
+// Waits for the `expected` members of `round` to arrive, until EDL_RENDEZVOUS_GRACE_MS passed without
+// any arrival (every arrival restarts the grace: a large job on a busy machine or a slow store takes
+// longer to assemble, and its members are not stuck while others still arrive); returns the
+// arrivals, read after the wait. A missing member is dropped (g<G>/dropped, erased from *expected) only on evidence
 // of death: its lease is gone (the store expired it — the embedded store expires a lease only after
 // serving every request it has read, so a beat still in its input never loses one — or edl-run
 // removed it when the process exited), its liveness probe is refused (the process died), or its beat
@@ -202,7 +204,7 @@ void Membership::decide_first(uint64_t round) {
 // 20 ms (or when the counter reaches the expected number) and the missing members' liveness every
 // half heartbeat, so the decider's requests grow with the arrivals, not with the wait.
 std::set<std::string> Membership::await_members(uint64_t round, std::set<std::string>* expected) {
-  const auto grace_end = Clock::now() + opt_.rendezvous_grace;
+  auto grace_end = Clock::now() + opt_.rendezvous_grace;
   const std::string prefix = keys_.in_prefix(round);
   auto arrived_ids = [&] {
     std::set<std::string> s;
@@ -253,9 +255,10 @@ std::set<std::string> Membership::await_members(uint64_t round, std::set<std::st
     if (c != count) {
       count = c;
       unread = true;
+      grace_end = Clock::now() + opt_.rendezvous_grace;
     }
   }
-  return arrived;
+  return unread ? arrived_ids() : arrived;
 }
 
 // Later rounds: the survivors of the previous generation (order kept) + newcomers in arrival order.
@@ -273,9 +276,10 @@ void Membership::decide_next(uint64_t round) {
   for (const auto& m : prev)
     if (alive.count(m.id) && !left.count(m.id)) expected.insert(m.id);
   auto arrived = await_members(round, &expected);
-  for (const auto& id : expected)  // alive (heartbeating) but not here after the grace: stuck or slow
-    if (!arrived.count(id))
-      store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
+  std::set<std::string> stuck;  // alive (heartbeating) but not here after the grace: stuck in a batch
+  for (const auto& id : expected)
+    if (!arrived.count(id)) stuck.insert(id);
+  for (const auto& id : stuck) expected.erase(id);
 
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
   std::optional<std::string> count = store_->get(keys_.count(round));
@@ -298,11 +302,17 @@ void Membership::decide_next(uint64_t round) {
       if (expected.count(m.id) && in.count(m.id) && alive.count(m.id) && !dead.count(m.id)) members.push_back(m);
     std::set<std::string> placed;
     for (const auto& m : members) placed.insert(m.id);
-    for (const auto& a : arr) {  // newcomers (and members dropped above that arrived late) in arrival order
+    for (const auto& a : arr) {  // newcomers (and stuck members that arrived since) in arrival order
       if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id) || dead.count(a.id)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
       members.push_back(Member{a.id, a.host});
+      placed.insert(a.id);
     }
+    // Written before the decision, for the members it leaves out only: edl-run ends the processes
+    // that g<G>/dropped names (a stuck member that arrived meanwhile is a member, not dropped).
+    for (const auto& id : stuck)
+      if (!placed.count(id))
+        store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
     if (publish_if_decided(round, members, deadline, "left for longer than")) return;
     EDL_LOG(1) << "edl: generation " << round << ": " << members.size() << " worker(s), waiting for "
                << opt_.min_np << " (EDL_MIN_NP)";

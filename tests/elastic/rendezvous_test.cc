@@ -107,8 +107,8 @@ TEST_CASE("re-rendezvous keeps survivors' order, drops the dead, appends newcome
   auto nv = fn.get();
   CHECK(nv.id == 2);
   CHECK(nv.rank == 3);
-  // The dead member was dropped by the heartbeat rule, long before the 5 s grace period.
-  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+  // The dead member was dropped when its lease (1 s) expired, long before the 5 s grace period.
+  CHECK(std::chrono::steady_clock::now() - t0 < 3000ms);
 }
 
 TEST_CASE("below the minimum for longer than the timeout is a JobError for everyone", "[rendezvous]") {
@@ -414,7 +414,7 @@ TEST_CASE("a worker whose wall clock is minutes behind is not evicted", "[rendez
   std::vector<std::unique_ptr<Membership>> ms;
   std::atomic<bool> delay{false};
   for (int i = 0; i < 3; ++i) {
-    auto o = opts("j14", "w" + std::to_string(i), 1, 0);
+    auto o = opts("j14", "w" + std::to_string(i), 3, 0);  // all three in generation 1, however late a thread starts
     if (i == 2) {
       o.wall_clock_offset = std::chrono::minutes(-10);
       o.fault = [&](const std::string& point) {  // arrives late at round 2, heartbeating all along
