@@ -11,7 +11,8 @@
 //           (spawn_ms: edl-run's launch until that last process start);
 //   kill  — kill -9 of a random rank until every member of the next generation completed a step;
 //   join  — edl-run restarts the killed slot after --cooldown-s: from the replacement's process
-//           start until every member of the generation that admitted it completed a step.
+//           start until every member of the generation that admitted it completed a step (the
+//           recovery's generation itself when the recovery took longer than the cooldown).
 // One row per store, N and phase: {"ranks","phase","store","ms" (median over the events),"ms_max",
 // "events","spawn_ms","cpu_ms_per_rank" (CPU time of all workers during the phase / N, median),
 // "sockets_per_rank" (most sockets any worker holds after the phase),"sockets_target" (2 log2 N + 4),
@@ -266,7 +267,8 @@ std::map<std::string, std::vector<Event>> run_job(const Settings& s, StoreUnderT
     job.wait("the replacement " + newcomer + " to train", s.phase_timeout_ms, [&] {
       first.update(job.log());
       double t_done = 0;
-      if (!first.complete(ek.gen + 1, 1, newcomer, &ej.gen, &t_done)) return false;
+      // The generation that admitted it: the recovery's own when the recovery outlasted the cooldown.
+      if (!first.complete(ek.gen, 1, newcomer, &ej.gen, &t_done)) return false;
       ej.ms = t_done - t_start;
       return true;
     });

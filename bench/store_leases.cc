@@ -39,7 +39,10 @@ LeaseLoad lease_load(const std::function<std::shared_ptr<Store>()>& connect, int
   out.rendezvous_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   for (const auto& v : views)
     if (v.size != members || v.id != views[0].id) ++failures;
-  for (size_t i = 0; i < ms.size(); ++i) ms[i]->watch(views[i], [&](const std::string&) { ++failures; });
+  for (size_t i = 0; i < ms.size(); ++i) {
+    ms[i]->watch(views[i], [&](const std::string&) { ++failures; });
+    ms[i]->built();  // as after the communicator's connect: training, no more probes
+  }
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the watches settle into their rhythm
   auto c0 = counters();
   const auto w0 = Clock::now();

@@ -33,8 +33,10 @@ int64_t wall_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Rounded up: a wait truncated to 0 ms in the last millisecond before `t` returns at once, and a
+// loop waiting until `t` would spin on the store (a thousand requests) in that millisecond.
 milliseconds left_until(Clock::time_point t) {
-  auto d = std::chrono::duration_cast<milliseconds>(t - Clock::now());
+  auto d = std::chrono::ceil<milliseconds>(t - Clock::now());
   return d.count() > 0 ? d : milliseconds(0);
 }
 

@@ -16,8 +16,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// Rounded up: a wait truncated to 0 ms in the last millisecond before `t` returns at once, and a
+// loop waiting until `t` would spin on the store (a thousand requests) in that millisecond.
 milliseconds left_until(Clock::time_point t) {
-  auto d = std::chrono::duration_cast<milliseconds>(t - Clock::now());
+  auto d = std::chrono::ceil<milliseconds>(t - Clock::now());
   return d.count() > 0 ? d : milliseconds(0);
 }
 
@@ -92,18 +94,23 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
   for (;;) {
     if (!tried && eligible(round, member)) {
       tried = true;
-      if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
+      // A read first: a thousand arrivals of a first round would each try a write (a raft round on etcd).
+      if (!store_->get(keys_.decider(round)) && store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id))
+        decide(round, member);
     }
     // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
     // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. The
     // round's first kBackupDeciders arrivals check every 200 ms at most when they are members (their
     // training waits for the decision), so a decider killed right after it won the election costs
     // ~0.2 s; so do they as newcomers during their first lease of waiting (the members they replace
-    // may be dying one after the other: a double kill). Every other waiter checks every two
-    // heartbeats (the backups normally act first), so a round's requests stay O(1) per worker.
+    // may be dying one after the other: a double kill), then every two heartbeats. Every other waiter
+    // checks once per lease (the backups normally act first), so that a thousand waiters cost the
+    // store a few requests each per rendezvous, not a stream of them.
     const bool backup = place <= kBackupDeciders;
     const bool fast = backup && (member || Clock::now() - waiting_since < opt_.lease);
-    const milliseconds slice = fast ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200)) : 2 * opt_.heartbeat;
+    const milliseconds slice = fast ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200))
+                               : backup ? 2 * opt_.heartbeat
+                                        : std::max<milliseconds>(2 * opt_.heartbeat, opt_.lease);
     auto v = store_->wait_change(keys_.members(round), std::nullopt, slice);
     if (v) return v;
     check_finished();
