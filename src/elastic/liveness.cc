@@ -90,4 +90,9 @@ bool probe_refused(const LeaseValue& v, const std::string& my_host) {
   return refused;
 }
 
+bool probe_refused(const std::string& host, const std::string& probe, const std::string& my_host) {
+  if (probe.empty()) return false;
+  return probe_refused(parse_lease("0 " + host + " 0 " + probe), my_host);
+}
+
 }  // namespace edl::elastic

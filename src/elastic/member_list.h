@@ -1,5 +1,6 @@
 // The value of <job>/g<G>/members (docs/elastic.md, keys.h), in one place for the workers'
-// membership and edl-run's store watcher: the decided members in rank order, "id host" per line,
+// membership and edl-run's store watcher: the decided members in rank order, "id host probe" per
+// line (probe: the member's liveness probe "addr:port", "-" for none; older lists have "id host"),
 // or kJobErrorTag + reason when the job cannot go on. Also the decimal values (<job>/gen, <job>/seq,
 // arrival sequence numbers): parse_store_int.
 //
@@ -19,6 +20,7 @@ namespace edl::elastic {
 struct Member {
   std::string id;
   std::string host;
+  std::string probe;  // "addr:port" of its liveness probe (docs/elastic.md), "" when unknown
 };
 
 // Prefix of a members value that carries a job error instead of a member list.
@@ -46,7 +48,7 @@ inline int64_t parse_store_int(const std::optional<std::string>& v) {
 
 inline std::string format_members(const std::vector<Member>& members) {
   std::string out;
-  for (const auto& m : members) out += m.id + " " + m.host + "\n";
+  for (const auto& m : members) out += m.id + " " + m.host + " " + (m.probe.empty() ? "-" : m.probe) + "\n";
   return out;
 }
 
@@ -56,10 +58,10 @@ inline std::vector<Member> parse_members(const std::string& text) {
   std::string line;
   while (std::getline(is, line)) {
     if (line.empty()) continue;
-    auto sp = line.find(' ');
+    std::istringstream words(line);
     Member m;
-    m.id = line.substr(0, sp);
-    m.host = sp == std::string::npos ? "" : line.substr(sp + 1);
+    words >> m.id >> m.host >> m.probe;
+    if (m.probe == "-") m.probe.clear();
     out.push_back(std::move(m));
   }
   return out;

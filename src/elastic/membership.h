@@ -172,6 +172,7 @@ class EDL_API Membership {
   struct Arrival {
     std::string id;
     std::string host;
+    std::string probe;  // its liveness probe, from the arrival value
     int64_t seq = 0;
   };
   struct Watch {
@@ -196,7 +197,10 @@ class EDL_API Membership {
   void decide(uint64_t round, bool member);
   void decide_first(uint64_t round);
   void decide_next(uint64_t round);
-  std::set<std::string> await_members(uint64_t round, std::set<std::string>* expected);
+  std::set<std::string> await_members(uint64_t round, const std::vector<Member>& prev, std::set<std::string>* expected);
+  // A missing member's last beat read by the decider and since when it has not changed.
+  using BeatsSeen = std::map<std::string, std::pair<std::optional<std::string>, std::chrono::steady_clock::time_point>>;
+  bool silent_for_a_lease(const std::string& id, BeatsSeen* seen);
   void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error);
   bool publish_if_decided(uint64_t round, const std::vector<Member>& members,
                           std::chrono::steady_clock::time_point deadline, const char* what);

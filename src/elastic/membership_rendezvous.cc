@@ -32,7 +32,12 @@ constexpr int64_t kBackupDeciders = 3;
 
 int64_t Membership::arrive(uint64_t round) {
   int64_t seq = store_->add(keys_.seq(), 1);
-  store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname);
+  std::string probe;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    probe = probe_;
+  }
+  store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname + " " + probe);
   return store_->add(keys_.count(round), 1);
 }
 
@@ -163,9 +168,11 @@ std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
     if (!v) continue;
     Arrival a;
     a.id = k.substr(prefix.size());
-    auto sp = v->find(' ');
-    a.seq = parse_store_int(v->substr(0, sp));
-    a.host = sp == std::string::npos ? "" : v->substr(sp + 1);
+    std::istringstream words(*v);  // "<seq> <host> <probe>"
+    std::string seq;
+    words >> seq >> a.host >> a.probe;
+    a.seq = parse_store_int(seq);
+    if (a.probe == "-") a.probe.clear();
     out.push_back(std::move(a));
   }
   std::sort(out.begin(), out.end(), [](const Arrival& a, const Arrival& b) { return a.seq < b.seq; });
@@ -188,9 +195,10 @@ void Membership::decide_first(uint64_t round) {
     std::set<std::string> alive(live.begin(), live.end());
     std::vector<Member> members;
     for (const auto& a : arrivals(round)) {
-      if (!alive.count(a.id) || provably_dead(a.id)) continue;  // arrived, then died before the decision
+      // arrived, then died before the decision (its lease may still run: its probe is refused)
+      if (!alive.count(a.id) || probe_refused(a.host, a.probe, opt_.hostname)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host});
+      members.push_back(Member{a.id, a.host, a.probe});
     }
     if (publish_if_decided(round, members, deadline, "joined within")) return;
     cur = store_->wait_change(keys_.count(round), cur, std::min(left_until(deadline), opt_.lease));
@@ -200,27 +208,35 @@ void Membership::decide_first(uint64_t round) {
 // Waits for the `expected` members of `round` to arrive, until EDL_RENDEZVOUS_GRACE_MS passed without
 // any arrival (every arrival restarts the grace: a large job on a busy machine or a slow store takes
 // longer to assemble, and its members are not stuck while others still arrive); returns the
-// arrivals, read after the wait. A missing member is dropped (g<G>/dropped, erased from *expected) only on evidence
-// of death: its lease is gone (the store expired it — the embedded store expires a lease only after
-// serving every request it has read, so a beat still in its input never loses one — or edl-run
-// removed it when the process exited), its liveness probe is refused (the process died), or its beat
-// did not change for a whole lease while we watched it by our own monotonic clock (never by
-// comparing its wall-clock stamp with ours), from when our watch thread first read that beat if it
-// did. A live member that is merely slow to beat on a busy machine is never dropped as dead.
-// Arrivals wake us through the round's counter; the list of arrivals is read again at most every
-// 20 ms (or when the counter reaches the expected number) and the missing members' liveness every
-// half heartbeat, so the decider's requests grow with the arrivals, not with the wait.
-std::set<std::string> Membership::await_members(uint64_t round, std::set<std::string>* expected) {
+// arrivals, read after the wait. A missing member is dropped (g<G>/dropped, erased from *expected)
+// only on evidence of death: its lease is gone (the store expired it — the embedded store expires a
+// lease only after serving every request it has read, so a beat still in its input never loses one
+// — or edl-run removed it when the process exited), its liveness probe is refused (the process
+// died; the address comes from the member list of G-1), or its beat did not change for a whole
+// lease while we watched it by our own monotonic clock (never by comparing its wall-clock stamp
+// with ours), from when our watch thread first read that beat if it did. A live member that is
+// merely slow to beat on a busy machine is never dropped as dead.
+// Requests: arrivals wake us through the round's counter and the list of arrivals is read again at
+// most every 20 ms (or when the counter reaches the expected number); every half heartbeat one
+// `keys` request tells whose lease still exists and the missing members are probed (no request);
+// their beats are read only once they have been missing for half a lease (a lease the store expires
+// on time is caught by the `keys` request; the beats are for stores whose expiry lags, e.g. etcd
+// after a leader change). So the decider's requests do not grow with the members on their way.
+std::set<std::string> Membership::await_members(uint64_t round, const std::vector<Member>& prev,
+                                                std::set<std::string>* expected) {
   auto grace_end = Clock::now() + opt_.rendezvous_grace;
+  const auto since = Clock::now();
   const std::string prefix = keys_.in_prefix(round);
   auto arrived_ids = [&] {
     std::set<std::string> s;
     for (const auto& k : store_->keys(prefix)) s.insert(k.substr(prefix.size()));
     return s;
   };
+  std::map<std::string, const Member*> by_id;
+  for (const auto& m : prev) by_id[m.id] = &m;
   auto arrived = arrived_ids();
   std::optional<std::string> count = store_->get(keys_.count(round));
-  std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
+  BeatsSeen seen;
   Clock::time_point next_pass{}, next_read{};
   bool unread = false;  // the arrival counter moved since `arrived` was read
   for (;;) {
@@ -230,22 +246,18 @@ std::set<std::string> Membership::await_members(uint64_t round, std::set<std::st
     if (missing.empty() || Clock::now() >= grace_end) break;
     if (Clock::now() >= next_pass) {
       next_pass = Clock::now() + opt_.heartbeat / 2;
+      auto leased = live_workers();
+      const std::set<std::string> alive(leased.begin(), leased.end());
       for (const auto& id : missing) {
-        auto beat = store_->get(keys_.lease(id));
-        auto now = Clock::now();
-        auto it = seen.find(id);
-        if (it == seen.end() || it->second.first != beat) {
-          Clock::time_point since = now;
-          if (it == seen.end() && beat) {  // our watch thread may have watched this very beat for a while
-            std::lock_guard<std::mutex> lock(silence_mu_);
-            since = silence_.first_seen(id, *beat).value_or(now);
-          }
-          seen[id] = {beat, since};
-        }
-        bool dead = !beat || now - seen[id].second >= opt_.lease || probe_refused(parse_lease(*beat), opt_.hostname);
-        if (!dead) continue;
-        EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is dead or not heartbeating; dropping it";
-        store_->set(keys_.dropped(round, id), !beat ? "dead: its lease is gone" : "dead or stopped: not heartbeating");
+        const Member& m = *by_id.at(id);
+        std::string why;
+        if (!alive.count(id)) why = "dead: its lease is gone";
+        else if (probe_refused(m.host, m.probe, opt_.hostname)) why = "dead: its liveness probe was refused";
+        else if (Clock::now() - since >= opt_.lease / 2 && silent_for_a_lease(id, &seen))
+          why = "dead or stopped: not heartbeating";
+        if (why.empty()) continue;
+        EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is " << why << "; dropping it";
+        store_->set(keys_.dropped(round, id), why);
         expected->erase(id);
       }
       continue;
@@ -268,6 +280,25 @@ std::set<std::string> Membership::await_members(uint64_t round, std::set<std::st
   return unread ? arrived_ids() : arrived;
 }
 
+// Whether member `id`'s beat has not changed for a whole lease as this decider read it (`seen`: the
+// last value read and since when), counting from when our watch thread first read that value if it
+// did (SilenceTracker::first_seen). One read of its lease.
+bool Membership::silent_for_a_lease(const std::string& id, BeatsSeen* seen) {
+  auto beat = store_->get(keys_.lease(id));
+  if (!beat) return false;  // gone meanwhile: the next pass says so
+  auto now = Clock::now();
+  auto it = seen->find(id);
+  if (it == seen->end() || it->second.first != beat) {
+    Clock::time_point from = now;
+    if (it == seen->end()) {  // our watch thread may have watched this very beat for a while
+      std::lock_guard<std::mutex> lock(silence_mu_);
+      from = silence_.first_seen(id, *beat).value_or(now);
+    }
+    (*seen)[id] = {beat, from};
+  }
+  return now - (*seen)[id].second >= opt_.lease;
+}
+
 // Later rounds: the survivors of the previous generation (order kept) + newcomers in arrival order.
 void Membership::decide_next(uint64_t round) {
   auto prev = parse_members(*store_->get(keys_.members(round - 1)));
@@ -282,7 +313,7 @@ void Membership::decide_next(uint64_t round) {
   std::set<std::string> expected;
   for (const auto& m : prev)
     if (alive.count(m.id) && !left.count(m.id)) expected.insert(m.id);
-  auto arrived = await_members(round, &expected);
+  auto arrived = await_members(round, prev, &expected);
   std::set<std::string> stuck;  // alive (heartbeating) but not here after the grace: stuck in a batch
   for (const auto& id : expected)
     if (!arrived.count(id)) stuck.insert(id);
@@ -301,7 +332,7 @@ void Membership::decide_next(uint64_t round) {
     // still runs) is dropped now instead of holding the new generation's connect for a lease.
     std::set<std::string> dead;
     for (const auto& a : arr) {
-      if (!alive.count(a.id) || !provably_dead(a.id)) continue;
+      if (!alive.count(a.id) || !probe_refused(a.host, a.probe, opt_.hostname)) continue;
       dead.insert(a.id);
       store_->set(keys_.dropped(round, a.id), "dead: arrived, then its liveness probe was refused");
     }
@@ -312,7 +343,7 @@ void Membership::decide_next(uint64_t round) {
     for (const auto& a : arr) {  // newcomers (and stuck members that arrived since) in arrival order
       if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id) || dead.count(a.id)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host});
+      members.push_back(Member{a.id, a.host, a.probe});
       placed.insert(a.id);
     }
     // Written before the decision, for the members it leaves out only: edl-run ends the processes
