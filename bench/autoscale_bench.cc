@@ -43,7 +43,7 @@
 #include <edl/optim.h>
 
 #include "common/bench_util.h"
-#include "elastic/launcher/autoscaler.h"
+#include "launcher/autoscaler.h"
 #include "models/resnet20/resnet20.h"
 #include "testing/process.h"
 

@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
        "--store must be redis://HOST:PORT, etcd://HOST:PORT or tcp://HOST:PORT, got '" + store + "'");
   const std::string bin = self_dir(argv[0]);
   cfg.job.edl_run = a["edl-run"].as<std::string>();
-  if (cfg.job.edl_run.empty()) cfg.job.edl_run = bin + "/../src/elastic/edl-run";
+  if (cfg.job.edl_run.empty()) cfg.job.edl_run = bin + "/../src/launcher/edl-run";
   cfg.job.worker = a["worker"].as<std::string>();
   if (cfg.job.worker.empty()) cfg.job.worker = bin + "/chaos_worker";
   for (const auto& p : {cfg.job.edl_run, cfg.job.worker})

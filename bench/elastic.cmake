@@ -9,7 +9,7 @@ add_dependencies(elastic_bench edl_test_elastic_worker)
 
 # autoscale_bench: edl-run --autoscale on ResNet20 vs the measured images/s at each world size.
 if(TARGET edl_models AND TARGET edl-run)
-  edl_add_bench(autoscale_bench autoscale_bench.cc ${PROJECT_SOURCE_DIR}/src/elastic/launcher/autoscaler.cc)
+  edl_add_bench(autoscale_bench autoscale_bench.cc ${PROJECT_SOURCE_DIR}/src/launcher/autoscaler.cc)
   target_link_libraries(autoscale_bench PRIVATE edl_models)
   target_compile_definitions(autoscale_bench PRIVATE EDL_RUN_PATH="$<TARGET_FILE:edl-run>")
   add_dependencies(autoscale_bench edl-run)

@@ -11,7 +11,7 @@
 # Usage: scripts/main-job.sh [BUILD_DIR]     (after scripts/build.sh)
 set -euo pipefail
 BUILD_DIR=${1:-${EDL_BUILD_DIR:-build}}
-RUN="$BUILD_DIR/src/elastic/edl-run"
+RUN="$BUILD_DIR/src/launcher/edl-run"
 TRAIN="$BUILD_DIR/models/resnet20/edl-resnet20"
 EPOCHS=${EDL_MAIN_EPOCHS:-2}
 RECORDS=${EDL_MAIN_TRAIN_RECORDS:-20000}

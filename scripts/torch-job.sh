@@ -8,7 +8,7 @@
 # Usage: scripts/torch-job.sh [BUILD_DIR]     (after scripts/build.sh; needs libtorch-dev)
 set -euo pipefail
 BUILD_DIR=${1:-${EDL_BUILD_DIR:-build}}
-RUN="$BUILD_DIR/src/elastic/edl-run"
+RUN="$BUILD_DIR/src/launcher/edl-run"
 TRAIN="$BUILD_DIR/examples/edl-torch-fashion-mnist"
 EPOCHS=${EDL_TORCH_EPOCHS:-3}
 RECORDS=${EDL_TORCH_TRAIN_RECORDS:-30000}

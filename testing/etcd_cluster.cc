@@ -24,8 +24,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-const char* etcd_binary() {
-  static const char* path = access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : nullptr;
+// The etcd server binary (Debian etcd-server), "" when it is not installed.
+const std::string& etcd_binary() {
+  static const std::string path = find_program("etcd");
   return path;
 }
 
@@ -44,7 +45,7 @@ std::optional<nlohmann::json> post(int port, const std::string& path, const nloh
 }  // namespace
 
 EtcdCluster::EtcdCluster(int members, std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
-  if (!etcd_binary()) return;  // available() false: the test decides (testing/require_dep.h)
+  if (etcd_binary().empty()) return;  // available() false: the test decides (testing/require_dep.h)
   std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   std::string tmpl = base + "/edl-etcd-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed in " + base);

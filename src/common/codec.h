@@ -1,4 +1,4 @@
-// The one binary codec of EDL: what the store frames (elastic/tcp_store_frame), the state snapshots
+// The one binary codec of EDL: what the store frames (elastic/store/tcp_store_frame), the state snapshots
 // and checkpoint files (elastic/snapshot, elastic/checkpoint) and the collective engine's
 // negotiation messages (collective/negotiation_message) are written and read with.
 //

@@ -1,7 +1,7 @@
 // Cryptographic primitives of EDL, backed by OpenSSL's libcrypto: SHA-256, HMAC-SHA256, a
 // constant-time compare and random bytes from the kernel CSPRNG.
 //
-// Used by the two job-secret handshakes: the embedded TCP store's AUTH (src/elastic/tcp_store_auth.h,
+// Used by the two job-secret handshakes: the embedded TCP store's AUTH (src/elastic/store/tcp_store_auth.h,
 // docs/store.md) and the collective mesh hello (src/collective/mesh_handshake.h, docs/collectives.md).
 // Both prove the job secret with HMAC-SHA256 over a fresh nonce; the secret never crosses the wire.
 // Thread-safety: pure functions (libcrypto >= 1.1 is thread-safe without setup).

@@ -1,4 +1,4 @@
-// libFuzzer target for the store frame parser (src/elastic/tcp_store_frame.cc).
+// libFuzzer target for the store frame parser (src/elastic/store/tcp_store_frame.cc).
 //
 // The input is a byte stream as a client could send it. It is fed to a FrameReader in chunks whose
 // sizes come from the first input byte (so frames cross read boundaries), every complete body is
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "elastic/tcp_store_frame.h"
+#include "elastic/store/tcp_store_frame.h"
 
 namespace {
 

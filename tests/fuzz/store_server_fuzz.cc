@@ -24,8 +24,8 @@
 
 #include "common/logging.h"
 #include "edl/store_server.h"
-#include "elastic/tcp_store_auth.h"
-#include "elastic/tcp_store_frame.h"
+#include "elastic/store/tcp_store_auth.h"
+#include "elastic/store/tcp_store_frame.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <thread>
 #include <set>
 
-#include "elastic/launcher/binding.h"
-#include "elastic/launcher/discovery.h"
-#include "elastic/launcher/options.h"
+#include "launcher/binding.h"
+#include "launcher/discovery.h"
+#include "launcher/options.h"
 #include "launcher/parse_util.h"
 #include "launcher/run_util.h"
 #include "testing/redis_server.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "elastic/launcher/autoscaler.h"
-#include "elastic/launcher/options.h"
+#include "launcher/autoscaler.h"
+#include "launcher/options.h"
 #include "launcher/parse_util.h"
 #include "launcher/run_util.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "elastic/launcher/options.h"
+#include "launcher/options.h"
 
 namespace edl::test {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "elastic/tcp_store_auth.h"
-#include "elastic/tcp_store_frame.h"
+#include "elastic/store/tcp_store_auth.h"
+#include "elastic/store/tcp_store_frame.h"
 #include "testing/process.h"
 
 namespace edl::test {

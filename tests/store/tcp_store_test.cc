@@ -13,8 +13,8 @@
 #include "edl/error.h"
 #include "edl/store.h"
 #include "edl/store_server.h"
-#include "elastic/tcp_store_auth.h"
-#include "elastic/tcp_store_frame.h"
+#include "elastic/store/tcp_store_auth.h"
+#include "elastic/store/tcp_store_frame.h"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;

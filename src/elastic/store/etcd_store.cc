@@ -1,0 +1,315 @@
+#include "elastic/store/etcd_store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "common/logging.h"
+#include "edl/error.h"
+
+namespace edl::store {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Keys under this prefix belong to the backend (request markers); keys() never lists them.
+constexpr const char* kReserved = "__edl_etcd/";
+
+int64_t num(const Json& j, const char* field) {
+  if (!j.contains(field)) return 0;  // proto3 JSON omits zeros
+  const Json& v = j[field];
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+}
+
+struct Kv {
+  std::optional<std::string> value;  // nullopt: absent
+  int64_t mod_revision = 0;
+};
+
+// The first key of a range answer (empty values are omitted from the JSON).
+Kv first_kv(const Json& range) {
+  Kv kv;
+  if (!range.contains("kvs") || range["kvs"].empty()) return kv;
+  const Json& k = range["kvs"][0];
+  kv.value = unb64(k.value("value", std::string()));
+  kv.mod_revision = num(k, "mod_revision");
+  return kv;
+}
+
+Json put_op(const std::string& key, const std::string& value, int64_t lease = 0) {
+  Json put = {{"key", b64(key)}, {"value", b64(value)}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  return Json{{"request_put", put}};
+}
+
+Json range_op(const std::string& key, bool count_only = false) {
+  Json r = {{"key", b64(key)}};
+  if (count_only) r["count_only"] = true;
+  return Json{{"request_range", r}};
+}
+
+Json compare(const std::string& key, const char* target, const Json& operand) {
+  std::string field = std::string(target) == "VALUE" ? "value" : std::string(target) == "MOD" ? "mod_revision" : "version";
+  return Json{{"key", b64(key)}, {"target", target}, {"result", "EQUAL"}, {field, operand}};
+}
+
+// The first key after every key that starts with prefix ("\0" = no end: the prefix is empty or all 0xff).
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  if (prefix.empty()) return std::string(1, '\0');
+  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+  return prefix;
+}
+
+std::string random_id() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
+  return buf;
+}
+
+class EtcdStore final : public Store {
+ public:
+  EtcdStore(const std::string& url, std::vector<EtcdEndpoint> endpoints, const std::string& user,
+            const StoreOptions& o)
+      : client_(url, std::move(endpoints), o.connect_timeout, o.request_timeout, o.reconnect_timeout, user, o.secret),
+        id_(random_id()) {
+    if (user.empty() && !o.secret.empty()) {
+      EDL_LOG(2) << "store " << url << ": no etcd user in the URL, so the job secret is not used "
+                 << "(etcd://USER@HOST:PORT authenticates as USER with the job secret as password)";
+    }
+  }
+
+  void set(const std::string& key, const std::string& value) override {
+    client_.call_ok("/v3/kv/put", put_op(key, value)["request_put"], "put of key '" + key + "'");
+  }
+
+  std::optional<std::string> get(const std::string& key) override {
+    return first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "get of key '" + key + "'")).value;
+  }
+
+  bool del(const std::string& key) override {
+    // A retried delete whose first answer was lost reports false: the key did not exist any more.
+    Json r = client_.call_ok("/v3/kv/deleterange", Json{{"key", b64(key)}}, "delete of key '" + key + "'");
+    return num(r, "deleted") > 0;
+  }
+
+  std::vector<std::string> keys(const std::string& prefix) override {
+    Json req = {{"key", b64(prefix.empty() ? std::string(1, '\0') : prefix)},
+                {"range_end", b64(prefix_end(prefix))},
+                {"keys_only", true}};
+    Json r = client_.call_ok("/v3/kv/range", req, "listing of prefix '" + prefix + "'");
+    std::vector<std::string> out;
+    if (r.contains("kvs"))
+      for (const auto& kv : r["kvs"]) {
+        std::string k = unb64(kv.value("key", std::string()));
+        if (k.rfind(kReserved, 0) != 0) out.push_back(std::move(k));
+      }
+    std::sort(out.begin(), out.end());  // etcd already returns key order; keep the contract explicit
+    return out;
+  }
+
+  int64_t add(const std::string& key, int64_t delta) override {
+    const std::string marker = new_marker();
+    Kv cur = first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "add to key '" + key + "'"));
+    for (;;) {
+      int64_t v = 0, next = 0;
+      if (cur.value) {
+        const std::string& s = *cur.value;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+          throw InvalidArgument("store add: value of key '" + key + "' is not an integer");
+      }
+      if (__builtin_add_overflow(v, delta, &next))
+        throw InvalidArgument("store add: key '" + key + "' would overflow int64");
+      Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
+        return Json{{"compare", {compare(key, "MOD", std::to_string(cur.mod_revision)), compare(marker, "VERSION", "0")}},
+                    {"success", {put_op(key, std::to_string(next)), put_op(marker, std::to_string(next), lease)}},
+                    {"failure", {range_op(key), range_op(marker)}}};
+      });
+      if (r.value("succeeded", false)) return next;
+      Kv mark = first_kv(r["responses"][1]["response_range"]);
+      if (mark.value) return std::stoll(*mark.value);  // an earlier attempt whose answer was lost
+      cur = first_kv(r["responses"][0]["response_range"]);  // lost a race: retry on the new value
+    }
+  }
+
+  bool compare_set(const std::string& key, const std::optional<std::string>& expected, const std::string& desired,
+                   std::optional<std::string>* current) override {
+    const std::string marker = new_marker();
+    Json cmp = expected ? compare(key, "VALUE", b64(*expected)) : compare(key, "VERSION", "0");
+    Json r = exactly_once_txn(marker, "compare_set of key '" + key + "'", [&](int64_t lease) {
+      return Json{{"compare", {cmp, compare(marker, "VERSION", "0")}},
+                  {"success", {put_op(key, desired), put_op(marker, "1", lease)}},
+                  {"failure", {range_op(key), range_op(marker)}}};
+    });
+    bool ok = r.value("succeeded", false) || first_kv(r["responses"][1]["response_range"]).value.has_value();
+    if (current) *current = ok ? std::optional<std::string>(desired) : first_kv(r["responses"][0]["response_range"]).value;
+    return ok;
+  }
+
+  bool wait(const std::vector<std::string>& keys, milliseconds timeout) override {
+    if (keys.empty()) return true;
+    auto deadline = Clock::now() + timeout;
+    Json snapshot = {{"success", Json::array()}};
+    for (const auto& k : keys) snapshot["success"].push_back(range_op(k, true));
+    for (;;) {
+      // One txn = one revision for all keys; then watch the first missing one until it exists.
+      Json r = client_.call_ok("/v3/kv/txn", snapshot, "wait for keys");
+      const std::string* missing = nullptr;
+      for (size_t i = 0; i < keys.size() && !missing; ++i)
+        if (num(r["responses"][i]["response_range"], "count") == 0) missing = &keys[i];
+      if (!missing) return true;
+      if (Clock::now() >= deadline) return false;
+      const std::string& k = *missing;
+      bool appeared = client_.watch(
+          k, deadline, [&] { return exists(k); },
+          [](const Json& events) {
+            for (const auto& ev : events)
+              if (ev.value("type", std::string("PUT")) != "DELETE") return true;
+            return false;
+          });
+      if (!appeared) return false;
+    }
+  }
+
+  std::optional<std::string> wait_change(const std::string& key, const std::optional<std::string>& known,
+                                         milliseconds timeout) override {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+      std::optional<std::string> cur = get(key);
+      if (cur != known || Clock::now() >= deadline) return cur;
+      bool changed = client_.watch(
+          key, deadline, [&] { return get(key) != known; },
+          [&](const Json& events) {
+            for (const auto& ev : events) {
+              std::optional<std::string> v;
+              if (ev.value("type", std::string("PUT")) != "DELETE") v = unb64(ev["kv"].value("value", std::string()));
+              if (v != known) return true;
+            }
+            return false;
+          });
+      if (!changed) return known;  // the stream saw no change up to the deadline
+    }
+  }
+
+  void set_lease(const std::string& key, const std::string& value, milliseconds ttl) override {
+    EDL_CHECK(ttl.count() > 0, InvalidArgument,
+              "store set_lease: ttl of key '" + key + "' must be positive, got " + std::to_string(ttl.count()) + " ms");
+    const int64_t ttl_s = (ttl.count() + 999) / 1000;  // etcd leases count whole seconds: round up
+    int64_t lease = key_lease(key, ttl_s);
+    auto deadline = Clock::now() + client_.retry_window();
+    for (int tries = 0;; ++tries) {
+      EtcdReply r = client_.call("/v3/kv/put", put_op(key, value, lease)["request_put"], deadline);
+      if (r.kind == EtcdReply::kOk) return;
+      if (tries == 0 && r.message().find("lease not found") != std::string::npos) {
+        lease = grant(ttl_s, "lease of key '" + key + "'");  // expired between the keepalive and the put
+        std::lock_guard<std::mutex> lock(mu_);
+        key_leases_[key] = {lease, ttl_s};
+        continue;
+      }
+      throw StoreError("store " + client_.url() + ": set_lease of key '" + key + "' failed: " + r.message());
+    }
+  }
+
+ private:
+  bool exists(const std::string& key) {
+    Json r = client_.call_ok("/v3/kv/range", range_op(key, true)["request_range"], "wait for key '" + key + "'");
+    return num(r, "count") > 0;
+  }
+
+  struct KeyLease {
+    int64_t id = 0;
+    int64_t ttl_s = 0;
+  };
+
+  std::string new_marker() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::string(kReserved) + "req/" + id_ + "/" + std::to_string(++seq_);
+  }
+
+  int64_t grant(int64_t ttl_s, const std::string& what) {
+    Json r = client_.call_ok("/v3/lease/grant", Json{{"TTL", std::to_string(ttl_s)}}, "grant of a " + what);
+    int64_t granted = num(r, "TTL");
+    if (granted > ttl_s) {
+      EDL_LOG(3) << "store " << client_.url() << ": etcd raised the " << what << " from " << ttl_s << " s to its minimum "
+                 << granted << " s";
+    }
+    return num(r, "ID");
+  }
+
+  // The lease of a set_lease key, refreshed (keepalive) or granted anew when absent, expired or of another TTL.
+  int64_t key_lease(const std::string& key, int64_t ttl_s) {
+    KeyLease kl;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = key_leases_.find(key);
+      if (it != key_leases_.end()) kl = it->second;
+    }
+    if (kl.id != 0 && kl.ttl_s == ttl_s) {
+      Json r = client_.call_ok("/v3/lease/keepalive", Json{{"ID", std::to_string(kl.id)}}, "keepalive of key '" + key + "'");
+      if (r.contains("result") && num(r["result"], "TTL") > 0) return kl.id;  // TTL 0: the lease expired
+    }
+    kl = {grant(ttl_s, "lease of key '" + key + "'"), ttl_s};
+    std::lock_guard<std::mutex> lock(mu_);
+    key_leases_[key] = kl;
+    return kl.id;
+  }
+
+  // The lease the request markers hang on: granted for a while, replaced once a third of it has passed,
+  // so that a marker outlives every retry of its request (retry_window) by far.
+  int64_t marker_lease() {
+    std::lock_guard<std::mutex> lock(marker_mu_);
+    if (marker_lease_ != 0 && Clock::now() < marker_renew_) return marker_lease_;
+    int64_t ttl_s = std::max<int64_t>(60, 3 * (client_.retry_window().count() + 999) / 1000);
+    marker_lease_ = grant(ttl_s, "request-marker lease");
+    marker_renew_ = Clock::now() + std::chrono::seconds(ttl_s / 3);
+    return marker_lease_;
+  }
+
+  // Runs a txn that writes `marker` on success, retrying lost answers for the retry window: every
+  // attempt requires the marker to be absent, so at most one attempt is ever applied and a retry's
+  // failure branch (which reads the marker back) tells whether an earlier one was.
+  Json exactly_once_txn(const std::string& marker, const std::string& what, const std::function<Json(int64_t)>& make) {
+    auto deadline = Clock::now() + client_.retry_window();
+    for (int failures = 1;; ++failures) {
+      EtcdReply r = client_.try_call("/v3/kv/txn", make(marker_lease()), deadline);
+      if (r.kind == EtcdReply::kOk) return std::move(r.body);
+      if (r.kind == EtcdReply::kEtcdError) {
+        if (r.message().find("lease not found") == std::string::npos)
+          throw StoreError("store " + client_.url() + ": " + what + " failed: " + r.message());
+        if (Clock::now() >= deadline)
+          throw StoreError("store " + client_.url() + ": " + what + " failed: " + r.message());
+        std::lock_guard<std::mutex> lock(marker_mu_);
+        marker_lease_ = 0;  // revoked or expired early: grant another (the txn was not applied)
+        continue;
+      }
+      EDL_LOG(2) << "store " << client_.url() << ": " << what << ": " << r.why << "; retrying (exactly once by marker)";
+      client_.backoff(failures, deadline, r.why);
+    }
+  }
+
+  EtcdClient client_;
+  const std::string id_;  // this client's part of the marker keys
+  std::mutex mu_;
+  uint64_t seq_ = 0;
+  std::map<std::string, KeyLease> key_leases_;
+  std::mutex marker_mu_;
+  int64_t marker_lease_ = 0;
+  Clock::time_point marker_renew_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> connect_etcd_store(const std::string& url, std::vector<EtcdEndpoint> endpoints,
+                                          const std::string& user, const StoreOptions& options) {
+  EDL_CHECK(user.empty() || !options.secret.empty(), InvalidArgument,
+            "store URL '" + url + "' names etcd user '" + user +
+                "' but no job secret (EDL_JOB_SECRET / --secret) was given as its password");
+  return std::make_shared<EtcdStore>(url, std::move(endpoints), user, options);
+}
+
+}  // namespace edl::store
