@@ -219,6 +219,12 @@ void TcpCommunicator::Waiter::progressed() { last_progress = Clock::now(); }
 
 void TcpCommunicator::Waiter::idle() {
   if (comm.aborted_.load(std::memory_order_relaxed)) comm.throw_aborted();
+  // The elastic runtime sets `cancel` when a member dies while the generation is being built: the
+  // sparse mesh's setup allgather gives up as the mesh build does.
+  if (comm.options_.cancel && comm.options_.cancel->load(std::memory_order_relaxed))
+    throw AbortedError(std::string(what) + " on rank " + std::to_string(comm.rank_) +
+                       ": cancelled while the communicator was being built (a member of generation " +
+                       std::to_string(comm.options_.generation) + " failed)");
   auto now = Clock::now();
   if (now >= deadline) {
     std::string peers_s;

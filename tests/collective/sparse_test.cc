@@ -1,5 +1,5 @@
 // The sparse mesh with ranks as threads (docs/collectives.md, "Sparse mesh"): the topology's bound
-// of 2 floor(log2 n) + 4 sockets for every n up to 4096; sockets per rank of real communicators at
+// of 2 floor(log2 n) + 4 sockets for every n up to 64 and around powers of two up to 4096; sockets per rank of real communicators at
 // 8, 32 and 64 ranks; the collectives at rank counts with and without a fold (every root of the
 // scatter-allgather broadcast, allgatherv, mismatches, the max_gather_bytes cap); the negotiation of
 // many tensors over many ranks: correct, and O(log n) messages per round (counted).
@@ -34,7 +34,10 @@ CommunicatorOptions sparse_options(int timeout_ms = 20000) {
 
 TEST_CASE("sparse mesh: every rank links at most 2 floor(log2 n) + 4 sockets' worth of peers, symmetrically",
           "[collective][sparse]") {
-  for (int n = 2; n <= 4096; n = n < 64 ? n + 1 : n * 2 - (n % 3 == 0 ? 1 : 0)) {
+  std::vector<int> sizes;
+  for (int n = 2; n <= 64; ++n) sizes.push_back(n);
+  for (int n : {100, 127, 128, 129, 255, 256, 257, 1000, 1023, 1024, 1025, 4095, 4096}) sizes.push_back(n);
+  for (int n : sizes) {
     std::vector<MeshTopology> t;
     for (int r = 0; r < n; ++r) t.push_back(MeshTopology::sparse(r, n));
     for (int r = 0; r < n; ++r) {
