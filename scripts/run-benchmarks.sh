@@ -10,11 +10,7 @@
 #   --only LIST   run only these benches (the others keep their rows and provenance in docs/data/);
 #                 chaos_bench's MTBF runs are the entries chaos_mtbf (10 s) and chaos_mtbf30 (30 s)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
-<<<<<<< HEAD
-#                 chaos_bench, controlplane_bench, autoscale_bench, scale_bench)
-=======
-#                 chaos_bench, controlplane_bench, slurm_bench, autoscale_bench)
->>>>>>> main
+#                 chaos_bench, controlplane_bench, slurm_bench, autoscale_bench, scale_bench)
 #   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
 #   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
 #

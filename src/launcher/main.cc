@@ -75,14 +75,10 @@ Job prepare_job(const LaunchOptions& o) {
   job.secret = o.secret;
   if (job.secret.empty()) job.secret = Config::from_env().secret;  // EDL_JOB_SECRET
   if (job.secret.empty()) job.secret = random_hex(16);
-<<<<<<< HEAD
-  job.job_id = o.job_id.empty() ? "job-" + random_hex(4) : o.job_id;
+  job.job_id = job_id_of(o);
   // Open files: the most workers this job may have (the embedded store serves all of them).
   const int workers = std::max(o.np, o.elastic ? o.max_np : 0);
   ensure_descriptors(descriptors_needed(workers, workers, o.store_url.empty()), workers);
-=======
-  job.job_id = job_id_of(o);
->>>>>>> main
   if (!o.store_url.empty()) {
     job.store_url = o.store_url;
   } else {
