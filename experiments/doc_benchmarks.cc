@@ -558,6 +558,7 @@ const std::vector<Section>& sections() {
        nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
       {"scale_bench", "Scale: hundreds of processes (start, kill -9, join)", "", scale_section},
+      {"allreduce_sparse", "Allreduce at 2-16 ranks before / after the sparse mesh", "", allreduce_sparse_section},
       {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
       {"metrics_timeline", "Job metrics around a kill and a join",
        "A 2-worker job under `edl-run --metrics-file` (scripts/metrics-timeline.sh, docs/observability.md): "

@@ -12,5 +12,7 @@
 namespace edl::docs {
 
 void scale_section(std::ostream& md, const DataSet& d, Plots& plots);
+// The allreduce at 2-16 ranks before and after the sparse mesh (rows "allreduce_sparse").
+void allreduce_sparse_section(std::ostream& md, const DataSet& d, Plots& plots);
 
 }  // namespace edl::docs
