@@ -156,7 +156,7 @@ double rerendezvous(ElasticJob& job, int n) {
   double worst = 0;
   for (size_t i = gens_before; i < job.log().gens.size(); ++i) {
     const auto& g = job.log().gens[i];
-    if (g.gen == g1 && g.prev_size > 0) worst = std::max(worst, g.reform_ms);
+    if (g.gen == g1 && g.role == "survivor") worst = std::max(worst, g.reform_ms);  // not the joiner
   }
   job.write_slots(n - 1);
   return worst;

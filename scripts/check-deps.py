@@ -200,6 +200,11 @@ case "$1" in
 esac
 "$BUILD/bin/thing" --x   # a program of the build tree
 sh -c "nested arg"
+cat > "$tmp/stub" <<'EOF_STUB'
+notheredoc --x
+EOF_STUB
+for ((k = 0; k < 3; k++)); do :; done
+if env -u SOMEVAR envtool; then :; fi
 """
 SAMPLE_CC = r"""
 auto r = run_command({"argvtool", "x"});
@@ -209,6 +214,8 @@ bool ok = !find_program("foundtool").empty();
 Process p({"sh", "-c", "scripttool 1 | sorter"});
 Process q({"proctool"}, o);
 hosts.spawn(h, {"nstool", "--x"}, out);
+cluster.slurm_command({"slurmtool", "-h"});
+spawn_daemon(controller(), {"daemontool", "-D"}, log);
 access("/usr/sbin/pathtool", X_OK);
 popen(("ls " + dir).c_str(), "r");
 json.write({{"bench", "x"}});
@@ -221,7 +228,7 @@ add_test(NAME u COMMAND cmaketool --y)
 find_program(GP NAMES gnuplotish)
 """
 SAMPLE_WANT = {"sh", "shelltool", "tail", "nice", "subtool", "lookedup", "nested", "argvtool", "vectool",
-               "foundtool", "scripttool", "sorter", "proctool", "nstool", "pathtool", "ls", "cmaketool", "gnuplotish"}
+               "cat", "env", "envtool", "slurmtool", "daemontool", "foundtool", "scripttool", "sorter", "proctool", "nstool", "pathtool", "ls", "cmaketool", "gnuplotish"}
 
 
 def self_test(real_root):

@@ -69,6 +69,7 @@ def shell_words(text):
     commands, words = [], []
     cur, raw, in_word = [], [], False
     paren = 0
+    heredocs = []  # delimiters of the here-documents whose bodies start after the current line
     i, n = 0, len(text)
 
     def end_word():
@@ -153,6 +154,11 @@ def shell_words(text):
         elif c in "\n;&|":
             end_command()
             i += 1
+            if c == "\n" and heredocs:
+                i = _skip_heredocs(text, i, heredocs)
+                heredocs = []
+        elif c == "(" and not in_word and text.startswith("((", i):  # (( arithmetic )), for (( ... ))
+            i = _matching(text, i, "(", ")")
         elif c == "(" and in_word and "".join(cur).endswith("="):  # NAME=( array words )
             k = _matching(text, i, "(", ")")
             cur.append("$")
@@ -166,6 +172,15 @@ def shell_words(text):
             end_command(case_pattern=paren == 0)  # `pattern)` of a case
             paren = max(paren - 1, 0)
             i += 1
+        elif text.startswith("<<", i) and not text.startswith("<<<", i):
+            # A here-document: its delimiter is not a command, its body (skipped after this line) is data.
+            end_word()
+            m = re.match(r"<<-?[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|([^\s;&|<>()]+))", text[i:])
+            if not m:
+                i += 2
+                continue
+            heredocs.append(next(g for g in m.groups() if g is not None).replace("\\", ""))
+            i += m.end()
         elif c in "<>":
             # A redirection: the target is a file, not a command word.
             end_word()
@@ -193,6 +208,19 @@ def shell_words(text):
             i += 1
     end_command()
     return commands
+
+
+def _skip_heredocs(text, i, delimiters):
+    """The index just past the bodies of `delimiters`' here-documents, which start at text[i]."""
+    for delim in delimiters:
+        while i < len(text):
+            j = text.find("\n", i)
+            j = len(text) if j < 0 else j
+            line = text[i:j]
+            i = j + 1
+            if line.lstrip("\t") == delim:
+                break
+    return min(i, len(text))
 
 
 def shell_functions(text):
@@ -223,7 +251,8 @@ def command_programs(words, functions):
             while k < len(words):
                 a = words[k][0]
                 if a.startswith("-") or ASSIGN_RE.match(a) or re.match(r"^[0-9.]+[smhd]?$", a) or a.startswith("$"):
-                    if a in ("-n",) and k + 1 < len(words):
+                    # options with a separate argument: nice -n 10, env -u NAME, timeout -k 5 / -s KILL, sudo -u USER
+                    if a in ("-n", "-u", "-k", "-s") and k + 1 < len(words):
                         k += 1
                     k += 1
                     if a.startswith("$") and w in ("sudo",):
@@ -337,8 +366,8 @@ CPP_RULES = [
     # find_program("X"), have_program("X"), ...
     re.compile(r"\b(?:find_program|have_program|program_package|require_program)\s*\(\s*" + LIT),
     # an argv list given to a spawning function
-    re.compile(r"\b(?:spawn|run_command|Process|check|fork_exec|spawn_process)\s*\(\s*(?:[\w.]+\s*,\s*)?\{\s*" +
-               LIT),  # spawn({"X", ...}), spawn(ns, {"X", ...})
+    re.compile(r"\b(?:spawn|run_command|Process|check|fork_exec|spawn_process|spawn_daemon|slurm_command)\s*\("
+               r"\s*(?:[\w.]+(?:\(\))?\s*,\s*)?\{\s*" + LIT),  # spawn({"X", ...}), spawn(ns, {"X", ...}), f(ns(), {"X"})
     re.compile(r"\bProcess\s+\w+\s*[({]\s*\{\s*" + LIT),  # Process p({"X", ...}, o)
     # an argv list assigned to a variable or member named so: argv = {"X", ...}, c{"X", ...}
     re.compile(r"\b(?:argv|args|cmd|command|c)\s*(?:=\s*)?\{\s*" + LIT + r"\s*,"),

@@ -99,7 +99,7 @@ SlurmCluster::SlurmCluster(const SlurmClusterOptions& options) : options_(option
     for (int i = 0; i < options_.nodes; ++i) start_slurmd(i);
     if (!wait_idle(30000))
       throw std::runtime_error("SlurmCluster: the nodes are not idle after 30 s (sinfo: " +
-                               command({"sinfo", "-N", "-h", "-o", "%N %t"}).output + "); " +
+                               slurm_command({"sinfo", "-N", "-h", "-o", "%N %t"}).output + "); " +
                                log_tail(dir_ + "/log/slurmd-n0.log"));
   } catch (...) {
     teardown();
@@ -213,7 +213,7 @@ void SlurmCluster::start_slurmd(int i) {
                              log_tail(dir_ + "/log/slurmd-" + node_name(i) + ".out"));
 }
 
-CommandResult SlurmCluster::command(const std::vector<std::string>& argv, const std::vector<std::string>& env) const {
+CommandResult SlurmCluster::slurm_command(const std::vector<std::string>& argv, const std::vector<std::string>& env) const {
   std::vector<std::string> full = net_->exec_prefix(controller_ns());
   full.insert(full.end(), {"env", "SLURM_CONF=" + conf_path()});
   full.insert(full.end(), env.begin(), env.end());
@@ -224,7 +224,7 @@ CommandResult SlurmCluster::command(const std::vector<std::string>& argv, const 
 long SlurmCluster::submit(const std::vector<std::string>& args, const std::vector<std::string>& env) const {
   std::vector<std::string> argv = {"sbatch", "--parsable"};
   argv.insert(argv.end(), args.begin(), args.end());
-  CommandResult r = command(argv, env);
+  CommandResult r = slurm_command(argv, env);
   long id = r.status == 0 ? std::strtol(r.output.c_str(), nullptr, 10) : 0;
   if (id <= 0) throw std::runtime_error("SlurmCluster: sbatch failed (status " + std::to_string(r.status) + "): " + r.output);
   return id;
@@ -232,7 +232,7 @@ long SlurmCluster::submit(const std::vector<std::string>& args, const std::vecto
 
 std::map<std::string, std::string> SlurmCluster::job(long id) const {
   std::map<std::string, std::string> fields;
-  CommandResult r = command({"scontrol", "show", "job", "-o", std::to_string(id)});
+  CommandResult r = slurm_command({"scontrol", "show", "job", "-o", std::to_string(id)});
   if (r.status != 0) return fields;
   std::istringstream in(r.output);
   for (std::string tok; in >> tok;) {
@@ -243,7 +243,7 @@ std::map<std::string, std::string> SlurmCluster::job(long id) const {
 }
 
 std::string SlurmCluster::node_state(int i) const {
-  CommandResult r = command({"sinfo", "-h", "-N", "-n", node_name(i), "-o", "%t"});
+  CommandResult r = slurm_command({"sinfo", "-h", "-N", "-n", node_name(i), "-o", "%t"});
   if (r.status != 0) return "";
   std::string s = r.output.substr(0, r.output.find('\n'));
   return s;
@@ -252,7 +252,7 @@ std::string SlurmCluster::node_state(int i) const {
 bool SlurmCluster::wait_idle(double timeout_ms) const {
   double deadline = mono_ms() + timeout_ms;
   do {
-    CommandResult r = command({"sinfo", "-h", "-N", "-o", "%N %t"});  // a node once per partition
+    CommandResult r = slurm_command({"sinfo", "-h", "-N", "-o", "%N %t"});  // a node once per partition
     std::istringstream in(r.output);
     std::set<std::string> idle;
     for (std::string node, st; in >> node >> st;)
@@ -277,7 +277,7 @@ double SlurmCluster::crash_node(int i) {
 void SlurmCluster::set_node_state(int i, const std::string& state, const std::string& reason) const {
   std::vector<std::string> argv = {"scontrol", "update", "nodename=" + node_name(i), "state=" + state};
   if (!reason.empty()) argv.push_back("reason=" + reason);
-  CommandResult r = command(argv);
+  CommandResult r = slurm_command(argv);
   if (r.status != 0) throw std::runtime_error("SlurmCluster: `scontrol update nodename=" + node_name(i) +
                                               " state=" + state + "` failed: " + r.output);
 }

@@ -65,7 +65,7 @@ class SlurmCluster {
 
   // Runs a Slurm client command in the controller's namespace with SLURM_CONF set and `env`
   // ("NAME=value") added to this process's environment.
-  CommandResult command(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) const;
+  CommandResult slurm_command(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) const;
   // `sbatch --parsable ARGS`: the job id. Throws std::runtime_error with sbatch's output on failure.
   long submit(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) const;
   // The fields of `scontrol show job -o ID` (JobState, NodeList, ExitCode, ...); empty when unknown.

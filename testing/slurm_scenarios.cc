@@ -146,7 +146,7 @@ class SlurmJob {
 
   // The discovery script of the nodes (edl-slurm-hosts) prints `want` for Slurm job `job`.
   bool discovers(long job, const std::string& want, const std::string& when) {
-    CommandResult d = cluster_->command({o_.scripts + "/edl-slurm-hosts"}, {"EDL_SLURM_JOB_ID=" + std::to_string(job)});
+    CommandResult d = cluster_->slurm_command({o_.scripts + "/edl-slurm-hosts"}, {"EDL_SLURM_JOB_ID=" + std::to_string(job)});
     if (d.status == 0 && d.output == want) return true;
     fail("edl-slurm-hosts " + when + " printed '" + d.output + "' (status " + std::to_string(d.status) +
          "), expected '" + want + "'");
@@ -351,7 +351,7 @@ bool leave(SlurmJob& job, SlurmScenarioResult& r) {
   const uint64_t records = 4800;
   long a = 0, b = 0;
   if (!join_second_allocation(job, r, records, &a, &b)) return false;
-  CommandResult steps = job.cluster().command({"squeue", "-h", "-s", "-j", std::to_string(b), "-o", "%i"});
+  CommandResult steps = job.cluster().slurm_command({"squeue", "-h", "-s", "-j", std::to_string(b), "-o", "%i"});
   std::string step;
   std::istringstream in(steps.output);
   for (std::string s; in >> s;)
@@ -362,7 +362,7 @@ bool leave(SlurmJob& job, SlurmScenarioResult& r) {
   }
   // SIGTERM to the step's edl-run and worker; edl-run exits 128 + 15, so does the batch script.
   auto scancel = [&] {
-    CommandResult c = job.cluster().command({"scancel", "--signal=TERM", step});
+    CommandResult c = job.cluster().slurm_command({"scancel", "--signal=TERM", step});
     if (c.status != 0) job.fail("scancel --signal=TERM " + step + " failed: " + c.output);
     return c.status == 0;
   };

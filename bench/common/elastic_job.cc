@@ -67,7 +67,7 @@ void WorkerLog::parse(const std::string& line) {
   } else if (kind == "gen") {
     GenLine g;
     int after_failure = 0;
-    is >> g.worker >> g.gen >> g.rank >> g.size >> g.prev_size >> after_failure >> g.t >> g.reform_ms;
+    is >> g.worker >> g.gen >> g.rank >> g.size >> g.prev_size >> after_failure >> g.t >> g.reform_ms >> g.role;
     gens.push_back(g);
   } else if (kind == "start") {
     std::string w;

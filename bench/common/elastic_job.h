@@ -38,6 +38,7 @@ struct GenLine {
   uint64_t gen = 0;
   int rank = 0, size = 0, prev_size = 0;
   double t = 0, reform_ms = 0;
+  std::string role;  // GenerationInfo's role: "newcomer", "survivor", "readmitted"
 };
 
 // Tails the workers' shared log (line formats: testing/elastic_worker.cc).
