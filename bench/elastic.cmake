@@ -17,6 +17,10 @@ if(TARGET edl-run)
   add_dependencies(scale_bench edl-run)
 endif()
 add_dependencies(scale_bench edl_test_elastic_worker)
+# join_bench: the survivors' cost of a join, stop vs stop-free (EDL_JOIN), with the same worker.
+edl_add_bench(join_bench join_bench.cc)
+target_compile_definitions(join_bench PRIVATE EDL_ELASTIC_WORKER_PATH="$<TARGET_FILE:edl_test_elastic_worker>")
+add_dependencies(join_bench edl_test_elastic_worker)
 
 # autoscale_bench: edl-run --autoscale on ResNet20 vs the measured images/s at each world size.
 if(TARGET edl_models AND TARGET edl-run)

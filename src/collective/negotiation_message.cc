@@ -40,7 +40,7 @@ Engine::Desc read_desc(codec::Reader& rd) {
 }
 
 void check_desc(const codec::Reader& rd, const Engine::Desc& d, const std::string& name) {
-  if (d.kind < kAllreduce || d.kind > kBarrier || d.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
+  if (d.kind < kAllreduce || d.kind > kLastKind || d.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
       d.op > static_cast<uint8_t>(ReduceOp::kProduct))
     rd.fail("request '" + name + "' has unknown kind/dtype/op " + std::to_string(d.kind) + "/" +
             std::to_string(d.dtype) + "/" + std::to_string(d.op));

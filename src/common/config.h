@@ -50,6 +50,12 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
   double straggler_factor = 1.5;    // EDL_STRAGGLER_FACTOR: slow = step time > factor x median (> 1)
   int straggler_steps = 20;         // EDL_STRAGGLER_STEPS: slow this many boundaries in a row = straggler
   bool evict_stragglers = false;    // EDL_EVICT_STRAGGLERS: remove stragglers at a batch boundary
+  // How a newcomer gets the job's state (docs/elastic.md, "Stop-free joins").
+  std::string join = "stop";        // EDL_JOIN: stop (the job waits while the best member broadcasts its
+                                    // commit) | stopfree (the newcomer fetches it in the background)
+  double join_fetch_share = 0.5;    // EDL_JOIN_FETCH_SHARE: share of the others' compute per step a
+                                    // stop-free newcomer may spend receiving state, (0, 1]
+  uint64_t join_max_chunk_bytes = 0;  // EDL_JOIN_MAX_CHUNK_BYTES: cap per batch boundary (0 = none)
   int test_clock_offset_ms = 0;     // EDL_TEST_CLOCK_OFFSET_MS: test hook, skews this worker's wall clock
   std::string test_kill_at;         // EDL_TEST_KILL_AT: test hook, SIGKILL self at this elastic protocol
                                     //   point (e.g. "rendezvous:arrived"); "" = never
@@ -67,6 +73,12 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
                                       // needs EDL_TRANSPORT=auto, see docs/collectives.md)
   std::string mesh = "auto";        // EDL_MESH: auto | full | sparse (which peers a rank connects:
                                     // docs/collectives.md, "Sparse mesh")
+
+  // --- GPU path (libedl_cuda; docs/gpu.md) --------------------------------------------------------
+  std::string gpu_transport = "nccl";  // EDL_GPU_TRANSPORT: nccl | host (device tensors staged through
+                                       //   pinned host memory and the host collectives)
+  bool nccl_shrink = true;          // EDL_NCCL_SHRINK: build a generation that only lost members with
+                                    //   ncclCommShrink (0 = always a fresh communicator)
 
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug

@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "data/random.h"
 #include "edl/data/shards.h"
+#include "edl/elastic.h"
 #include "edl/error.h"
 
 namespace edl::data {
@@ -182,6 +183,22 @@ struct ShardGenerator::Impl {
     return false;
   }
 
+  // A member catching up after a stop-free join (edl::elastic::catching_up) trains no records: it
+  // learns the claims in the epoch's order without claiming, so it sees the epoch end at the same
+  // step as the others. Stops at the first free shard (someone will claim it).
+  void learn_claims() {
+    while (cursor < order.size()) {
+      uint64_t k = order[cursor];
+      if (base[k] < shard_size(k) && !claims[k]) {
+        const std::string key = ns_prefix() + std::to_string(k);
+        auto v = store->get(key);
+        if (!v) return;
+        remember(k, decode_claim(key, *v));
+      }
+      ++cursor;
+    }
+  }
+
   bool all_exhausted(int64_t t) const {
     for (uint64_t k = 0; k < shards; ++k)
       if (offset_at(k, t) < shard_size(k)) return false;
@@ -248,7 +265,8 @@ StepRecords ShardGenerator::next() {
       }
       s.held = -1;
     }
-    if (s.try_claim(t)) continue;
+    if (edl::elastic::catching_up()) s.learn_claims();  // no records until it holds the job's state
+    else if (s.try_claim(t)) continue;
     if (!s.all_exhausted(t)) {  // others still hold shards of this epoch: wait for them
       r.epoch = s.epoch;
       ++s.step;

@@ -357,7 +357,7 @@ TEST_CASE("sparse mesh: the combined negotiation message round-trips and refuses
   u.any = {3, 1ull << 10};  // bit 74 of a 70-entry cache
   refused(collective::encode_reduced(u), 70, "beyond the cache");
   u = m;
-  u.fresh[1].lo_desc.kind = 9;
+  u.fresh[1].lo_desc.kind = collective::kLastKind + 1;
   refused(collective::encode_reduced(u), 70, "unknown kind");
   // Merging: counts add up, the lower block's lowest rank stays, the lowest differing rank wins.
   ReducedNegotiation lo = m, hi = m;
