@@ -7,6 +7,16 @@ if(TARGET edl-run)
 endif()
 add_dependencies(elastic_bench edl_test_elastic_worker)
 
+# scale_bench: hundreds of synthetic workers under edl-run (start, kill -9, join) with the control
+# plane's cost per rank; the embedded store runs in the bench, etcd is a private 3-member cluster.
+edl_add_bench(scale_bench scale_bench.cc)
+target_link_libraries(scale_bench PRIVATE edl_server_fixtures)
+target_compile_definitions(scale_bench PRIVATE EDL_ELASTIC_WORKER_PATH="$<TARGET_FILE:edl_test_elastic_worker>")
+if(TARGET edl-run)
+  target_compile_definitions(scale_bench PRIVATE EDL_RUN_PATH="$<TARGET_FILE:edl-run>")
+  add_dependencies(scale_bench edl-run)
+endif()
+add_dependencies(scale_bench edl_test_elastic_worker)
 # join_bench: the survivors' cost of a join, stop vs stop-free (EDL_JOIN), with the same worker.
 edl_add_bench(join_bench join_bench.cc)
 target_compile_definitions(join_bench PRIVATE EDL_ELASTIC_WORKER_PATH="$<TARGET_FILE:edl_test_elastic_worker>")
@@ -18,4 +28,9 @@ if(TARGET edl_models AND TARGET edl-run)
   target_link_libraries(autoscale_bench PRIVATE edl_models)
   target_compile_definitions(autoscale_bench PRIVATE EDL_RUN_PATH="$<TARGET_FILE:edl-run>")
   add_dependencies(autoscale_bench edl-run)
+endif()
+if(EDL_BUILD_TESTS)
+  add_test(NAME "bench: scale_bench rejects bad flag values"
+    COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:scale_bench> -P ${PROJECT_SOURCE_DIR}/tests/bench/scale_bad_values.cmake)
+  set_tests_properties("bench: scale_bench rejects bad flag values" PROPERTIES LABELS bench TIMEOUT 120)
 endif()

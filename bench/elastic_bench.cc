@@ -38,7 +38,7 @@
 #include <cxxopts.hpp>
 
 #include "common/bench_util.h"
-#include "testing/process.h"
+#include "common/elastic_job.h"
 
 #ifndef EDL_RUN_PATH
 #define EDL_RUN_PATH "edl-run"
@@ -51,200 +51,10 @@ namespace {
 
 using namespace edl::bench;
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-struct StepLine {
-  std::string worker;
-  int64_t step;
-  uint64_t gen;
-  int rank, size;
-  double t;
-};
-struct GenLine {
-  std::string worker;
-  uint64_t gen;
-  int rank, size, prev_size;
-  double t, reform_ms;
-  std::string role;  // GenerationInfo's role: "newcomer", "survivor", "readmitted"
-};
-
-// Tails the workers' shared log.
-class Log {
- public:
-  explicit Log(std::string path) : tail_(std::move(path)) {}
-  void poll() {
-    for (const auto& line : tail_.new_lines()) parse(line);
-  }
-  std::vector<StepLine> steps;
-  std::vector<GenLine> gens;
-  std::map<std::string, int> pid;            // worker -> latest pid
-  std::vector<std::pair<std::string, double>> starts;  // worker, t
-  std::vector<std::string> errors;
-  std::vector<std::string> done;
-
- private:
-  void parse(const std::string& line) {
-    std::istringstream is(line);
-    std::string kind;
-    is >> kind;
-    if (kind == "step") {
-      StepLine s;
-      is >> s.worker >> s.step >> s.gen >> s.rank >> s.size >> s.t;
-      steps.push_back(s);
-    } else if (kind == "gen") {
-      GenLine g;
-      int after_failure;
-      is >> g.worker >> g.gen >> g.rank >> g.size >> g.prev_size >> after_failure >> g.t >> g.reform_ms >> g.role;
-      gens.push_back(g);
-    } else if (kind == "start") {
-      std::string w;
-      int p;
-      double t;
-      is >> w >> p >> t;
-      pid[w] = p;
-      starts.emplace_back(w, t);
-    } else if (kind == "error") {
-      errors.push_back(line);
-    } else if (kind == "done") {
-      done.push_back(line);
-    }
-  }
-  LineTail tail_;
-};
-
-// edl-run processes of the running jobs: a SIGINT/SIGTERM of the bench kills them (their workers die
-// with them: edl-run sets PR_SET_PDEATHSIG).
-constexpr int kMaxJobs = 8;
-volatile sig_atomic_t g_job_pids[kMaxJobs] = {0};
-
-void on_signal(int sig) {
-  for (int i = 0; i < kMaxJobs; ++i)
-    if (g_job_pids[i] > 0) ::kill(g_job_pids[i], SIGKILL);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-void track(pid_t pid, bool add) {
-  for (int i = 0; i < kMaxJobs; ++i) {
-    if (add && g_job_pids[i] == 0) {
-      g_job_pids[i] = pid;
-      return;
-    }
-    if (!add && g_job_pids[i] == pid) {
-      g_job_pids[i] = 0;
-      return;
-    }
-  }
-}
-
-class Job {
- public:
-  Job(const std::string& edl_run, const std::string& worker, const std::string& dir, int np, int min_np, int max_np,
-      double step_ms, size_t params, const std::string& tag, int restart_cooldown_s = 0)
-      : log_(dir + "/" + tag + ".log"), slots_path_(dir + "/" + tag + ".slots") {
-    write_slots(np);
-    std::string script = dir + "/" + tag + ".sh";
-    {
-      std::ofstream s(script);
-      s << "#!/bin/sh\ncat " << slots_path_ << "\n";
-    }
-    ::chmod(script.c_str(), 0755);
-    std::vector<std::string> args = {edl_run, "--min-np", std::to_string(min_np), "--max-np", std::to_string(max_np),
-                                     "-np", std::to_string(np), "--host-discovery-script", script,
-                                     "--discovery-interval-ms", "200", "--hostname", "localhost", "--job-id", tag};
-    if (restart_cooldown_s > 0) {
-      // Restart killed workers only after a pause, so a kill shows the shrink (3 -> 2) before the
-      // replacement joins again.
-      args.push_back("--blacklist-cooldown-range");
-      args.push_back(std::to_string(restart_cooldown_s) + "," + std::to_string(restart_cooldown_s));
-    }
-    for (std::string x : {worker, std::string("--steps"), std::string("100000000"), std::string("--step-ms"), std::to_string(step_ms),
-                          std::string("--params"), std::to_string(params), std::string("--log"), dir + "/" + tag + ".log"})
-      args.push_back(x);
-    std::string out = dir + "/" + tag + ".edl-run.out";
-    edl::testing::SpawnOptions so;
-    so.log = out;
-    pid_ = edl::testing::spawn(args, so);  // own process group: stop() reaches the workers too
-    track(pid_, true);
-  }
-  ~Job() { stop(); }
-
-  void write_slots(int n) {
-    std::string tmp = slots_path_ + ".tmp";
-    {
-      std::ofstream s(tmp);
-      s << "localhost:" << n << "\n";
-    }
-    std::rename(tmp.c_str(), slots_path_.c_str());
-  }
-
-  void stop() {
-    if (pid_ <= 0) return;
-    track(pid_, false);
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 300; ++i) {  // 15 s for a graceful stop
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (pid_ > 0) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-    for (auto& [w, p] : log_.pid) {
-      ::kill(p, SIGCONT);
-      ::kill(p, SIGKILL);  // stragglers (stopped ones) of this job only
-    }
-  }
-
-  bool alive() { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
-
-  // Polls the log until pred() or the timeout; throws on timeout or when edl-run exited.
-  void wait(const std::string& what, double timeout_ms, const std::function<bool()>& pred) {
-    double end = now_ms() + timeout_ms;
-    for (;;) {
-      log_.poll();
-      if (pred()) return;
-      if (now_ms() > end) throw std::runtime_error("timed out waiting for " + what);
-      if (!alive()) throw std::runtime_error("edl-run exited while waiting for " + what);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-
-  // Waits until the newest generation has `size` members and completed >= k steps.
-  uint64_t wait_stable(int size, int k, double timeout_ms) {
-    uint64_t gen = 0;
-    wait("a generation of " + std::to_string(size) + " training", timeout_ms, [&] {
-      if (log_.steps.empty()) return false;
-      const auto& last = log_.steps.back();
-      if (last.size != size) return false;
-      for (const auto& g : log_.gens)  // the newest generation must be the one training
-        if (g.gen > last.gen) return false;
-      int n = 0;
-      for (auto it = log_.steps.rbegin(); it != log_.steps.rend() && it->gen == last.gen; ++it) n += it->rank == 0;
-      gen = last.gen;
-      return n >= k;
-    });
-    return gen;
-  }
-
-  Log& log() { return log_; }
-
- private:
-  Log log_;
-  std::string slots_path_;
-  pid_t pid_ = -1;
-};
-
 // The committed steps the survivors rolled back: the highest step any worker other than `excluded`
 // committed in generation `old_gen` minus the step the new generation resumed from (its first
 // completed step - 1). Not clamped at 0.
-int64_t rolled_back(const Log& log, uint64_t old_gen, const std::string& excluded, const StepLine& first) {
+int64_t rolled_back(const WorkerLog& log, uint64_t old_gen, const std::string& excluded, const StepLine& first) {
   int64_t last = 0;
   for (const auto& s : log.steps)
     if (s.gen == old_gen && s.worker != excluded) last = std::max(last, s.step);
@@ -260,7 +70,7 @@ struct EventRow {
 
 // kill / stop: signal a random member of the current generation, wait for the next generation's
 // first completed step.
-EventRow fault_event(Job& job, const std::string& kind, int workers, std::mt19937& rng) {
+EventRow fault_event(ElasticJob& job, const std::string& kind, int workers, std::mt19937& rng) {
   uint64_t g0 = job.wait_stable(workers, 5, 60000);
   std::vector<std::string> members;
   for (const auto& s : job.log().steps)
@@ -288,7 +98,7 @@ EventRow fault_event(Job& job, const std::string& kind, int workers, std::mt1993
   return r;
 }
 
-EventRow join_event(Job& job, int workers) {
+EventRow join_event(ElasticJob& job, int workers) {
   job.wait_stable(workers, 5, 60000);
   size_t starts_before = job.log().starts.size();
   int64_t before_step = job.log().steps.empty() ? 0 : job.log().steps.back().step;
@@ -326,7 +136,7 @@ EventRow join_event(Job& job, int workers) {
 }
 
 // Grows a job of n-1 workers to n; returns the slowest member's rendezvous + sync time.
-double rerendezvous(Job& job, int n) {
+double rerendezvous(ElasticJob& job, int n) {
   job.wait_stable(n - 1, 3, 120000);
   size_t gens_before = job.log().gens.size();
   uint64_t g0 = job.log().steps.back().gen;
@@ -382,9 +192,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", opts.help().c_str());
     return 0;
   }
-  ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGINT, on_signal);
-  ::signal(SIGTERM, on_signal);
+  install_job_cleanup();
   JsonRows json(a["json"].as<std::string>());
   std::mt19937 rng(a["seed"].as<unsigned>());
   std::string dir = temp_dir();
@@ -398,7 +206,20 @@ int main(int argc, char** argv) {
   try {
     Table t({"event", "ranks_before", "ranks_after", "recovery_ms", "lost_steps"});
     t.header();
-    Job job(edl_run, worker, dir, W, 2, W + 1, step_ms, params, "faults", a["restart-cooldown-s"].as<int>());
+    ElasticJobOptions fo;
+    fo.edl_run = edl_run;
+    fo.worker = worker;
+    fo.dir = dir;
+    fo.tag = "faults";
+    fo.np = W;
+    fo.min_np = 2;
+    fo.max_np = W + 1;
+    fo.step_ms = step_ms;
+    fo.params = params;
+    // Restart killed workers only after a pause, so a kill shows the shrink (3 -> 2) before the
+    // replacement joins again.
+    fo.restart_cooldown_s = a["restart-cooldown-s"].as<int>();
+    ElasticJob job(fo);
     auto emit = [&](const EventRow& r) {
       t.row({r.event, std::to_string(r.before), std::to_string(r.after), fmt(r.recovery_ms, 1), std::to_string(r.lost)});
       json.write(Json{{"event", r.event}, {"ranks_before", r.before}, {"ranks_after", r.after},
@@ -419,7 +240,17 @@ int main(int argc, char** argv) {
     while (std::getline(ss, item, ',')) {
       int n = std::stoi(item);
       if (n < 2) continue;
-      Job j(edl_run, worker, dir, n - 1, 1, n, std::max(step_ms, 30.0), 4096, "rdzv" + std::to_string(n));
+      ElasticJobOptions ro;
+      ro.edl_run = edl_run;
+      ro.worker = worker;
+      ro.dir = dir;
+      ro.tag = "rdzv" + std::to_string(n);
+      ro.np = n - 1;
+      ro.min_np = 1;
+      ro.max_np = n;
+      ro.step_ms = std::max(step_ms, 30.0);
+      ro.params = 4096;
+      ElasticJob j(ro);
       std::vector<double> v;
       for (int r = 0; r < a["reps"].as<int>(); ++r) v.push_back(rerendezvous(j, n));
       double m = median(v);

@@ -11,6 +11,13 @@
 // "wrong"}; time from the start of the round until the last worker holds the list). It measures the
 // store's share of a rendezvous (O(1) round trips per worker), not the full elastic protocol
 // (elastic_bench "rerendezvous" rows do).
+// Table 3 (--leases N,...) — the steady load of N workers' leases (bench/store_leases.h: N
+// elastic::Membership instances in one generation, each with its own connection and its beat
+// thread's, at the default heartbeat 500 ms / lease 3 s): rows {"bench":"store_leases","backend",
+// "leases","rendezvous_ms","ops_per_s","server_cpu_pct","failures"}; ops and CPU are the server's
+// own (the embedded server's requests and loop thread; redis-server's total_commands_processed and
+// process; the etcd members' grpc_server_msg_received_total and processes); "failures" counts members
+// reported dead although none died (must be 0).
 // The redis backend starts a private redis-server, the etcd backend a private 3-member etcd cluster
 // (each skipped when not installed; etcd is not in the default list).
 #include <atomic>
@@ -24,6 +31,8 @@
 
 #include "common/bench_util.h"
 #include "edl/store.h"
+#include "store_leases.h"
+#include "testing/process.h"
 #include "edl/store_server.h"
 #include "testing/etcd_cluster.h"
 #include "testing/redis_server.h"
@@ -36,7 +45,19 @@ namespace {
 struct Backend {
   std::string name;
   std::function<std::shared_ptr<edl::Store>()> connect;
+  // The server's requests served so far and its CPU time in ms (null: not measurable, e.g. memory).
+  std::function<std::pair<double, double>()> counters;
 };
+
+// Sum of the samples of one Prometheus counter in a /metrics text.
+double metric_sum(const std::string& text, const std::string& name) {
+  double sum = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name, 0) == 0 && (line[name.size()] == '{' || line[name.size()] == ' '))
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+  return sum;
+}
 
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
@@ -112,6 +133,29 @@ double rendezvous_round(const std::vector<std::shared_ptr<edl::Store>>& clients,
   return *std::max_element(done_ms.begin(), done_ms.end());
 }
 
+// Table 3: the lease load of each size on each backend that can count its requests. Returns the
+// exit status (1 when a member was reported dead although none died).
+int lease_rows(const std::vector<Backend>& backends, const std::string& sizes, double seconds, JsonRows& json) {
+  if (split(sizes).empty()) return 0;
+  std::printf("\n");
+  Table t({"backend", "leases", "rendezvous_ms", "ops_per_s", "server_cpu_%", "failures"});
+  t.header();
+  int rc = 0;
+  for (const auto& b : backends) {
+    if (!b.counters) continue;
+    for (const auto& item : split(sizes)) {
+      const int n = std::stoi(item);
+      LeaseLoad l = lease_load(b.connect, n, seconds, b.counters);
+      t.row({b.name, std::to_string(n), fmt(l.rendezvous_ms, 0), fmt(l.ops_per_s, 0), fmt(l.cpu_pct, 1),
+             std::to_string(l.failures)});
+      json.write(Json{{"bench", "store_leases"}, {"backend", b.name}, {"leases", n}, {"rendezvous_ms", l.rendezvous_ms},
+                      {"ops_per_s", l.ops_per_s}, {"server_cpu_pct", l.cpu_pct}, {"failures", l.failures}});
+      if (l.failures > 0) rc = 1;
+    }
+  }
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,6 +165,8 @@ int main(int argc, char** argv) {
     ("iters", "operations per latency row", cxxopts::value<int>()->default_value("2000"))
     ("workers", "comma list of rendezvous sizes", cxxopts::value<std::string>()->default_value("2,4,8,16"))
     ("reps", "rendezvous rounds per size (median reported)", cxxopts::value<int>()->default_value("5"))
+    ("leases", "comma list of lease-load sizes (workers; e.g. 256,1024; empty = skip)", cxxopts::value<std::string>()->default_value(""))
+    ("lease-seconds", "steady-state window of each lease-load row", cxxopts::value<double>()->default_value("10"))
     ("json", "write JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))
     ("h,help", "help");
   cxxopts::ParseResult a;
@@ -133,6 +179,18 @@ int main(int argc, char** argv) {
   if (a.count("help")) {
     std::printf("%s\n", opts.help().c_str());
     return 0;
+  }
+  for (const auto& item : split(a["leases"].as<std::string>())) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (*end != '\0' || v < 1 || v > 100000) {
+      std::fprintf(stderr, "store_bench: --leases wants worker counts of at least 1, got '%s'\n", item.c_str());
+      return 2;
+    }
+  }
+  if (!(a["lease-seconds"].as<double>() > 0)) {
+    std::fprintf(stderr, "store_bench: --lease-seconds must be positive\n");
+    return 2;
   }
   JsonRows json(a["json"].as<std::string>());
   int iters = a["iters"].as<int>(), reps = a["reps"].as<int>();
@@ -148,10 +206,15 @@ int main(int argc, char** argv) {
     if (item == "tcp") {
       server = std::make_unique<edl::StoreServer>(edl::StoreServerOptions{"127.0.0.1", 0, "bench-secret"});
       std::string url = server->url();
-      backends.push_back({"tcp", [url] {
+      auto* srv = server.get();
+      backends.push_back({"tcp",
+                          [url] {
                             edl::StoreOptions o;
                             o.secret = "bench-secret";
                             return edl::connect_store(url, o);
+                          },
+                          [srv] {
+                            return std::make_pair(static_cast<double>(srv->request_count()), srv->cpu_time().count() / 1e6);
                           }});
     } else if (item == "redis") {
       redis = std::make_unique<edl::testing::RedisServer>("bench-secret");
@@ -160,10 +223,19 @@ int main(int argc, char** argv) {
         continue;
       }
       std::string url = redis->url();
-      backends.push_back({"redis", [url] {
+      auto* rs = redis.get();
+      backends.push_back({"redis",
+                          [url] {
                             edl::StoreOptions o;
                             o.secret = "bench-secret";
                             return edl::connect_store(url, o);
+                          },
+                          [rs] {
+                            auto r = edl::testing::run_command({"redis-cli", "-p", std::to_string(rs->port()), "--no-auth-warning",
+                                                                "-a", "bench-secret", "INFO", "stats"});
+                            auto p = r.output.find("total_commands_processed:");
+                            double req = p == std::string::npos ? 0 : std::stod(r.output.substr(p + 25));
+                            return std::make_pair(req, std::max(0.0, cpu_ms_of(rs->pid())));
                           }});
     } else if (item == "etcd") {
       etcd = std::make_unique<edl::testing::EtcdCluster>(3);
@@ -172,9 +244,18 @@ int main(int argc, char** argv) {
         continue;
       }
       std::string url = etcd->url();
-      backends.push_back({"etcd", [url] { return edl::connect_store(url); }});
+      auto* ec = etcd.get();
+      backends.push_back({"etcd", [url] { return edl::connect_store(url); },
+                          [ec] {
+                            double req = 0, cpu = 0;
+                            for (int i = 0; i < ec->size(); ++i) {
+                              req += metric_sum(ec->metrics(i), "grpc_server_msg_received_total");
+                              cpu += std::max(0.0, cpu_ms_of(ec->pid(i)));
+                            }
+                            return std::make_pair(req, cpu);
+                          }});
     } else if (item == "memory") {
-      backends.push_back({"memory", [memory] { return memory; }});
+      backends.push_back({"memory", [memory] { return memory; }, nullptr});
     } else {
       std::fprintf(stderr, "store_bench: unknown backend '%s' (tcp, redis, memory, etcd)\n", item.c_str());
       return 2;
@@ -204,5 +285,5 @@ int main(int argc, char** argv) {
                       {"wrong", wrong}});
     }
   }
-  return 0;
+  return lease_rows(backends, a["leases"].as<std::string>(), a["lease-seconds"].as<double>(), json);
 }

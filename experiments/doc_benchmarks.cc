@@ -1,6 +1,7 @@
 // docs/benchmarks.md: one section per bench (see doc_benchmarks.h).
 #include "doc_benchmarks.h"
 #include "doc_chaos.h"
+#include "doc_scale.h"
 
 #include <algorithm>
 #include <cmath>
@@ -581,6 +582,8 @@ const std::vector<Section>& sections() {
        "with identical parameters.",
        nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
+      {"scale_bench", "Scale: hundreds of processes (start, kill -9, join)", "", scale_section},
+      {"allreduce_sparse", "Allreduce at 2-16 ranks before / after the sparse mesh", "", allreduce_sparse_section},
       {"join_bench", "Stop-free joins (what a join costs the survivors)", "", join_section},
       {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
       {"metrics_timeline", "Job metrics around a kill and a join",

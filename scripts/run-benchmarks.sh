@@ -10,7 +10,7 @@
 #   --only LIST   run only these benches (the others keep their rows and provenance in docs/data/);
 #                 chaos_bench's MTBF runs are the entries chaos_mtbf (10 s) and chaos_mtbf30 (30 s)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
-#                 chaos_bench, controlplane_bench, slurm_bench, autoscale_bench, join_bench)
+#                 chaos_bench, controlplane_bench, slurm_bench, autoscale_bench, scale_bench, join_bench)
 #   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
 #   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
 #
@@ -127,6 +127,8 @@ if [ $DOC_ONLY -eq 0 ]; then
     CONTROLPLANE_ARGS=(--runs 1)
     SLURM_ARGS=(--runs 1)
     AUTOSCALE_ARGS=(--repeats 1)
+    SCALE_ARGS=(--ranks 16,64 --store embedded --kills 2)
+    STORE_ARGS=(--leases 256)
     JOIN_ARGS=(--sizes-mb 1,100)
   else
     JOIN_ARGS=()
@@ -138,6 +140,11 @@ if [ $DOC_ONLY -eq 0 ]; then
     CONVERGENCE_ARGS=()
     CHAOS_ARGS=(--trials 100)
     MTBF_ARGS=(--pairs 3)
+    # Issue 25: 16 to 512 processes on the embedded store and etcd (memory: ~10 MiB RSS per worker,
+    # most of it shared libraries; run it on a quiet machine).
+    SCALE_ARGS=(--ranks 16,64,256,512 --store embedded,etcd --kills 3)
+    # The steady load of 256 and 1,024 workers' leases on each backend (docs/store.md, "Capacity").
+    STORE_ARGS=(--backends tcp,redis,memory,etcd --leases 256,1024)
   fi
   # Every fault kind (docs/chaos.md); CHAOS_FAULTS narrows it.
   CHAOS_FAULTS="${CHAOS_FAULTS:-kill,kill2,stop,stopforever,join,leave,stuck,flood,hostile}"
@@ -152,11 +159,12 @@ if [ $DOC_ONLY -eq 0 ]; then
   fi
   run_bench model_bench 1200 "$B/model_bench"
   run_bench reader_bench 600 "$B/reader_bench"
-  run_bench store_bench 600 "$B/store_bench"
+  run_bench store_bench 1200 "$B/store_bench" "${STORE_ARGS[@]}"
   run_bench optimizer_bench 1200 "$B/optimizer_bench"
   run_bench timeline_bench 900 "$B/timeline_bench"
   run_bench torch_bench 1200 "$B/torch_bench"  # built only with libtorch (edl::torch): skipped otherwise
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
+  run_bench scale_bench 5400 "$B/scale_bench" "${SCALE_ARGS[@]}"
   run_bench join_bench 3600 "$B/join_bench" "${JOIN_ARGS[@]}"
   run_bench autoscale_bench 1800 "$B/autoscale_bench" "${AUTOSCALE_ARGS[@]}"
   # Job metrics around a kill and a join (edl-run --metrics-file; docs/observability.md, "Plots").

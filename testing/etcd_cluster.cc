@@ -191,6 +191,14 @@ std::string EtcdCluster::url(int first) const {
   return u;
 }
 
+std::string EtcdCluster::metrics(int i) const {
+  httplib::Client c("127.0.0.1", members_[i].client_port);
+  c.set_connection_timeout(1s);
+  c.set_read_timeout(5s);
+  auto res = c.Get("/metrics");
+  return res && res->status == 200 ? res->body : "";
+}
+
 void EtcdCluster::kill(int i) {
   Member& m = members_[i];
   if (m.pid <= 0) return;

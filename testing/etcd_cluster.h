@@ -38,6 +38,9 @@ class EtcdCluster {
   std::string url(int first = 0) const;
   int client_port(int i) const { return members_[i].client_port; }
   bool running(int i) const { return members_[i].pid > 0; }
+  pid_t pid(int i) const { return members_[i].pid; }  // -1 when killed
+  // Member i's Prometheus metrics (GET /metrics on its client port); "" when it does not answer.
+  std::string metrics(int i) const;
 
   // The index of the leader as the running members see it; waits up to 20 s for one (throws otherwise).
   int leader() const;

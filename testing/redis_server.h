@@ -21,6 +21,7 @@ class RedisServer {
 
   bool available() const { return pid_ > 0; }
   int port() const { return port_; }
+  int pid() const { return pid_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   // Removes every key (between test cases).
   void flush();

@@ -1,5 +1,6 @@
 #include "common/bench_util.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -109,6 +110,34 @@ int parent_of(int pid) {
   rest >> state >> ppid;
   if (state == "Z") return -1;  // dead, not yet reaped
   return static_cast<int>(ppid);
+}
+
+double cpu_ms_of(int pid) {
+  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {  // fields 14 and 15: utime, stime (clock ticks)
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+int sockets_of(int pid) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return -1;
+  int n = 0;
+  char buf[64];
+  while (dirent* e = ::readdir(d)) {
+    ssize_t len = ::readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
+    if (len > 7 && std::string(buf, 7) == "socket:") ++n;
+  }
+  ::closedir(d);
+  return n;
 }
 
 std::vector<std::string> LineTail::new_lines() {

@@ -56,6 +56,10 @@ std::string slurp(const std::string& path);
 void write_file(const std::string& path, const std::string& text);
 // Parent pid of a live process (from /proc/PID/stat); -1 when it is gone or a zombie.
 int parent_of(int pid);
+// CPU time (user + system) of a live process in ms, from /proc/PID/stat; -1 when it is gone.
+double cpu_ms_of(int pid);
+// Sockets among a live process's descriptors (/proc/PID/fd); -1 when it is gone.
+int sockets_of(int pid);
 
 // Follows a log file that other processes append to: each call returns the complete lines added
 // since the previous one (a partial last line waits for its newline).

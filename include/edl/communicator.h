@@ -1,5 +1,6 @@
-// Communicator: an immutable group of `size` processes, each with a fixed rank, connected by a full
-// mesh of TCP connections, running collectives with a deadline.
+// Communicator: an immutable group of `size` processes, each with a fixed rank, connected by a mesh
+// of TCP connections (a full mesh for small groups, a sparse one of O(log size) connections per rank
+// for large ones: see Mesh), running collectives with a deadline.
 //
 // One Communicator exists per membership generation. It never changes rank or size. After ANY
 // error (peer lost, deadline passed, abort) it is poisoned: every pending and later call throws a
@@ -45,11 +46,22 @@ enum class Transport : uint8_t { kAuto = 0, kTcp = 1, kShm = 2 };
 // Every rank must use the same setting (else construction fails with CommError).
 enum class Hierarchical : uint8_t { kAuto = 0, kOff = 1, kOn = 2 };
 
+// Which peers a rank connects (docs/collectives.md, "Sparse mesh").
+//   kAuto:   a full mesh up to 4 ranks, and up to 8 ranks when the shared-memory transport may be
+//            chosen (Transport kAuto) or at any size when it is required (kShm); else sparse.
+//   kFull:   every pair of ranks: 2(n-1) sockets per rank (the shared-memory transport needs it).
+//   kSparse: only the peers the algorithms use (ring neighbours, the fold partner and the log2(n)
+//            recursive-doubling partners): at most 2 floor(log2 n) + 4 sockets per rank. With
+//            Transport kShm construction fails with CommError.
+// Every rank must use the same setting (else the mesh cannot form: TimeoutError at connect_timeout
+// quoting the refused connections).
+enum class Mesh : uint8_t { kAuto = 0, kFull = 1, kSparse = 2 };
+
 struct CommunicatorOptions {
   // Deadline of every collective, from the call until completion on this rank. Default 30 s (as
   // Gloo and Horovod); EDL_TIMEOUT_MS overrides it through Config.
   std::chrono::milliseconds timeout{30000};
-  // Deadline for connecting the full mesh through the store. Default 30 s.
+  // Deadline for connecting the mesh through the store. Default 30 s.
   std::chrono::milliseconds connect_timeout{30000};
   // Address this rank listens on for its peers. Default loopback; edl-run sets EDL_BIND_ADDR for
   // multi-host jobs.
@@ -77,6 +89,8 @@ struct CommunicatorOptions {
   // Hierarchical allreduce across hosts (see Hierarchical); only with transport kAuto. Default kAuto;
   // the runtime passes EDL_HIERARCHICAL.
   Hierarchical hierarchical = Hierarchical::kAuto;
+  // Full or sparse mesh (see Mesh). Default kAuto; the runtime passes EDL_MESH.
+  Mesh mesh = Mesh::kAuto;
 };
 
 class EDL_API Communicator {

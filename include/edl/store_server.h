@@ -9,7 +9,8 @@
 // connection closes that connection, never the loop. Each authenticated client's id (sent in AUTH)
 // keys a small replay journal so that a request re-sent after a reconnect is not applied twice.
 // wait()/wait_change() block on the server, so clients never poll; leases expire on the server and
-// wake waiters. Malformed, oversized or truncated frames close only the offending connection; so
+// wake waiters — only after the loop has read every request that had arrived (a refresh waiting in
+// the server's input, e.g. while the machine was too busy to run the loop, never loses a lease). Malformed, oversized or truncated frames close only the offending connection; so
 // does a connection that does not authenticate within handshake_timeout. A client that stops reading its replies is throttled: once
 // max_pending_output_bytes are queued for it, its further requests are not read until it drains.
 //
@@ -63,6 +64,8 @@ class EDL_API StoreServer {
   uint64_t refused_count() const;        // connections closed by max_connections / max_unauthenticated /
                                          // max_unauthenticated_bytes
   uint64_t replay_count() const;         // re-sent requests answered from the replay journal
+  uint64_t request_count() const;        // requests served (every authenticated frame, waits included)
+  std::chrono::nanoseconds cpu_time() const;  // CPU time of the event-loop thread so far
 
  private:
   class Impl;

@@ -115,6 +115,7 @@ std::shared_ptr<TcpCommunicator> make_world_communicator(const std::string& tag,
   o.generation = g->id;
   o.transport = transport;
   o.hierarchical = hierarchical_from_name(c.hierarchical);
+  o.mesh = mesh_from_name(c.mesh);
   o.host_id = c.hostname;
   return TcpCommunicator::connect(world_store(), c.job_id + "/" + tag + "/", g->rank, g->size, o);
 }

@@ -46,13 +46,14 @@ void TcpCommunicator::Xfer::advance(size_t n) {
 namespace {
 
 template <typename Fn>
-bool pump(std::deque<TcpCommunicator::Xfer>& q, int fd, bool sending, void* sink, size_t sink_bytes, Fn&& on_error,
-          uint64_t* bytes_moved) {
+bool pump(XferQueue& q, int fd, bool sending, void* sink, size_t sink_bytes, Fn&& on_error, uint64_t* bytes_moved,
+          uint64_t* messages) {
   bool progress = false;
   while (!q.empty()) {
     auto& x = q.front();
     if (x.remaining == 0) {
       q.pop_front();
+      ++*messages;
       continue;
     }
     iovec iov[64];
@@ -72,17 +73,17 @@ bool pump(std::deque<TcpCommunicator::Xfer>& q, int fd, bool sending, void* sink
 void TcpCommunicator::run_queues(std::vector<PeerQueues>& q, bool wait_sends, const char* what) {
   if (drain_buf_.empty()) drain_buf_.resize(64 << 10);
   Waiter w(*this, deadline_, what);
-  uint64_t sent = 0, received = 0;
+  uint64_t sent = 0, received = 0, messages = 0, ignored = 0;
   for (;;) {
     if (aborted_.load(std::memory_order_relaxed)) throw_aborted();
     bool progress = false, pending = false;
     w.reset();
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
+    for (int p : topo_.peers()) {  // a queue to a peer that is not linked is never filled
       PeerQueues& pq = q[p];
-      progress |= pump(pq.send, send_fd_[p], true, nullptr, 0, [&](int e) { io_error(p, e, true, what); }, &sent);
+      progress |= pump(pq.send, send_fd_[p], true, nullptr, 0, [&](int e) { io_error(p, e, true, what); }, &sent,
+                       &messages);
       progress |= pump(pq.recv, recv_fd_[p], false, drain_buf_.data(), drain_buf_.size(),
-                       [&](int e) { io_error(p, e, false, what); }, &received);
+                       [&](int e) { io_error(p, e, false, what); }, &received, &ignored);
       if (!pq.recv.empty()) {
         pending = true;
         w.want(recv_fd_[p], POLLIN, p);
@@ -101,6 +102,7 @@ void TcpCommunicator::run_queues(std::vector<PeerQueues>& q, bool wait_sends, co
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_sent += sent;
+  stats_.messages_sent += messages;
 }
 
 void TcpCommunicator::exchange_headers(Header& mine, const std::vector<Span>& payload, std::vector<Header>& all,
@@ -130,29 +132,9 @@ std::string TcpCommunicator::peer_text(int p) const {
 }
 
 std::string TcpCommunicator::mismatch(const std::vector<Header>& all) const {
-  const Header& a = all[0];
-  const std::string k = kind_name(a.kind);
   for (int r = 1; r < size_; ++r) {
-    const Header& b = all[r];
-    const std::string rr = ", rank " + std::to_string(r);
-    if (b.seq != a.seq)
-      return "collective sequence mismatch: rank 0 is at collective #" + std::to_string(a.seq) + rr +
-             " at #" + std::to_string(b.seq);
-    if (b.kind != a.kind)
-      return std::string("collective mismatch: rank 0 called ") + k + rr + " called " + kind_name(b.kind);
-    if (a.kind == static_cast<uint8_t>(Kind::kBarrier)) continue;
-    if (b.dtype != a.dtype)
-      return k + " dtype mismatch: rank 0 has " + dtype_name(static_cast<DataType>(a.dtype)) + rr + " has " +
-             dtype_name(static_cast<DataType>(b.dtype));
-    if (a.kind != static_cast<uint8_t>(Kind::kAllgather) && b.count != a.count)
-      return k + " count mismatch: rank 0 has " + std::to_string(a.count) + " elements" + rr + " has " +
-             std::to_string(b.count);
-    if (a.kind == static_cast<uint8_t>(Kind::kAllreduce) && b.op != a.op)
-      return k + " op mismatch: rank 0 uses " + op_name(static_cast<ReduceOp>(a.op)) + rr + " uses " +
-             op_name(static_cast<ReduceOp>(b.op));
-    if (a.kind == static_cast<uint8_t>(Kind::kBroadcast) && b.root != a.root)
-      return k + " root mismatch: rank 0 uses root " + std::to_string(a.root) + rr + " uses root " +
-             std::to_string(b.root);
+    std::string m = mismatch_text(all[0], all[r], r);
+    if (!m.empty()) return m;
   }
   return "";
 }
@@ -190,9 +172,15 @@ void TcpCommunicator::finish(bool eager, bool ring, bool halving_doubling) {
   if (halving_doubling) ++stats_.halving_doubling_allreduces;
 }
 
-AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host) {
-  if (bytes <= t.eager_bytes && bytes * static_cast<size_t>(ranks - 1) <= t.direct_total_bytes)
+AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host, bool sparse) {
+  if (sparse) {
+    // Recursive doubling sends the whole buffer once per round: ceil(log2 n) rounds, +1 with a fold.
+    size_t rounds = 0;
+    while ((size_t{1} << rounds) < static_cast<size_t>(ranks)) ++rounds;
+    if (bytes <= t.eager_bytes && bytes * rounds <= t.direct_total_bytes) return AllreduceAlgorithm::kRecursiveDoubling;
+  } else if (bytes <= t.eager_bytes && bytes * static_cast<size_t>(ranks - 1) <= t.direct_total_bytes) {
     return AllreduceAlgorithm::kDirect;
+  }
   const bool power_of_two = (ranks & (ranks - 1)) == 0;
   const size_t hd_limit = ranks == 2      ? t.hd_max_bytes_2_ranks
                           : !power_of_two ? t.hd_max_bytes / 2
@@ -207,6 +195,7 @@ const char* algorithm_name(AllreduceAlgorithm a) {
     case AllreduceAlgorithm::kDirect: return "direct";
     case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
     case AllreduceAlgorithm::kRing: return "ring";
+    case AllreduceAlgorithm::kRecursiveDoubling: return "recursive-doubling";
   }
   return "?";
 }
@@ -222,18 +211,6 @@ void TcpCommunicator::staged_allreduce(const std::vector<Span>& spans, size_t co
   with_float32(spans, count, dt, widened_, run);  // accumulate in float32 over the wire too
 }
 
-template <typename Fn>
-void TcpCommunicator::guarded(Fn&& fn) {
-  try {
-    fn();
-  } catch (const InvalidArgument&) {
-    throw;  // mismatch / bad argument: the streams are in sync, the communicator stays usable
-  } catch (const CommError&) {
-    fail(std::current_exception());
-  } catch (const std::exception& e) {
-    fail(std::make_exception_ptr(CommError(std::string("collective failed: ") + e.what())));
-  }
-}
 
 namespace {
 
@@ -279,6 +256,13 @@ void TcpCommunicator::allreduce_spans(const std::vector<Span>& spans, DataType d
       begin();
       const bool sliced = hier_->allreduce(spans, count, dt, op, deadline_);
       finish(!sliced, sliced);
+    });
+    return;
+  }
+  if (sparse()) {
+    guarded([&] {
+      begin();
+      sparse_allreduce(spans, count, dt, op, whole_count);
     });
     return;
   }
@@ -369,6 +353,13 @@ void TcpCommunicator::broadcast(void* data, size_t count, DataType dtype, int ro
     });
     return;
   }
+  if (sparse()) {
+    guarded([&] {
+      begin();
+      sparse_broadcast(data, count, dtype, root);
+    });
+    return;
+  }
   guarded([&] {
     begin();
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kBroadcast), static_cast<uint8_t>(dtype), 0, 0, root, rank_,
@@ -412,6 +403,13 @@ void TcpCommunicator::allgatherv(const void* in, size_t count, DataType dtype, s
     });
     return;
   }
+  if (sparse()) {
+    guarded([&] {
+      begin();
+      sparse_allgatherv(in, count, dtype, out, counts_out);
+    });
+    return;
+  }
   guarded([&] {
     begin();
     Header h{kHeaderMagic, static_cast<uint8_t>(Kind::kAllgather), static_cast<uint8_t>(dtype), 0, 0, -1, rank_,
@@ -447,6 +445,13 @@ void TcpCommunicator::barrier() {
       begin();
       shm_->barrier();
       finish(false, false);
+    });
+    return;
+  }
+  if (sparse()) {
+    guarded([&] {
+      begin();
+      sparse_barrier();
     });
     return;
   }

@@ -2,7 +2,8 @@
 //
 // Callers enqueue named requests and get an edl::Handle. In a round, every rank takes part in one
 // negotiation: an allgather of the requests each rank has ready (a bitset over the response cache
-// for names negotiated before, full descriptors for new names). Rounds are event-driven: a rank
+// for names negotiated before, full descriptors for new names); on the sparse mesh of a large
+// communicator a recursive-doubling combine of the same information instead (negotiation_reduce.h). Rounds are event-driven: a rank
 // starts one when it has new requests (after their burst) or a thread waits, and joins one when a
 // peer's first bytes arrive; no round runs while no rank has work (EngineOptions::tick restores a
 // round every cycle_time). The round runs on the engine thread, or on a thread waiting on a handle
@@ -170,6 +171,26 @@ class EDL_API Engine {
   // One negotiation; returns the requests ready on every rank, in the agreed order (requests that
   // mismatch are failed and left out).
   std::vector<RequestPtr> negotiate(Progress* progress);
+  // What every rank learns from a negotiation, by an allgather of every rank's message (full mesh,
+  // other communicators: gather_round) or by a recursive-doubling combine (sparse mesh:
+  // reduce_round, negotiation_reduce.h). Keys: cache ids [0, C), then one per new name of the round.
+  struct Verdict {
+    struct Ready {
+      uint32_t key;
+      Desc desc;             // rank 0's
+      int differ_rank = -1;  // the lowest rank whose descriptor differs from rank 0's
+      Desc differ_desc;
+    };
+    std::vector<Ready> ready;  // listed by every rank, in rank 0's message order
+    std::vector<std::string> fresh_name;  // key - C -> name
+    std::unordered_map<std::string, uint32_t> fresh_key;
+    std::vector<int> present;  // per key: how many ranks list it; kSome: some, not all, count unknown
+    static constexpr int kSome = -1;
+  };
+  Verdict gather_round(bool idle, const std::vector<uint8_t>& msg);
+  Verdict reduce_round(bool idle, const std::vector<uint64_t>& bits,
+                       const std::vector<std::pair<size_t, const Request*>>& fresh);  // negotiation_round.cc
+  std::vector<RequestPtr> apply(Verdict& v, Progress* p);
   void execute(const std::vector<RequestPtr>& ready);
   void run_allreduce_group(const std::vector<RequestPtr>& group);
   void run_single(const RequestPtr& r);

@@ -2,6 +2,8 @@
 // docs/collectives.md "Hierarchical allreduce").
 #include "collective/hierarchy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -49,6 +51,34 @@ HostLayout HostLayout::of(const std::vector<std::string>& host_of_rank, int rank
                                   l.local_members.begin());
   for (const auto& m : members) l.cross_members.push_back(m[l.local_rank]);
   return l;
+}
+
+HostLayout HostLayout::decide(const std::vector<std::string>& host_of_rank, int rank, Hierarchical mode,
+                              const std::string& setup, const std::string& hosts) {
+  HostLayout l = HostLayout::of(host_of_rank, rank);
+  if (l.problem.empty() && mode == Hierarchical::kOff) l.problem = "EDL_HIERARCHICAL=0";
+  if (!l.problem.empty() && mode == Hierarchical::kOn)
+    throw CommError(setup + ": EDL_HIERARCHICAL=1, but " + l.problem + ": " + hosts);
+  return l;
+}
+
+std::string default_host_id() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+TransportHello TransportHello::of(const CommunicatorOptions& options) {
+  std::string host = options.host_id.empty() ? default_host_id() : options.host_id;
+  host.resize(std::min(host.size(), kHostMax));
+  TransportHello h{};
+  h.magic = kMagic;
+  h.transport = static_cast<uint32_t>(options.transport);
+  h.hierarchical = static_cast<uint32_t>(options.hierarchical);
+  h.loopback = is_loopback_address(options.bind_address) ? 1 : 0;
+  h.host_len = static_cast<uint32_t>(host.size());
+  std::memcpy(h.host, host.data(), host.size());
+  return h;
 }
 
 std::unique_ptr<Hierarchy> Hierarchy::build(const std::shared_ptr<Store>& store, const std::string& prefix, int size,

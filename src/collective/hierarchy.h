@@ -46,6 +46,31 @@ struct EDL_API HostLayout {
   std::string problem;  // why the hierarchical allreduce cannot run ("" when it can)
 
   static HostLayout of(const std::vector<std::string>& host_of_rank, int rank);
+  // The layout every rank derives from every rank's host id under `mode` (EDL_HIERARCHICAL):
+  // `problem` says why the allreduce stays flat (kOff, or a layout that does not allow it); kOn with
+  // such a layout is a CommError (`setup` and `hosts` name this rank and the hosts).
+  static HostLayout decide(const std::vector<std::string>& host_of_rank, int rank, Hierarchical mode,
+                           const std::string& setup, const std::string& hosts);
+};
+
+// This machine's host id when CommunicatorOptions::host_id is empty (gethostname()).
+std::string default_host_id();
+
+// What every rank tells every other after the mesh is built (shm_setup.cc sends it to every peer,
+// sparse_setup.cc gathers it): its transport and hierarchical settings, whether it listens on a
+// loopback address, and its host id (CommunicatorOptions::host_id, else default_host_id()).
+struct TransportHello {
+  static constexpr uint64_t kMagic = 0x4f4c4c4548544445ull;  // "EDTHELLO"
+  static constexpr size_t kHostMax = 200;
+  uint64_t magic;
+  uint32_t transport;
+  uint32_t hierarchical;
+  uint32_t loopback;
+  uint32_t host_len;
+  char host[kHostMax];
+  static TransportHello of(const CommunicatorOptions& options);
+  std::string host_id() const { return std::string(host, host_len); }
+  bool valid() const { return magic == kMagic && host_len <= kHostMax; }
 };
 
 class SpanIndex;
@@ -63,6 +88,7 @@ class Hierarchy {
   void set_tuning(const AlgorithmTuning& t);
   void abort(const std::string& reason);
   void shutdown();  // shuts both children's sockets down (the parent failed)
+  int socket_count() const { return (local_ ? local_->socket_count() : 0) + (cross_ ? cross_->socket_count() : 0); }
   const HostLayout& layout() const { return layout_; }
   // The local child's transport: "shm", or "tcp" when the host's segment could not be shared (then
   // the sliced path gathers the slices with an allgatherv over TCP: gather_over_tcp).

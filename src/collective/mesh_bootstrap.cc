@@ -1,13 +1,18 @@
 // TcpCommunicator::build_mesh: the mesh bootstrap through the store, with the job-secret handshake
 // of mesh_handshake.h on every connection (docs/collectives.md, "Mesh bootstrap").
 //
-// Every rank publishes its listening address, dials every peer (its send socket to that peer) and
-// accepts one authenticated connection from every peer (its receive socket), in one loop: the
-// listener is served while peers' addresses are still awaited. Accepted connections
-// that send garbage, a foreign job's or generation's hello, a rank outside this generation, a wrong
-// proof of the secret, or nothing at all are closed (logged) and the rank keeps waiting for the
-// genuine peer until connect_timeout. A dialled peer that fails the handshake is fatal: the address
-// in the store is not rank p of this generation (PeerLostError) or the secrets differ (AuthError).
+// Every rank publishes its listening address, dials every linked peer (its send socket to that
+// peer: every other rank on the full mesh, the MeshTopology's peers on the sparse one) and accepts
+// one authenticated connection from every linked peer (its receive socket), in one loop: the
+// listener is served while peers' addresses are still awaited. Accepted connections that send
+// garbage, a foreign job's or generation's hello, a rank outside this generation or not linked to
+// this one, a wrong proof of the secret, or nothing at all are closed (logged) and the rank keeps
+// waiting for the genuine peer until connect_timeout. A dialled peer that fails the handshake is
+// fatal: the address in the store is not rank p of this generation (PeerLostError), the secrets
+// differ (AuthError: a MAC that does not verify, or an explicit Reject of our proof), or the peer
+// is gone (PeerLostError: its listener refuses the connection, or it closes a connection without a
+// Reject). Since every link is dialled from both ends, every neighbour of a rank that dies during
+// the build sees it; completed connections are watched for hang-ups until the mesh is complete.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +23,7 @@
 #include <list>
 #include <memory>
 
+#include "collective/fd_limit.h"
 #include "collective/mesh_handshake.h"
 #include "collective/tcp_communicator.h"
 #include "common/crypto.h"
@@ -58,6 +64,7 @@ class MeshBuilder {
     id_.size = c.size_;
     id_.secret = c.options_.secret;
     dialled_.resize(static_cast<size_t>(c.size_));
+    peers_ = static_cast<int>(c.topo_.peers().size());
   }
   ~MeshBuilder() {
     if (lfd_ >= 0) close(lfd_);
@@ -66,7 +73,7 @@ class MeshBuilder {
 
   void run() {
     listen_and_publish();
-    while (accepted_ok_ < c_.size_ - 1 || dialled_ok_ < c_.size_ - 1) {
+    while (accepted_ok_ < peers_ || dialled_ok_ < peers_) {
       if (c_.aborted_.load()) c_.throw_aborted();
       if (c_.options_.cancel && c_.options_.cancel->load())
         throw AbortedError(setup() + ": cancelled while the mesh was being built (a member of generation " +
@@ -100,19 +107,23 @@ class MeshBuilder {
     store_.set(key_of(c_.rank_), c_.options_.bind_address + ":" + std::to_string(port));
   }
 
-  // Dials the next peer once its address is published (waiting at most kDialWait for it, so that
-  // the listener is served meanwhile) and sends our hello (96 bytes fit in an empty socket buffer).
-  // Returns whether peers remain to be dialled.
+  // Dials the next linked peer once its address is published (waiting at most kDialWait for it, so
+  // that the listener is served meanwhile) and sends our hello (96 bytes fit in an empty socket
+  // buffer). Returns whether peers remain to be dialled.
   bool dial_next() {
-    if (next_dial_ == c_.rank_) ++next_dial_;
-    if (next_dial_ >= c_.size_) return false;
-    const int p = next_dial_;
+    const std::vector<int>& peers = c_.topo_.peers();
+    if (next_dial_ >= peers.size()) return false;
+    const int p = peers[next_dial_];
     const std::string key = key_of(p);
     if (!store_.wait({key}, std::min(kDialWait, milliseconds(ms_left(deadline_))))) return true;
     Dialled& d = dialled_[p];
     d.addr = store_.get(key).value_or("");
     c_.peer_addr_[p] = d.addr;
-    int fd = connect_until(d.addr, deadline_);
+    bool refused = false;
+    int fd = connect_until(d.addr, deadline_, &refused);
+    if (fd < 0 && refused)  // published, so it listened: its listener is closed now
+      throw PeerLostError(setup() + ": rank " + std::to_string(p) + " at " + d.addr +
+                          " refused the connection (it died, or gave up building this generation)");
     if (fd < 0)
       throw TimeoutError(setup() + ": cannot connect to rank " + std::to_string(p) + " at " + d.addr + " within " +
                          std::to_string(c_.options_.connect_timeout.count()) + " ms");
@@ -126,18 +137,39 @@ class MeshBuilder {
     return true;
   }
 
+  // Waits for bytes on the listener and the handshakes in progress. On the sparse mesh it also
+  // watches the completed connections: there no peer can finish its construction (the setup's
+  // allgather needs every rank) before this rank's mesh is complete, so a peer that hangs up now is
+  // lost (PeerLostError). On the full mesh a peer may legitimately be done and gone already; one
+  // that died is seen by the next collective instead.
   void wait_readable(int max_ms) {
     std::vector<pollfd> fds;
-    fds.push_back({lfd_, POLLIN, 0});
-    for (auto& a : accepted_) fds.push_back({a.fd, POLLIN, 0});
-    for (int p = 0; p < c_.size_; ++p)
-      if (dialled_[p].hs && dialled_[p].hs->wanted() > 0) fds.push_back({c_.send_fd_[p], POLLIN, 0});
+    std::vector<int> done_peer;  // per entry of fds: the peer of a completed connection, or -1
+    auto add = [&](int fd, short events, int peer) {
+      fds.push_back({fd, events, 0});
+      done_peer.push_back(peer);
+    };
+    const bool watch = c_.topo_.is_sparse();
+    add(lfd_, POLLIN, -1);
+    for (auto& a : accepted_) add(a.fd, POLLIN, -1);
+    for (int p : c_.topo_.peers()) {
+      if (dialled_[p].hs && dialled_[p].hs->wanted() > 0) add(c_.send_fd_[p], POLLIN, -1);
+      else if (dialled_[p].hs && watch) add(c_.send_fd_[p], POLLRDHUP, p);
+      if (c_.recv_fd_[p] >= 0 && watch) add(c_.recv_fd_[p], POLLRDHUP, p);
+    }
     poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(ms_left(deadline_), max_ms)));
+    for (size_t i = 0; i < fds.size(); ++i)
+      if (done_peer[i] >= 0 && (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        throw PeerLostError(setup() + ": rank " + std::to_string(done_peer[i]) + " at " +
+                            c_.peer_addr_[done_peer[i]] +
+                            " closed its connection before the mesh was complete (it died, or gave up building "
+                            "this generation)");
   }
 
   void accept_new() {
     for (int i = 0; i < kAcceptsPerTurn; ++i) {  // bounded: a flood must not starve the handshakes
       int fd = accept4(lfd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE)) throw_descriptor_limit(setup() + ": accepting a peer", errno);
       if (fd < 0) return;
       if (accepted_.size() >= kMaxPendingAccepts) reject(accepted_.begin(), "too many half-open connections");
       accepted_.push_back(Accepted{fd, peer_address(fd), mesh::AcceptSide(id_, c_.rank_,
@@ -169,6 +201,7 @@ class MeshBuilder {
       }
       std::string reply = it->hs.feed(buf, static_cast<size_t>(r));
       if (it->hs.state() == mesh::AcceptSide::State::kRejected) {
+        if (!reply.empty()) (void)write_all(it->fd, reply.data(), reply.size(), Clock::now() + milliseconds(100));
         const std::string why = it->hs.reason();
         reject(it++, why);
         continue;
@@ -182,6 +215,11 @@ class MeshBuilder {
         continue;
       }
       const int p = it->hs.peer_rank();
+      if (!c_.topo_.linked(p)) {  // cannot happen with genuine peers of the same mesh kind
+        reject(it++, "rank " + std::to_string(p) + " is not linked to this rank in the " +
+                         (c_.topo_.is_sparse() ? "sparse" : "full") + " mesh (EDL_MESH differs between the ranks?)");
+        continue;
+      }
       if (c_.recv_fd_[p] >= 0) {  // cannot happen with genuine peers: each dials once
         reject(it++, "rank " + std::to_string(p) + " is already connected");
         continue;
@@ -194,19 +232,15 @@ class MeshBuilder {
 
   // Advances the handshakes on our own connections; any failure is fatal.
   void step_dialled() {
-    for (int p = 0; p < c_.size_; ++p) {
+    for (int p : c_.topo_.peers()) {
       Dialled& d = dialled_[p];
       if (!d.hs || d.hs->wanted() == 0) continue;
       uint8_t buf[mesh::kHelloBytes];
       ssize_t r = recv_some(c_.send_fd_[p], buf, d.hs->wanted());
-      if (r < 0) {
-        if (d.hs->state() == mesh::ConnectSide::State::kWantAccept)
-          throw AuthError(setup() + ": rank " + std::to_string(p) + " at " + d.addr +
-                          " closed the connection after our proof of the job secret: it rejected the proof "
-                          "(EDL_JOB_SECRET differs between the ranks?)");
+      if (r < 0)  // a rejected proof is answered with a Reject, never with a bare close
         throw PeerLostError(setup() + ": rank " + std::to_string(p) + " at " + d.addr +
-                            " closed the connection during the handshake");
-      }
+                            " closed the connection during the handshake (it died, or gave up building this "
+                            "generation)");
       if (r == 0) continue;
       std::string reply = d.hs->feed(buf, static_cast<size_t>(r));
       if (d.hs->state() == mesh::ConnectSide::State::kFailed) {
@@ -223,14 +257,15 @@ class MeshBuilder {
   }
 
   [[noreturn]] void timeout() {
-    if (next_dial_ < c_.size_ && !(next_dial_ == c_.rank_ && next_dial_ + 1 >= c_.size_))
-      throw TimeoutError(setup() + ": rank " + std::to_string(next_dial_) + " did not publish its address under '" +
-                         key_of(next_dial_) + "' within " + std::to_string(c_.options_.connect_timeout.count()) +
-                         " ms");
+    const std::vector<int>& peers = c_.topo_.peers();
+    if (next_dial_ < peers.size())
+      throw TimeoutError(setup() + ": rank " + std::to_string(peers[next_dial_]) +
+                         " did not publish its address under '" + key_of(peers[next_dial_]) + "' within " +
+                         std::to_string(c_.options_.connect_timeout.count()) + " ms");
     std::string missing;
-    for (int p = 0; p < c_.size_; ++p)
-      if (p != c_.rank_ && c_.recv_fd_[p] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-    std::string msg = setup() + ": only " + std::to_string(accepted_ok_) + " of " + std::to_string(c_.size_ - 1) +
+    for (int p : peers)
+      if (c_.recv_fd_[p] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+    std::string msg = setup() + ": only " + std::to_string(accepted_ok_) + " of " + std::to_string(peers_) +
                       " peers connected (missing rank(s) " + missing + ") and " + std::to_string(dialled_ok_) +
                       " answered within " + std::to_string(c_.options_.connect_timeout.count()) + " ms";
     for (const auto& r : rejections_) msg += "; " + r;
@@ -246,9 +281,10 @@ class MeshBuilder {
   std::list<Accepted> accepted_;
   std::vector<Dialled> dialled_;
   std::deque<std::string> rejections_;
+  int peers_ = 0;  // linked peers: connections to accept and to dial
   int accepted_ok_ = 0;
   int dialled_ok_ = 0;
-  int next_dial_ = 0;
+  size_t next_dial_ = 0;  // index into the topology's peers
 };
 
 void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {
@@ -260,8 +296,7 @@ void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {
         if (fd >= 0) close(fd), fd = -1;
     throw;
   }
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+  for (int p : topo_.peers()) {
     tune_data_socket(send_fd_[p]);
     tune_data_socket(recv_fd_[p]);
   }

@@ -137,7 +137,9 @@ std::string AcceptSide::on_proof() {
     state_ = State::kRejected;
     reason_ = "the connection claiming rank " + std::to_string(peer_) +
               " did not prove the job secret (wrong or missing EDL_JOB_SECRET)";
-    return "";
+    std::string no;
+    put<uint64_t>(no, kRejectMagic);
+    return no;
   }
   state_ = State::kDone;
   std::string ok;
@@ -206,6 +208,12 @@ std::string ConnectSide::on_challenge() {
 void ConnectSide::on_accept() {
   uint64_t m;
   std::memcpy(&m, buf_.data(), sizeof(m));
+  if (m == kRejectMagic) {
+    state_ = State::kFailed;
+    auth_failure_ = true;
+    reason_ = "it rejected our proof of the job secret (EDL_JOB_SECRET differs between the ranks?)";
+    return;
+  }
   if (m != kAcceptMagic) {
     state_ = State::kFailed;
     reason_ = "it sent a corrupt handshake acceptance";

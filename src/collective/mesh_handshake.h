@@ -11,7 +11,9 @@
 //                             nonce_a, mac_a = HMAC-SHA256(secret, transcript('A')).
 //      The connector checks that the acceptor is the rank it dialled, of this generation, and mac_a.
 //   3. connector -> acceptor  Proof (32 B): mac_c = HMAC-SHA256(secret, transcript('C')).
-//   4. acceptor -> connector  Accept (8 B): "EDLMACPT" once mac_c verified (constant-time compare).
+//   4. acceptor -> connector  Accept (8 B): "EDLMACPT" once mac_c verified (constant-time compare),
+//                             or Reject (8 B): "EDLMREJT" when it did not verify, then it closes.
+//      A connection closed without a Reject is a lost peer (it died), never an authentication failure.
 //   transcript(role) = "edl-mesh-v1" | role | generation | tag | size | sender rank | receiver rank |
 //                      nonce_c | nonce_a
 // Both sides prove the secret over both fresh nonces; the role byte keeps one side's MAC from
@@ -45,6 +47,7 @@ constexpr size_t kAcceptBytes = 8;
 constexpr uint64_t kHelloMagic = 0x324853454d4c4445ull;      // "EDLMESH2" (bytes on the wire)
 constexpr uint64_t kChallengeMagic = 0x4c4148434d4c4445ull;  // "EDLMCHAL"
 constexpr uint64_t kAcceptMagic = 0x545043414d4c4445ull;     // "EDLMACPT"
+constexpr uint64_t kRejectMagic = 0x544a45524d4c4445ull;     // "EDLMREJT"
 
 // The fixed layout of Hello and Challenge.
 struct HelloWire {
@@ -63,7 +66,8 @@ std::string describe(const HelloWire& h);
 
 // Acceptor side of one accepted connection. feed() the received bytes (at most wanted()); it
 // returns the bytes to send back (possibly empty). After kRejected, reason() says why; the caller
-// closes the connection and keeps waiting for the genuine peer.
+// sends what feed() returned (a Reject after a wrong proof), closes the connection and keeps
+// waiting for the genuine peer.
 class EDL_API AcceptSide {
  public:
   enum class State { kWantHello, kWantProof, kDone, kRejected };
@@ -90,7 +94,8 @@ class EDL_API AcceptSide {
 
 // Connector side of one connection this rank dialled to `peer`. hello() is sent first; then feed()
 // the received bytes (at most wanted()) and send what it returns. kFailed: reason() says why and
-// auth_failure() tells a wrong job secret (AuthError) from a wrong or stale peer (PeerLostError).
+// auth_failure() tells a wrong job secret (AuthError: the acceptor's MAC did not verify, or it sent
+// a Reject) from a wrong or stale peer (PeerLostError).
 class EDL_API ConnectSide {
  public:
   enum class State { kWantChallenge, kWantAccept, kDone, kFailed };

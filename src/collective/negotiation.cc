@@ -1,12 +1,15 @@
 // Engine negotiation: the allgather of every rank's ready requests (response cache bits for names
-// negotiated before, full descriptors for new ones), decoding into the agreed ready list, mismatch
-// detection and the stall warnings. See engine.h and docs/collectives.md.
+// negotiated before, full descriptors for new ones), decoding into the agreed ready list (on the
+// sparse mesh the Verdict comes from a combine instead: negotiation_round.cc), mismatch detection
+// and the stall warnings. See engine.h and docs/collectives.md.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 #include "collective/engine.h"
 #include "collective/negotiation_message.h"
+#include "collective/negotiation_reduce.h"
 #include "collective/tcp_communicator.h"
 #include "common/logging.h"
 #include "edl/error.h"
@@ -46,30 +49,29 @@ std::string describe_mismatch(const std::string& name, const Engine::Desc& a, co
          std::to_string(b.root);
 }
 
-// The negotiation allgather.
-void gather(Communicator& comm, bool idle, const std::vector<uint8_t>& msg, std::vector<uint8_t>& all,
-            std::vector<size_t>& counts) {
+}  // namespace
+
+// A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
+// aligned across ranks): block at once instead of spinning, so it costs no CPU and does not make
+// the transport see contention (which would switch off its spinning for the data collectives that
+// follow). Rounds with requests keep the data tuning: the other ranks are usually about to join.
+// The round's thread is the communicator's only user.
+void run_quietly(Communicator& comm, bool idle, const std::function<void()>& fn) {
   auto* tcp = dynamic_cast<TcpCommunicator*>(&comm);
-  if (tcp && idle) {
-    // A round in which this rank lists nothing mostly waits for other ranks' ticks (ticks are not
-    // aligned across ranks): block at once instead of spinning, so it costs no CPU and does not
-    // make the transport see contention (which would switch off its spinning for the data
-    // collectives that follow). Rounds with requests keep the data tuning: the other ranks are
-    // usually about to join. This thread is the communicator's only user.
-    AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
-    quiet.spin = std::chrono::microseconds(0);
-    tcp->set_tuning(quiet);
-    try {
-      tcp->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
-    } catch (...) {
-      tcp->set_tuning(data_tuning);
-      throw;
-    }
+  if (!tcp || !idle) return fn();
+  AlgorithmTuning data_tuning = tcp->tuning(), quiet = data_tuning;
+  quiet.spin = std::chrono::microseconds(0);
+  tcp->set_tuning(quiet);
+  try {
+    fn();
+  } catch (...) {
     tcp->set_tuning(data_tuning);
-  } else {
-    comm.allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts);
+    throw;
   }
+  tcp->set_tuning(data_tuning);
 }
+
+namespace {
 
 // The decoded messages of one round as integer keys: cache ids [0, C), then one key per distinct
 // new name of this round. In steady state every request is a cache bit and no string is touched.
@@ -130,12 +132,14 @@ Round decode_round(const std::vector<uint8_t>& all, const std::vector<size_t>& c
 
 // One negotiation round. Message of each rank: magic, cache size, bitset over the response cache
 // (requests whose name and descriptor were negotiated before), then full descriptors + names of
-// the other requests. Every rank decodes every message, so every rank computes the same ready list.
+// the other requests. On the full mesh every rank decodes every message (an allgather); on the
+// sparse mesh the messages are combined by recursive doubling (negotiation_round.cc). Either way
+// every rank computes the same ready list.
 std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
   const int n = comm_->size();
-  std::vector<RequestPtr> ready;
   *p = Progress{};
   if (n == 1) {
+    std::vector<RequestPtr> ready;
     ready.swap(pending_);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.cycles;
@@ -143,71 +147,89 @@ std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
   }
   std::vector<uint64_t> bits((cache_.size() + 63) / 64, 0);
   std::vector<NegotiationMessage::Fresh> fresh;
-  for (const RequestPtr& r : pending_) {
+  std::vector<std::pair<size_t, const Request*>> fresh_requests;  // (position in pending_, request)
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const RequestPtr& r = pending_[i];
     auto it = cache_ids_.find(r->name);
-    if (it != cache_ids_.end() && cache_[it->second].second == r->desc)
+    if (it != cache_ids_.end() && cache_[it->second].second == r->desc) {
       bits[it->second / 64] |= 1ull << (it->second % 64);
-    else
+    } else {
       fresh.push_back(NegotiationMessage::Fresh{r->desc, r->name});
+      fresh_requests.emplace_back(i, r.get());
+    }
   }
-  const std::vector<uint8_t> msg = encode_negotiation(static_cast<uint32_t>(cache_.size()), bits, fresh);
+  auto* tcp = dynamic_cast<TcpCommunicator*>(comm_.get());
+  Verdict v = tcp && tcp->sparse()
+                  ? reduce_round(pending_.empty(), bits, fresh_requests)
+                  : gather_round(pending_.empty(), encode_negotiation(static_cast<uint32_t>(cache_.size()), bits, fresh));
+  std::vector<RequestPtr> ready = apply(v, p);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.cycles;
+  if (fresh.empty()) ++stats_.cached_cycles;
+  return ready;
+}
+
+Engine::Verdict Engine::gather_round(bool idle, const std::vector<uint8_t>& msg) {
+  const int n = comm_->size();
   std::vector<uint8_t> all;
   std::vector<size_t> counts;
-  gather(*comm_, pending_.empty(), msg, all, counts);
-
+  run_quietly(*comm_, idle, [&] { comm_->allgatherv(msg.data(), msg.size(), DataType::kUInt8, all, &counts); });
   // Decode into integer keys: cache ids [0, C), then one key per distinct new name of this round.
-  const size_t C = cache_.size();
   Round round = decode_round(all, counts, n, cache_, cache_ids_);
-  std::vector<std::vector<Entry>>& lists = round.lists;
-  std::unordered_map<std::string, uint32_t>& fresh_key = round.fresh_key;
-  std::vector<std::string>& fresh_name = round.fresh_name;
-  const bool sent_names = !fresh.empty();
-  const size_t total = C + fresh_name.size();
-  auto name_of = [&](uint32_t key) -> const std::string& { return key < C ? cache_[key].first : fresh_name[key - C]; };
-
+  Verdict v;
+  v.fresh_name = std::move(round.fresh_name);
+  v.fresh_key = std::move(round.fresh_key);
+  const size_t total = cache_.size() + v.fresh_name.size();
   // Presence count per key; rank 0's descriptor; the first differing descriptor of another rank.
-  std::vector<int> present(total, 0);
+  v.present.assign(total, 0);
   std::vector<Desc> desc0(total);
   std::vector<int> differ_rank(total, -1);
   std::vector<Desc> differ_desc(total);
   for (int r = 0; r < n; ++r) {
-    for (const Entry& e : lists[r]) {
-      ++present[e.key];
+    for (const Entry& e : round.lists[r]) {
+      ++v.present[e.key];
       if (r == 0) {
         desc0[e.key] = e.desc;
-      } else if (differ_rank[e.key] < 0 && present[e.key] > 1 && !(e.desc == desc0[e.key])) {
+      } else if (differ_rank[e.key] < 0 && v.present[e.key] > 1 && !(e.desc == desc0[e.key])) {
         differ_rank[e.key] = r;
         differ_desc[e.key] = e.desc;
       }
     }
   }
-  size_t listed_keys = 0;
-  for (int c : present)
-    if (c > 0) ++listed_keys;
+  // Ready = present on every rank; agreed order = rank 0's message order.
+  for (const Entry& e : round.lists[0])
+    if (v.present[e.key] == n) v.ready.push_back(Verdict::Ready{e.key, e.desc, differ_rank[e.key], differ_desc[e.key]});
+  return v;
+}
 
+std::vector<Engine::RequestPtr> Engine::apply(Verdict& v, Progress* p) {
+  const int n = comm_->size();
+  const size_t C = cache_.size();
+  const size_t total = C + v.fresh_name.size();
+  auto name_of = [&](uint32_t key) -> const std::string& { return key < C ? cache_[key].first : v.fresh_name[key - C]; };
+  auto key_of = [&](const std::string& name) -> int64_t {
+    auto it = cache_ids_.find(name);
+    if (it != cache_ids_.end()) return it->second;
+    auto f = v.fresh_key.find(name);
+    return f == v.fresh_key.end() ? -1 : static_cast<int64_t>(f->second);
+  };
   // This rank's pending requests by key.
   std::vector<int> local(total, -1);
+  std::vector<int64_t> key_at(pending_.size());
   for (size_t i = 0; i < pending_.size(); ++i) {
-    auto it = cache_ids_.find(pending_[i]->name);
-    uint32_t key;
-    if (it != cache_ids_.end()) key = it->second;
-    else key = fresh_key.at(pending_[i]->name);
-    local[key] = static_cast<int>(i);
+    key_at[i] = key_of(pending_[i]->name);
+    if (key_at[i] < 0) throw InternalError("collective engine: a pending request is missing from the negotiation");
+    local[static_cast<size_t>(key_at[i])] = static_cast<int>(i);
   }
-
-  // Ready = present on every rank; agreed order = rank 0's message order.
+  std::vector<RequestPtr> ready;
   std::vector<bool> taken(pending_.size(), false);
-  size_t decided = 0;
-  for (const Entry& e : lists[0]) {
-    if (present[e.key] != n) continue;
-    ++decided;
+  for (const Verdict::Ready& e : v.ready) {
     const int i = local[e.key];
     if (i < 0) throw InternalError("collective engine: a ready request is not pending on this rank");
     taken[static_cast<size_t>(i)] = true;
-    if (differ_rank[e.key] >= 0) {
+    if (e.differ_rank >= 0) {
       complete(pending_[static_cast<size_t>(i)],
-               std::make_exception_ptr(MismatchError(
-                   describe_mismatch(name_of(e.key), e.desc, differ_desc[e.key], differ_rank[e.key]))));
+               std::make_exception_ptr(MismatchError(describe_mismatch(name_of(e.key), e.desc, e.differ_desc, e.differ_rank))));
       continue;
     }
     ready.push_back(pending_[static_cast<size_t>(i)]);
@@ -219,27 +241,20 @@ std::vector<Engine::RequestPtr> Engine::negotiate(Progress* p) {
       cache_.emplace_back(name_of(e.key), e.desc);
     }
   }
-  if (listed_keys > decided) {
-    size_t mine = 0;  // listed keys that are pending here (and so missing on some other rank)
-    std::vector<int> present_on(pending_.size(), n);
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      if (taken[i]) continue;
-      // Not taken, so not newly cached this round: a cache id below C, or a key of this round.
-      auto it = cache_ids_.find(pending_[i]->name);
-      present_on[i] = present[it != cache_ids_.end() ? it->second : fresh_key.at(pending_[i]->name)];
-      ++mine;
-    }
-    p->others_lack = mine > 0;
-    p->i_lack = listed_keys - decided > mine;
-    warn_stalled(present_on, n);
+  // Another rank listed a request this rank lacks; this rank listed one another rank lacks.
+  for (size_t k = 0; k < total && !p->i_lack; ++k) p->i_lack = v.present[k] != 0 && local[k] < 0;
+  std::vector<int> present_on(pending_.size(), n);  // Verdict::kSome: not counted this round, no warning
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (taken[i]) continue;
+    p->others_lack = true;
+    const int c = v.present[static_cast<size_t>(key_at[i])];
+    if (c != Verdict::kSome) present_on[i] = c;
   }
+  if (p->others_lack) warn_stalled(present_on, n);
   std::vector<RequestPtr> rest;
   for (size_t i = 0; i < pending_.size(); ++i)
     if (!taken[i]) rest.push_back(std::move(pending_[i]));
   pending_.swap(rest);
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.cycles;
-  if (!sent_names) ++stats_.cached_cycles;
   return ready;
 }
 

@@ -14,14 +14,44 @@ std::vector<uint8_t> encode_negotiation(uint32_t cache_size, const std::vector<u
   for (uint64_t word : bits) w.u64(word);
   w.u32(static_cast<uint32_t>(fresh.size()));
   for (const auto& f : fresh) {
-    w.u8(f.desc.kind);
-    w.u8(f.desc.dtype);
-    w.u8(f.desc.op);
-    w.i32(f.desc.root);
-    w.u64(f.desc.count);
+    append_desc(msg, f.desc);
     w.str(f.name, "request name");
   }
   return msg;
+}
+
+void append_desc(std::vector<uint8_t>& out, const Engine::Desc& d) {
+  codec::Writer<std::vector<uint8_t>> w(out);
+  w.u8(d.kind);
+  w.u8(d.dtype);
+  w.u8(d.op);
+  w.i32(d.root);
+  w.u64(d.count);
+}
+
+Engine::Desc read_desc(codec::Reader& rd) {
+  Engine::Desc d;
+  d.kind = rd.u8("kind");
+  d.dtype = rd.u8("dtype");
+  d.op = rd.u8("op");
+  d.root = rd.i32("root");
+  d.count = rd.u64("count");
+  return d;
+}
+
+void check_desc(const codec::Reader& rd, const Engine::Desc& d, const std::string& name) {
+  if (d.kind < kAllreduce || d.kind > kLastKind || d.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
+      d.op > static_cast<uint8_t>(ReduceOp::kProduct))
+    rd.fail("request '" + name + "' has unknown kind/dtype/op " + std::to_string(d.kind) + "/" +
+            std::to_string(d.dtype) + "/" + std::to_string(d.op));
+}
+
+uint32_t read_cache_size(codec::Reader& rd, uint32_t cache_size) {
+  const uint32_t got = rd.u32("cache size");
+  if (got != cache_size)
+    rd.fail("a response cache of " + std::to_string(got) + " entries, this rank " + std::to_string(cache_size) +
+            " (the caches diverged)");
+  return got;
 }
 
 namespace {
@@ -39,32 +69,20 @@ void read_cache_bits(codec::Reader& rd, uint32_t cache_size, NegotiationMessage*
   }
 }
 
-NegotiationMessage::Fresh read_fresh(codec::Reader& rd) {
-  NegotiationMessage::Fresh f;
-  f.desc.kind = rd.u8("kind");
-  f.desc.dtype = rd.u8("dtype");
-  f.desc.op = rd.u8("op");
-  f.desc.root = rd.i32("root");
-  f.desc.count = rd.u64("count");
-  f.name = std::string(rd.str("request name"));
-  if (f.desc.kind < kAllreduce || f.desc.kind > kLastKind || f.desc.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
-      f.desc.op > static_cast<uint8_t>(ReduceOp::kProduct))
-    rd.fail("request '" + f.name + "' has unknown kind/dtype/op " + std::to_string(f.desc.kind) + "/" +
-            std::to_string(f.desc.dtype) + "/" + std::to_string(f.desc.op));
-  return f;
-}
-
 NegotiationMessage decode(codec::Reader& rd, uint32_t cache_size) {
   NegotiationMessage m;
   if (rd.u32("magic") != kNegotiationMagic) rd.fail("corrupt (bad magic)");
-  m.cache_size = rd.u32("cache size");
-  if (m.cache_size != cache_size)
-    rd.fail("a response cache of " + std::to_string(m.cache_size) + " entries, this rank " +
-            std::to_string(cache_size) + " (the caches diverged)");
+  m.cache_size = read_cache_size(rd, cache_size);
   read_cache_bits(rd, cache_size, &m);
   const uint32_t nf = rd.count("fresh request count", kFreshEntryMinBytes);
   m.fresh.reserve(nf);
-  for (uint32_t i = 0; i < nf; ++i) m.fresh.push_back(read_fresh(rd));
+  for (uint32_t i = 0; i < nf; ++i) {
+    NegotiationMessage::Fresh f;
+    f.desc = read_desc(rd);
+    f.name = std::string(rd.str("request name"));
+    check_desc(rd, f.desc, f.name);
+    m.fresh.push_back(std::move(f));
+  }
   rd.finish();
   return m;
 }

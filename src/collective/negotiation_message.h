@@ -20,6 +20,10 @@
 #include "collective/engine.h"
 #include "edl/export.h"
 
+namespace edl::codec {
+class Reader;
+}
+
 namespace edl::collective {
 
 struct NegotiationMessage {
@@ -38,6 +42,15 @@ constexpr size_t kFreshEntryMinBytes = 19;           // a fresh entry with an em
 // `bits` has ceil(cache_size / 64) words.
 EDL_API std::vector<uint8_t> encode_negotiation(uint32_t cache_size, const std::vector<uint64_t>& bits,
                                                 const std::vector<NegotiationMessage::Fresh>& fresh);
+// The pieces both negotiation messages (this one and the sparse mesh's, negotiation_reduce.h) are
+// made of: a request descriptor (kind u8 | dtype u8 | op u8 | root i32 | count u64; check_desc
+// refuses an unknown kind / dtype / op, naming the request) and the cache size, which must be this
+// rank's. Violations throw codec::DecodeError.
+void append_desc(std::vector<uint8_t>& out, const Engine::Desc& d);
+Engine::Desc read_desc(codec::Reader& rd);
+void check_desc(const codec::Reader& rd, const Engine::Desc& d, const std::string& name);
+uint32_t read_cache_size(codec::Reader& rd, uint32_t cache_size);
+
 // Decodes rank `sender`'s message; `cache_size` is this rank's response cache size (they must agree).
 EDL_API NegotiationMessage decode_negotiation(const uint8_t* p, size_t n, uint32_t cache_size, int sender);
 

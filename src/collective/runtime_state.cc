@@ -59,6 +59,7 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   co.cancel = std::move(cancel);
   co.transport = collective::transport_from_name(config_.transport);
   co.hierarchical = collective::hierarchical_from_name(config_.hierarchical);
+  co.mesh = collective::mesh_from_name(config_.mesh);
   co.host_id = config_.hostname;
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
   g->comm = Communicator::create(store, prefix, rank, size, co);

@@ -31,18 +31,7 @@
 namespace edl::collective {
 namespace {
 
-constexpr uint64_t kHelloMagic = 0x4f4c4c4548544445ull;  // "EDTHELLO"
 constexpr uint64_t kOfferMagic = 0x5245464f4d485345ull;  // "ESHMOFER"
-constexpr size_t kHostMax = 200;
-
-struct Hello {
-  uint64_t magic;
-  uint32_t transport;
-  uint32_t hierarchical;
-  uint32_t host_len;
-  uint32_t pad;
-  char host[kHostMax];
-};
 struct Offer {
   uint64_t magic;
   uint32_t ok;
@@ -50,12 +39,6 @@ struct Offer {
   char name[64];  // abstract socket name (without the leading NUL)
   uint8_t nonce[32];
 };
-
-std::string host_name() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
 
 bool read_exact(int fd, void* buf, size_t n, Clock::time_point deadline) {
   char* p = static_cast<char*>(buf);
@@ -138,11 +121,7 @@ class ShmSetup {
     const bool forced = c_.options_.transport == Transport::kShm;
     if (!same) {
       if (forced) throw CommError(setup() + ": EDL_TRANSPORT=shm, but the ranks are on different hosts: " + hosts_);
-      HostLayout l = HostLayout::of(host_of_, c_.rank_);
-      if (l.problem.empty() && c_.options_.hierarchical == Hierarchical::kOff) l.problem = "EDL_HIERARCHICAL=0";
-      if (!l.problem.empty() && c_.options_.hierarchical == Hierarchical::kOn)
-        throw CommError(setup() + ": EDL_HIERARCHICAL=1, but " + l.problem + ": " + hosts_);
-      return l;
+      return HostLayout::decide(host_of_, c_.rank_, c_.options_.hierarchical, setup(), hosts_);
     }
     HostLayout none;
     none.problem = "one host";
@@ -176,14 +155,8 @@ class ShmSetup {
   }
 
   bool exchange_hellos() {
-    std::string host = c_.options_.host_id.empty() ? host_name() : c_.options_.host_id;
-    host.resize(std::min(host.size(), kHostMax));
-    Hello mine{};
-    mine.magic = kHelloMagic;
-    mine.transport = static_cast<uint32_t>(c_.options_.transport);
-    mine.hierarchical = static_cast<uint32_t>(c_.options_.hierarchical);
-    mine.host_len = static_cast<uint32_t>(host.size());
-    std::memcpy(mine.host, host.data(), host.size());
+    const TransportHello mine = TransportHello::of(c_.options_);
+    const std::string host = mine.host_id();
     for (int p = 0; p < c_.size_; ++p)
       if (p != c_.rank_) send_to(p, &mine, sizeof(mine));
     bool same = true;
@@ -191,9 +164,9 @@ class ShmSetup {
     host_of_.assign(c_.size_, host);
     for (int p = 0; p < c_.size_; ++p) {
       if (p == c_.rank_) continue;
-      Hello h{};
+      TransportHello h{};
       read_from(p, &h, sizeof(h));
-      if (h.magic != kHelloMagic || h.host_len > kHostMax)
+      if (!h.valid())
         throw CommError(setup() + ": rank " + std::to_string(p) +
                         " sent no transport hello (EDL_TRANSPORT=tcp on that rank and not on this one?)" +
                         c_.peer_text(p));
@@ -201,11 +174,10 @@ class ShmSetup {
         throw CommError(setup() + ": rank " + std::to_string(p) + " has another EDL_HIERARCHICAL setting (" +
                         std::to_string(h.hierarchical) + ", this rank " + std::to_string(mine.hierarchical) +
                         "; 0 auto, 1 off, 2 on)" + c_.peer_text(p));
-      const std::string theirs(h.host, h.host_len);
-      host_of_[p] = theirs;
-      if (theirs != host) {
+      host_of_[p] = h.host_id();
+      if (host_of_[p] != host) {
         same = false;
-        hosts_ += ", rank " + std::to_string(p) + " on '" + theirs + "'";
+        hosts_ += ", rank " + std::to_string(p) + " on '" + host_of_[p] + "'";
       }
     }
     return same;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "collective/fd_limit.h"
 #include "edl/error.h"
 
 namespace edl::collective {
@@ -81,6 +82,7 @@ int listen_any_port(const std::string& address, int* port) {
   socklen_t len = 0;
   if (!resolve(address, 0, &ss, &len)) throw CommError("cannot resolve bind address '" + address + "'");
   int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE)) throw_descriptor_limit("listening on " + address, errno);
   if (fd < 0) throw CommError("socket(): " + errno_text(errno));
   if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, 256) != 0) {
     int e = errno;
@@ -110,7 +112,7 @@ void tune_data_socket(int fd) {
   set_nonblocking(fd, true);
 }
 
-int connect_until(const std::string& host_port, Clock::time_point deadline) {
+int connect_until(const std::string& host_port, Clock::time_point deadline, bool* refused) {
   std::string host;
   int port = 0;
   if (std::string why = split_host_port(host_port, &host, &port); !why.empty())
@@ -120,14 +122,16 @@ int connect_until(const std::string& host_port, Clock::time_point deadline) {
     socklen_t len = 0;
     if (!resolve(host, port, &ss, &len)) throw CommError("cannot resolve peer address '" + host_port + "'");
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) throw_descriptor_limit("connecting to " + host_port, errno);
     if (fd < 0) throw CommError("socket(): " + errno_text(errno));
     set_nonblocking(fd, true);
     int rc = connect(fd, reinterpret_cast<sockaddr*>(&ss), len);
+    int err = rc == 0 ? 0 : errno;
     if (rc != 0 && errno == EINPROGRESS) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       pollfd p{fd, POLLOUT, 0};
       if (left > 0 && poll(&p, 1, static_cast<int>(left)) == 1) {
-        int err = 0;
+        err = 0;
         socklen_t el = sizeof(err);
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
         rc = err == 0 ? 0 : -1;
@@ -135,6 +139,10 @@ int connect_until(const std::string& host_port, Clock::time_point deadline) {
     }
     if (rc == 0) return fd;
     close(fd);
+    if (refused && err == ECONNREFUSED) {
+      *refused = true;
+      return -1;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // refused: the listener may be late
   }
   return -1;

@@ -28,8 +28,9 @@ EDL_API uint64_t fnv1a(const std::string& s);
 // Listens on address:0; returns the fd and puts the chosen port in *port. Throws CommError.
 EDL_API int listen_any_port(const std::string& address, int* port);
 // Connects to "host:port" before deadline (retrying refused connections). Returns fd or -1 when the
-// deadline passed; throws CommError for a malformed address.
-EDL_API int connect_until(const std::string& host_port, Clock::time_point deadline);
+// deadline passed; throws CommError for a malformed address, InvalidArgument when the process is out
+// of file descriptors. With `refused` given, a refused connection is not retried: -1 and *refused.
+EDL_API int connect_until(const std::string& host_port, Clock::time_point deadline, bool* refused = nullptr);
 // Non-blocking, TCP_NODELAY, large buffers.
 void tune_data_socket(int fd);
 void set_nonblocking(int fd, bool on);

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "collective/fd_limit.h"
 #include "collective/hierarchy.h"
 #include "collective/shm_transport.h"
 #include "collective/tcp_internal.h"
@@ -31,7 +32,13 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 namespace edl::collective {
 
 TcpCommunicator::TcpCommunicator(int rank, int size, const CommunicatorOptions& options)
-    : rank_(rank), size_(size), options_(options), send_fd_(size, -1), recv_fd_(size, -1), peer_addr_(size) {
+    : rank_(rank),
+      size_(size),
+      options_(options),
+      topo_(MeshTopology::full(rank, size)),
+      send_fd_(size, -1),
+      recv_fd_(size, -1),
+      peer_addr_(size) {
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (event_fd_ < 0) throw CommError("eventfd(): " + errno_text(errno));
 }
@@ -55,13 +62,45 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
   auto c = std::make_shared<TcpCommunicator>(rank, size, options);
   if (size > 1) {
     if (!store) throw InvalidArgument("Communicator::create needs a store for size > 1");
+    const bool full = full_mesh(size, options);
+    if (!full && options.transport == Transport::kShm)
+      throw CommError("communicator setup on rank " + std::to_string(rank) +
+                      ": EDL_TRANSPORT=shm needs the full mesh, but EDL_MESH=sparse was asked for");
+    c->topo_ = full ? MeshTopology::full(rank, size) : MeshTopology::sparse(rank, size);
+    // Two sockets per linked peer, the listener and the abort eventfd, plus what a hierarchical
+    // child or the shared-memory setup may hold for a moment.
+    ensure_descriptors(2 * static_cast<int>(c->topo_.peers().size()) + 8,
+                       "the " + std::string(full ? "full" : "sparse") + " mesh of rank " + std::to_string(rank) +
+                           " of " + std::to_string(size));
     c->build_mesh(*store, prefix);
-    c->one_host_ = is_loopback_address(options.bind_address);
-    for (int p = 0; p < size; ++p)
-      if (p != rank) c->one_host_ = c->one_host_ && is_loopback_address(c->peer_addr_[p]);
-    if (options.transport != Transport::kTcp) c->setup_transport(store, prefix);
+    if (full) {
+      c->one_host_ = is_loopback_address(options.bind_address);
+      for (int p = 0; p < size; ++p)
+        if (p != rank) c->one_host_ = c->one_host_ && is_loopback_address(c->peer_addr_[p]);
+      if (options.transport != Transport::kTcp) c->setup_transport(store, prefix);
+    } else {
+      c->sparse_setup(store, prefix);
+    }
   }
   return c;
+}
+
+bool TcpCommunicator::full_mesh(int size, const CommunicatorOptions& o) {
+  switch (o.mesh) {
+    case Mesh::kFull: return true;
+    case Mesh::kSparse: return false;
+    case Mesh::kAuto: break;
+  }
+  return size <= kFullMeshRanks || o.transport == Transport::kShm ||
+         (o.transport == Transport::kAuto && size <= kShmFullMeshRanks);
+}
+
+int TcpCommunicator::socket_count() const {
+  int n = 0;
+  for (const auto* fds : {&send_fd_, &recv_fd_})
+    for (int fd : *fds) n += fd >= 0 ? 1 : 0;
+  if (hier_) n += hier_->socket_count();
+  return n;
 }
 
 void TcpCommunicator::shutdown_sockets() {
@@ -143,9 +182,9 @@ void TcpCommunicator::io_error(int peer, int err, bool sending, const char* what
 bool TcpCommunicator::wait_incoming(int extra_fd, Clock::time_point until) {
   if (shm_) return shm_->wait_incoming(extra_fd, until);
   std::vector<pollfd> fds;
-  fds.reserve(static_cast<size_t>(size_) + 2);
-  for (int p = 0; p < size_; ++p)
-    if (p != rank_ && recv_fd_[p] >= 0) fds.push_back(pollfd{recv_fd_[p], POLLIN, 0});
+  fds.reserve(topo_.peers().size() + 2);
+  for (int p : topo_.peers())
+    if (recv_fd_[p] >= 0) fds.push_back(pollfd{recv_fd_[p], POLLIN, 0});
   const size_t peers = fds.size();
   fds.push_back(pollfd{event_fd_, POLLIN, 0});
   if (extra_fd >= 0) fds.push_back(pollfd{extra_fd, POLLIN, 0});
@@ -180,6 +219,12 @@ void TcpCommunicator::Waiter::progressed() { last_progress = Clock::now(); }
 
 void TcpCommunicator::Waiter::idle() {
   if (comm.aborted_.load(std::memory_order_relaxed)) comm.throw_aborted();
+  // The elastic runtime sets `cancel` when a member dies while the generation is being built: the
+  // sparse mesh's setup allgather gives up as the mesh build does.
+  if (comm.options_.cancel && comm.options_.cancel->load(std::memory_order_relaxed))
+    throw AbortedError(std::string(what) + " on rank " + std::to_string(comm.rank_) +
+                       ": cancelled while the communicator was being built (a member of generation " +
+                       std::to_string(comm.options_.generation) + " failed)");
   auto now = Clock::now();
   if (now >= deadline) {
     std::string peers_s;

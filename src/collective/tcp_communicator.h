@@ -1,18 +1,26 @@
 // TcpCommunicator: EDL's own TCP transport and collective algorithms (the Communicator behind
 // Communicator::create). Design and wire protocol: docs/collectives.md.
 //
-//  - Full mesh of one-way sockets: for every peer, one connection this rank sends on (it connected
-//    it) and one it receives on (it accepted it), bootstrapped through the store with a handshake
-//    that proves the job secret both ways (mesh_handshake.h); connections of other jobs or
-//    generations, ranks outside this generation and wrong secrets are refused.
-//  - Every collective starts with a 48-byte header sent to every peer; small payloads ride in the
-//    same message (eager). Every length in a peer's header is checked against this rank's own call
-//    (or options.max_gather_bytes for allgather) before anything is allocated. All ranks see all headers, so all of them detect a mismatch identically
-//    and throw the same MismatchError after draining what was sent (the streams stay in sync).
+//  - A mesh of one-way sockets: for every linked peer, one connection this rank sends on (it
+//    connected it) and one it receives on (it accepted it), bootstrapped through the store with a
+//    handshake that proves the job secret both ways (mesh_handshake.h); connections of other jobs
+//    or generations, ranks outside this generation and wrong secrets are refused. Small
+//    communicators link every pair (full mesh); large ones only the peers their algorithms use
+//    (sparse mesh, mesh_topology.h: O(log n) sockets per rank).
+//  - Full mesh: every collective starts with a 48-byte header sent to every peer; small payloads
+//    ride in the same message (eager). Every length in a peer's header is checked against this
+//    rank's own call (or options.max_gather_bytes for allgather) before anything is allocated. All
+//    ranks see all headers, so all of them detect a mismatch identically and throw the same
+//    MismatchError after draining what was sent (the streams stay in sync).
+//  - Sparse mesh: every collective starts with a recursive-doubling combine (combine.cc) of an
+//    agreement (agreement.h: the header of the lowest rank and of the lowest rank that differs from
+//    it), carrying the data itself for small allreduces, broadcasts and allgathers; the same
+//    MismatchError reaches every rank (sparse_collectives.cc).
 //  - Non-blocking sockets; waits spin briefly, then poll() on the sockets plus an eventfd that
 //    abort() signals. Every collective has the deadline options.timeout.
 //  - Any transport error, deadline or abort poisons the communicator: later calls rethrow the
-//    first error, and the sockets are shut down so peers waiting on this rank fail promptly.
+//    first error, and the sockets are shut down so peers waiting on this rank fail promptly (in the
+//    sparse mesh this is how a death reaches the ranks that are not the dead rank's neighbours).
 //  - When every rank is on one host (Transport kShm / kAuto, see communicator.h), the collectives
 //    run through a shared-memory segment instead (shm_transport.h); the mesh then only carries
 //    wake-up bytes and reports a dead peer by EOF.
@@ -24,11 +32,13 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "collective/mesh_topology.h"
 #include "collective/socket.h"
 #include "edl/communicator.h"
 
@@ -54,6 +64,9 @@ struct AlgorithmTuning {
   size_t hd_max_bytes_one_host = SIZE_MAX;  // ... and at a power-of-two rank count when every rank listens on a
                                             // loopback address (one host: no link is shared unevenly) ...
   int hd_min_ranks = 2;                  // ... at this many ranks or more; else the ring
+  // On the sparse mesh the direct exchange is replaced by recursive doubling (log2(n) exchanges of
+  // the whole buffer, with the agreement): up to eager_bytes while every rank sends at most
+  // direct_total_bytes (bytes * rounds); otherwise the choice above.
   size_t chunk_bytes = 2 << 20;        // largest ring pipelining unit
   // Larger allreduces run as consecutive rings over windows of max(window_bytes, ranks *
   // window_rank_bytes): the working set of one ring then stays in the caches (measured on loopback
@@ -73,9 +86,11 @@ struct AlgorithmTuning {
 // The allreduce algorithms of the TCP path (docs/collectives.md, "Algorithms", with the measured
 // crossover points). Every rank picks from (bytes, ranks, tuning); the choice travels in the header
 // and ranks whose choices differ fail with CommError (their tunings differ).
-enum class AllreduceAlgorithm : uint8_t { kDirect = 0, kHalvingDoubling = 1, kRing = 2 };
+enum class AllreduceAlgorithm : uint8_t { kDirect = 0, kHalvingDoubling = 1, kRing = 2, kRecursiveDoubling = 3 };
 // `one_host`: every rank's published address is a loopback one (TcpCommunicator::one_host()).
-EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host = false);
+// `sparse`: the communicator runs on the sparse mesh (no direct exchange there).
+EDL_API AllreduceAlgorithm choose_allreduce(size_t bytes, int ranks, const AlgorithmTuning& t, bool one_host = false,
+                                            bool sparse = false);
 EDL_API const char* algorithm_name(AllreduceAlgorithm a);
 
 struct CommStats {
@@ -83,7 +98,13 @@ struct CommStats {
   uint64_t eager_allreduces = 0;
   uint64_t ring_allreduces = 0;
   uint64_t halving_doubling_allreduces = 0;
+  uint64_t recursive_doubling_allreduces = 0;
   uint64_t bytes_sent = 0;
+  // Transfers queued to peers and completed (headers, eager payloads, combine and halving-doubling
+  // messages; the ring's chunks are not counted): the message count of a collective or a
+  // negotiation round (tests count it).
+  uint64_t messages_sent = 0;
+  uint64_t combines = 0;  // recursive-doubling combines run (sparse mesh: one per collective)
 };
 
 class ShmTransport;
@@ -92,6 +113,10 @@ class Hierarchy;
 // "auto" | "tcp" | "shm" (Config::transport, already validated) as a Transport.
 inline Transport transport_from_name(const std::string& s) {
   return s == "tcp" ? Transport::kTcp : s == "shm" ? Transport::kShm : Transport::kAuto;
+}
+// "auto" | "full" | "sparse" (Config::mesh, already validated) as a Mesh.
+inline Mesh mesh_from_name(const std::string& s) {
+  return s == "full" ? Mesh::kFull : s == "sparse" ? Mesh::kSparse : Mesh::kAuto;
 }
 // "auto" | "0" | "1" (Config::hierarchical, already validated) as a Hierarchical.
 inline Hierarchical hierarchical_from_name(const std::string& s) {
@@ -102,6 +127,12 @@ class EDL_API TcpCommunicator final : public Communicator {
  public:
   static std::shared_ptr<TcpCommunicator> connect(std::shared_ptr<Store> store, const std::string& prefix, int rank,
                                                   int size, const CommunicatorOptions& options);
+  // Mesh::kAuto: a full mesh up to this many ranks (2(n-1) <= 2 log2(n) + 4 sockets) ...
+  static constexpr int kFullMeshRanks = 4;
+  // ... and up to this many when the shared-memory transport may be chosen (it needs the full mesh).
+  static constexpr int kShmFullMeshRanks = 8;
+  // Whether a communicator of `size` ranks with these options links every pair of ranks.
+  static bool full_mesh(int size, const CommunicatorOptions& options);
   TcpCommunicator(int rank, int size, const CommunicatorOptions& options);
   ~TcpCommunicator() override;
 
@@ -119,6 +150,14 @@ class EDL_API TcpCommunicator final : public Communicator {
   void allgatherv(const void* in, size_t count, DataType dtype, std::vector<uint8_t>& out,
                   std::vector<size_t>* counts_out = nullptr) override;
   void barrier() override;
+  // Merges `theirs` into `mine` (`mine_lower`: mine holds the lower ranks' part); both ranks of a
+  // pair call it with the same two parts, so it must be deterministic given (lower, upper).
+  using Merge = std::function<void(std::vector<uint8_t>& mine, std::vector<uint8_t>& theirs, bool mine_lower)>;
+  // A collective of its own: every rank's `msg` is replaced by the merge of all ranks' messages,
+  // combined by recursive doubling (log2(n) exchanges, +2 with a fold) over the mesh; the engine's
+  // negotiation on the sparse mesh. A peer's message above rank_limit bytes per rank it stands for
+  // is a CommError (nothing is allocated for it). Same error contract as allreduce.
+  void reduce_messages(std::vector<uint8_t>& msg, const Merge& merge, uint64_t rank_limit, const char* what);
   void abort(const std::string& reason) override;
   bool aborted() const override;
 
@@ -140,6 +179,11 @@ class EDL_API TcpCommunicator final : public Communicator {
   // Every rank of the mesh listens on a loopback address, so all run on this host (the algorithm
   // choice: halving-doubling at every size, docs/collectives.md "Algorithms"); same on every rank.
   bool one_host() const { return one_host_; }
+  // The mesh: which peers this rank links (mesh_topology.h).
+  const MeshTopology& topology() const { return topo_; }
+  bool sparse() const { return topo_.is_sparse(); }
+  // Mesh sockets this rank holds open (its own and its hierarchical children's): 2 per linked peer.
+  int socket_count() const;
   CommStats stats() const;
   // "shm" when the collectives run through shared memory (Transport kShm / kAuto on one host), "hier"
   // when the allreduce is hierarchical (hierarchy.h; the other collectives then run over TCP), else "tcp".
@@ -159,6 +203,10 @@ class EDL_API TcpCommunicator final : public Communicator {
   friend class ShmSetup;      // shm_setup.cc
   friend class Hierarchy;     // hierarchy.cc
   void build_mesh(Store& store, const std::string& prefix);
+  // Sparse mesh: the transport hello as an allgather (every rank's transport settings, host id and
+  // whether it listens on loopback), then the hierarchical children when the hosts allow them
+  // (sparse_setup.cc; the shared-memory transport needs the full mesh).
+  void sparse_setup(const std::shared_ptr<Store>& store, const std::string& prefix);
   // After the mesh: agree on the transport with the peers and attach the shared segment, or build
   // the hierarchical children through the store (shm_setup.cc).
   void setup_transport(const std::shared_ptr<Store>& store, const std::string& prefix);
@@ -188,12 +236,33 @@ class EDL_API TcpCommunicator final : public Communicator {
   void staged_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, AllreduceAlgorithm a);
   void shutdown_sockets();
 
+  // Sparse mesh (combine.cc, sparse_collectives.cc).
+  // Sends `out` framed to send_peer (when >= 0) and receives one framed message from recv_peer
+  // (when >= 0) into `in`; a frame above `limit` bytes is a CommError.
+  void exchange_frames(int send_peer, const std::vector<uint8_t>* out, int recv_peer, std::vector<uint8_t>* in,
+                       uint64_t limit, const char* what);
+  void combine(std::vector<uint8_t>& msg, const Merge& merge, uint64_t rank_limit, const char* what);
+  void sparse_allreduce(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, uint64_t whole_count);
+  void recursive_doubling(const std::vector<Span>& spans, size_t count, DataType dt, ReduceOp op, const Header& h);
+  void sparse_broadcast(void* data, size_t count, DataType dt, int root);
+  void scatter_allgather_broadcast(void* data, size_t bytes, int root, size_t es);
+  void sparse_allgatherv(const void* in, size_t count, DataType dt, std::vector<uint8_t>& out,
+                         std::vector<size_t>* counts_out);
+  void sparse_barrier();
+  // The agreement of a collective alone (no payload): throws the same MismatchError / CommError on
+  // every rank when the ranks disagree.
+  void agree(const Header& h);
+  // The largest combine message one rank may send in this rank's collective of `own_payload` bytes
+  // beside the agreement (a disagreeing rank's message included).
+  uint64_t rank_limit(uint64_t own_payload) const;
+
   int rank_;
   int size_;
   CommunicatorOptions options_;
   AlgorithmTuning tuning_;
   bool one_host_ = false;
-  std::vector<int> send_fd_;  // per peer (own rank: -1)
+  MeshTopology topo_;
+  std::vector<int> send_fd_;  // per peer (own rank and peers not linked: -1)
   std::vector<int> recv_fd_;
   std::vector<std::string> peer_addr_;  // published address of each peer (messages)
   int event_fd_ = -1;
@@ -204,6 +273,7 @@ class EDL_API TcpCommunicator final : public Communicator {
   mutable Clock::time_point spin_off_until_;  // CPU contention seen: block without spinning until then
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> drain_buf_;
+  std::vector<uint8_t> combine_in_;  // a peer's message in the combine
   std::vector<float> widened_;
   std::unique_ptr<ShmTransport> shm_;  // set when the collectives run through shared memory
   std::unique_ptr<Hierarchy> hier_;    // set when the allreduce is hierarchical across hosts

@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <sys/uio.h>
 
-#include <deque>
 #include <string>
 #include <vector>
 
@@ -45,6 +44,11 @@ constexpr uint64_t kHostMismatch = ~uint64_t{0};
 EDL_API std::string header_problem(const TcpCommunicator::Header& h, const TcpCommunicator::Header& mine, int peer,
                                    uint64_t max_gather_bytes);
 
+// The MismatchError text when rank rb's header `b` disagrees with rank 0's `a` on a field that
+// must agree (seq, kind, dtype, count except for allgather, op for allreduce, root for broadcast),
+// else "" (wire_header.cc).
+std::string mismatch_text(const TcpCommunicator::Header& a, const TcpCommunicator::Header& b, int rb);
+
 // One queued transfer on one connection: a list of spans; `drain` discards received bytes.
 struct TcpCommunicator::Xfer {
   std::vector<Span> spans;
@@ -70,9 +74,22 @@ struct TcpCommunicator::Xfer {
   void advance(size_t n);
 };
 
+// A FIFO of transfers. Unlike std::deque an empty one allocates nothing, so a collective can keep
+// one pair per rank of a large communicator and touch only its few linked peers.
+struct XferQueue {
+  std::vector<TcpCommunicator::Xfer> items;
+  size_t head = 0;
+  bool empty() const { return head == items.size(); }
+  TcpCommunicator::Xfer& front() { return items[head]; }
+  void pop_front() {
+    if (++head == items.size()) items.clear(), head = 0;
+  }
+  void push_back(TcpCommunicator::Xfer x) { items.push_back(std::move(x)); }
+};
+
 struct TcpCommunicator::PeerQueues {
-  std::deque<Xfer> send;
-  std::deque<Xfer> recv;
+  XferQueue send;
+  XferQueue recv;
 };
 
 // Spin-then-block wait with the collective's deadline; checks abort on every idle round.
@@ -95,6 +112,21 @@ struct TcpCommunicator::Waiter {
   std::vector<pollfd> fds;
   std::vector<int> peers;
 };
+
+// Runs one collective: an InvalidArgument (mismatch, bad argument) passes through, the streams
+// being in sync; any other error poisons the communicator (fail()).
+template <typename Fn>
+void TcpCommunicator::guarded(Fn&& fn) {
+  try {
+    fn();
+  } catch (const InvalidArgument&) {
+    throw;  // mismatch / bad argument: the streams are in sync, the communicator stays usable
+  } catch (const CommError&) {
+    fail(std::current_exception());
+  } catch (const std::exception& e) {
+    fail(std::make_exception_ptr(CommError(std::string("collective failed: ") + e.what())));
+  }
+}
 
 // 16-bit floats are reduced in float32 end to end: widens `spans` (count elements of dt) into
 // `scratch`, runs fn(float32 spans, DataType::kFloat32), then rounds the result back into `spans`

@@ -44,4 +44,27 @@ std::string header_problem(const TcpCommunicator::Header& h, const TcpCommunicat
   return "";
 }
 
+std::string mismatch_text(const TcpCommunicator::Header& a, const TcpCommunicator::Header& b, int rb) {
+  const std::string k = kind_name(a.kind);
+  const std::string rr = ", rank " + std::to_string(rb);
+  if (b.seq != a.seq)
+    return "collective sequence mismatch: rank 0 is at collective #" + std::to_string(a.seq) + rr + " at #" +
+           std::to_string(b.seq);
+  if (b.kind != a.kind) return std::string("collective mismatch: rank 0 called ") + k + rr + " called " + kind_name(b.kind);
+  if (a.kind == static_cast<uint8_t>(Kind::kBarrier)) return "";
+  if (b.dtype != a.dtype)
+    return k + " dtype mismatch: rank 0 has " + dtype_name(static_cast<DataType>(a.dtype)) + rr + " has " +
+           dtype_name(static_cast<DataType>(b.dtype));
+  if (a.kind != static_cast<uint8_t>(Kind::kAllgather) && b.count != a.count)
+    return k + " count mismatch: rank 0 has " + std::to_string(a.count) + " elements" + rr + " has " +
+           std::to_string(b.count);
+  if (a.kind == static_cast<uint8_t>(Kind::kAllreduce) && b.op != a.op)
+    return k + " op mismatch: rank 0 uses " + op_name(static_cast<ReduceOp>(a.op)) + rr + " uses " +
+           op_name(static_cast<ReduceOp>(b.op));
+  if (a.kind == static_cast<uint8_t>(Kind::kBroadcast) && b.root != a.root)
+    return k + " root mismatch: rank 0 uses root " + std::to_string(a.root) + rr + " uses root " +
+           std::to_string(b.root);
+  return "";
+}
+
 }  // namespace edl::collective

@@ -137,6 +137,11 @@ Config Config::from_env() {
   c.nccl_shrink = env_bool("EDL_NCCL_SHRINK", c.nccl_shrink);
   if (c.hierarchical == "1" && c.transport != "auto")
     throw InvalidArgument("EDL_HIERARCHICAL=1 needs EDL_TRANSPORT=auto (it is '" + c.transport + "')");
+  c.mesh = env_str("EDL_MESH", c.mesh);
+  if (c.mesh != "auto" && c.mesh != "full" && c.mesh != "sparse")
+    throw InvalidArgument("EDL_MESH='" + c.mesh + "' is not one of auto, full, sparse");
+  if (c.mesh == "sparse" && c.transport == "shm")
+    throw InvalidArgument("EDL_MESH=sparse cannot carry EDL_TRANSPORT=shm (the shared-memory transport needs the full mesh)");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));
   c.metrics_addr = env_str("EDL_METRICS_ADDR", "");
   if (!c.metrics_addr.empty() && (c.metrics_addr[0] != '@' || c.metrics_addr.size() < 2 || c.metrics_addr.size() > 100))

@@ -71,6 +71,8 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
   std::string transport = "auto";   // EDL_TRANSPORT: auto | tcp | shm (shared memory when all ranks share a host)
   std::string hierarchical = "auto";  // EDL_HIERARCHICAL: auto | 0 | 1 (hierarchical allreduce across hosts;
                                       // needs EDL_TRANSPORT=auto, see docs/collectives.md)
+  std::string mesh = "auto";        // EDL_MESH: auto | full | sparse (which peers a rank connects:
+                                    // docs/collectives.md, "Sparse mesh")
 
   // --- GPU path (libedl_cuda; docs/gpu.md) --------------------------------------------------------
   std::string gpu_transport = "nccl";  // EDL_GPU_TRANSPORT: nccl | host (device tensors staged through

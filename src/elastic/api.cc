@@ -152,6 +152,15 @@ WorkerOptions worker_options_from(const Config& c) {
   return o;
 }
 
+std::shared_ptr<Store> connect_job_store(const Config& config) {
+  if (!config.launched) return nullptr;
+  StoreOptions so;
+  so.secret = config.secret;
+  so.connect_timeout = std::chrono::milliseconds(config.connect_timeout_ms);
+  so.reconnect_timeout = std::chrono::milliseconds(config.store_timeout_ms);  // EDL_STORE_TIMEOUT_MS
+  return connect_store(config.store_url, so);
+}
+
 void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   g_commit_every = config.commit_every;
   // Members of a fresh generation connect within seconds; one that died right after the decision
@@ -164,7 +173,11 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
     return std::make_shared<RuntimeGroup>(gen);
   };
   if (!config.metrics_addr.empty()) store = metrics::make_timed_store(std::move(store));  // store latency
-  auto w = std::make_shared<Worker>(std::move(store), worker_options_from(config), factory);
+  WorkerOptions options = worker_options_from(config);
+  // The beats on a connection of their own: no request of the training or the watch thread (a
+  // rendezvous, a burst of bootstrap keys) can queue before a beat (docs/elastic.md).
+  options.membership.beat_store = connect_job_store(config);
+  auto w = std::make_shared<Worker>(std::move(store), std::move(options), factory);
   w->set_local_batch_size(g_local_batch.load());
   {
     std::lock_guard<std::mutex> lock(g_mu);

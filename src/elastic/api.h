@@ -11,6 +11,10 @@
 namespace edl::elastic {
 
 WorkerOptions worker_options_from(const Config& config);
+// The job's control-plane store when this process was started by edl-run (EDL_STORE, the job secret,
+// EDL_STORE_TIMEOUT_MS), else nullptr. A new connection on every call: the elastic worker opens a
+// second one for its beat thread (docs/elastic.md, "Cost as the job grows").
+std::shared_ptr<Store> connect_job_store(const Config& config);
 // Creates the process's Worker, installs the SIGTERM handler (graceful leave) and joins the job:
 // returns once this process is a member of a generation (its Runtime generation installed).
 void start_elastic(const Config& config, std::shared_ptr<Store> store);

@@ -8,9 +8,9 @@
 //   <job>/seq                  counter: arrival order across rounds (newcomers are appended in this order)
 //   <job>/lease/<worker>       liveness lease "<beat> <host> <wall ms> <probe>", refreshed every heartbeat, expires after lease
 //   <job>/g<G>/n               arrivals counter of the round that forms generation G
-//   <job>/g<G>/in/<worker>     arrival of <worker> at round G: "<seq> <host>"
+//   <job>/g<G>/in/<worker>     arrival of <worker> at round G: "<seq> <host> <probe addr:port>"
 //   <job>/g<G>/decider         worker deciding round G (compare_set from absent; taken over if its lease dies)
-//   <job>/g<G>/members         decided members of G, rank order, "id host" per line (write-once via CAS);
+//   <job>/g<G>/members         decided members of G, rank order, "id host probe" per line (write-once via CAS);
 //                              or "!job-error <reason>" when the job cannot go on (member_list.h)
 //   <job>/g<G>/event           counter bumped to wake the members of G (join request or abort)
 //   <job>/g<G>/abort           reason G was aborted (first writer wins)

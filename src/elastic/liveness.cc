@@ -35,7 +35,10 @@ LeaseValue parse_lease(const std::string& v) {
 
 // Opens the liveness probe: a listening socket that exists exactly as long as the process. A
 // connect to it is refused at once when the process died (the kernel closed it); a stopped process
-// still accepts in the kernel, so SIGSTOP is left to the heartbeat rule. Returns -1 on failure.
+// still accepts in the kernel, so SIGSTOP is left to the heartbeat rule. The backlog is the system's
+// largest: in a large job many members may probe one worker between two drains of its beat thread,
+// and a connect whose SYN finds the backlog full waits (proving nothing) instead of being refused.
+// Returns -1 on failure.
 int open_probe(const std::string& bind_address, int* port) {
   in_addr a{};
   if (::inet_pton(AF_INET, bind_address.c_str(), &a) != 1) return -1;
@@ -46,7 +49,7 @@ int open_probe(const std::string& bind_address, int* port) {
   sa.sin_addr = a;
   sa.sin_port = 0;
   socklen_t len = sizeof(sa);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, 64) != 0 ||
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
     ::close(fd);
     return -1;
@@ -85,6 +88,11 @@ bool probe_refused(const LeaseValue& v, const std::string& my_host) {
   }
   ::close(fd);
   return refused;
+}
+
+bool probe_refused(const std::string& host, const std::string& probe, const std::string& my_host) {
+  if (probe.empty()) return false;
+  return probe_refused(parse_lease("0 " + host + " 0 " + probe), my_host);
 }
 
 }  // namespace edl::elastic

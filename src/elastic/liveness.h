@@ -29,5 +29,8 @@ int open_probe(const std::string& bind_address, int* port);
 // accepted, timed out, unreachable, no probe — proves nothing and returns false. A loopback probe
 // is only tried from the member's own host (`my_host`).
 bool probe_refused(const LeaseValue& v, const std::string& my_host);
+// The same for a member of `host` whose probe is `probe` ("addr:port" as published in its lease, its
+// arrival and the member list; "" = none: proves nothing).
+bool probe_refused(const std::string& host, const std::string& probe, const std::string& my_host);
 
 }  // namespace edl::elastic

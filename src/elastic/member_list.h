@@ -1,5 +1,6 @@
 // The value of <job>/g<G>/members (docs/elastic.md, keys.h), in one place for the workers'
-// membership and edl-run's store watcher: the decided members in rank order, "id host" per line,
+// membership and edl-run's store watcher: the decided members in rank order, "id host probe" per
+// line (probe: the member's liveness probe "addr:port", "-" for none; older lists have "id host"),
 // then the decider's record of the change, "#change <reason> <previous size>" (GenerationChange);
 // or kJobErrorTag + reason when the job cannot go on. Also the decimal values (<job>/gen, <job>/seq,
 // arrival sequence numbers): parse_store_int.
@@ -21,6 +22,7 @@ namespace edl::elastic {
 struct Member {
   std::string id;
   std::string host;
+  std::string probe;  // "addr:port" of its liveness probe (docs/elastic.md), "" when unknown
 };
 
 // Prefix of a members value that carries a job error instead of a member list.
@@ -59,7 +61,7 @@ inline constexpr char kChangeTag[] = "#change ";
 inline std::string format_members(const std::vector<Member>& members,
                                   const std::optional<GenerationChange>& change = std::nullopt) {
   std::string out;
-  for (const auto& m : members) out += m.id + " " + m.host + "\n";
+  for (const auto& m : members) out += m.id + " " + m.host + " " + (m.probe.empty() ? "-" : m.probe) + "\n";
   if (change) out += kChangeTag + std::string(reason_name(change->reason)) + " " + std::to_string(change->previous_size) + "\n";
   return out;
 }
@@ -93,10 +95,10 @@ inline std::vector<Member> parse_members(const std::string& text) {
   std::string line;
   while (std::getline(is, line)) {
     if (line.empty() || line[0] == '#') continue;
-    auto sp = line.find(' ');
+    std::istringstream words(line);
     Member m;
-    m.id = line.substr(0, sp);
-    m.host = sp == std::string::npos ? "" : line.substr(sp + 1);
+    words >> m.id >> m.host >> m.probe;
+    if (m.probe == "-") m.probe.clear();
     out.push_back(std::move(m));
   }
   return out;

@@ -33,15 +33,24 @@ int64_t wall_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Rounded up: a wait truncated to 0 ms in the last millisecond before `t` returns at once, and a
+// loop waiting until `t` would spin on the store (a thousand requests) in that millisecond.
 milliseconds left_until(Clock::time_point t) {
-  auto d = std::chrono::duration_cast<milliseconds>(t - Clock::now());
+  auto d = std::chrono::ceil<milliseconds>(t - Clock::now());
   return d.count() > 0 ? d : milliseconds(0);
 }
 
 }  // namespace
 
+std::vector<int> watched_ranks(int rank, int size) {
+  std::vector<int> out;
+  for (int d = 1; d <= kWatchedPeers && d < size; ++d) out.push_back((rank + d) % size);
+  return out;
+}
+
 Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
     : store_(std::move(store)),
+      beat_store_(options.beat_store ? options.beat_store : store_),
       opt_(std::move(options)),
       keys_(opt_.job_id),
       silence_(SilenceOptions{opt_.lease, 2 * opt_.heartbeat, std::max(2 * opt_.heartbeat, opt_.lease / 3)}) {
@@ -78,6 +87,7 @@ void Membership::start() {
   probe_ = probe_fd_ >= 0 ? opt_.bind_address + ":" + std::to_string(port) : "-";
   heartbeat();  // the lease exists before start() returns
   thread_ = std::thread([this] { loop(); });
+  beat_thread_ = std::thread([this] { beat_loop(); });
 }
 
 void Membership::stop() {
@@ -92,6 +102,7 @@ void Membership::stop() {
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+  if (beat_thread_.joinable()) beat_thread_.join();
   close_probe();
   if (!frozen) {
     try {
@@ -143,7 +154,7 @@ void Membership::heartbeat_now() {
 // another host's clock (docs/elastic.md, "Failure detection").
 void Membership::heartbeat() {
   int64_t wall = wall_ms() + opt_.wall_clock_offset.count();
-  store_->set_lease(keys_.lease(opt_.worker_id),
+  beat_store_->set_lease(keys_.lease(opt_.worker_id),
                     std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall) + " " + probe_,
                     opt_.lease);
 }
@@ -170,24 +181,60 @@ void Membership::write_pending(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
+// The beat thread: refreshes the lease every heartbeat, on its own store connection when there is
+// one, and nothing else that could make it late (the peer checks and waits run on the watch thread).
+void Membership::beat_loop() {
+  auto next = Clock::now() + opt_.heartbeat;
+  bool failing = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (Clock::now() < next) {
+      cv_.wait_until(lock, next);
+      continue;
+    }
+    next = std::max(next + opt_.heartbeat, Clock::now());  // a late beat does not start a burst
+    const bool frozen = frozen_;
+    lock.unlock();
+    drain_probe();
+    try {
+      if (!frozen) heartbeat();
+      failing = false;
+    } catch (const StoreError& e) {
+      lost_store(e.what());
+    } catch (const std::exception& e) {
+      if (!failing) {
+        EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": error in the beat thread: " << e.what();
+      }
+      failing = true;
+    }
+    lock.lock();
+  }
+}
+
+// The store client retried for its own deadline (EDL_STORE_TIMEOUT_MS) before throwing: the lease
+// can no longer be kept. Escalated to the training thread (check_store()) once.
+void Membership::lost_store(const std::string& what) {
+  uint64_t epoch = 0;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (store_error_) return;
+    why = std::string("worker ") + opt_.worker_id + " lost the store: " + what;
+    store_error_ = why;
+    epoch = watch_.epoch;
+  }
+  report_failure(epoch, why);  // wakes a training thread blocked in a collective
+}
+
+// The watch thread: publish_later() writes, the cleanup of old generations, the peer checks every
+// heartbeat and, in between, a wait on the watched generation's event key.
 void Membership::loop() {
-  auto next_beat = Clock::now() + opt_.heartbeat;
   auto next_check = Clock::now() + opt_.heartbeat;
   bool store_failed = false;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     try {
-      auto now = Clock::now();
-      if (now >= next_beat) {
-        next_beat = now + opt_.heartbeat;
-        if (!frozen_) {
-          lock.unlock();
-          heartbeat();
-          lock.lock();
-        }
-      }
       write_pending(lock);
-      drain_probe();
       Watch w = watch_;  // copy: the store calls below run unlocked
       bool watching = w.active && !frozen_;
       if (watching && cleanup_below_ > cleaned_below_) {
@@ -206,13 +253,12 @@ void Membership::loop() {
         lock.lock();
         continue;
       }
-      auto until = std::min(next_beat, watching ? next_check : next_beat);
       if (!watching) {
-        cv_.wait_until(lock, until);
+        cv_.wait_until(lock, Clock::now() + opt_.heartbeat);
         continue;
       }
       lock.unlock();
-      auto v = store_->wait_change(keys_.event(w.view.id), w.known_event, left_until(until));
+      auto v = store_->wait_change(keys_.event(w.view.id), w.known_event, left_until(next_check));
       lock.lock();
       if (v != w.known_event && watch_.epoch == w.epoch) {
         watch_.known_event = v;
@@ -222,17 +268,9 @@ void Membership::loop() {
       }
       store_failed = false;
     } catch (const StoreError& e) {
-      // The store client retried for its own deadline (EDL_STORE_TIMEOUT_MS) before throwing:
-      // the lease can no longer be kept. Escalated to the training thread (check_store()).
-      if (!lock.owns_lock()) lock.lock();
-      if (!store_error_) {
-        const std::string why = std::string("worker ") + opt_.worker_id + " lost the store: " + e.what();
-        store_error_ = why;
-        const uint64_t epoch = watch_.epoch;
-        lock.unlock();
-        report_failure(epoch, why);  // wakes a training thread blocked in a collective
-        lock.lock();
-      }
+      if (lock.owns_lock()) lock.unlock();
+      lost_store(e.what());
+      lock.lock();
       cv_.wait_for(lock, opt_.heartbeat);
     } catch (const std::exception& e) {
       if (!lock.owns_lock()) lock.lock();
@@ -251,16 +289,21 @@ void Membership::check_store() {
   if (store_error_) throw StoreError(*store_error_);
 }
 
-// One read per member per round: its lease value (while the communicator is being built, also its
-// arrival key at the next round). A member is reported when its lease is gone (the
-// store expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's
-// own expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
+// One read per watched member per round (watched_ranks: the next kWatchedPeers members in ring
+// order; whatever the job's size): its lease value, and while the communicator is being built also
+// its arrival key at the next round. A watched member is reported when its lease is gone (the store
+// expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's own
+// expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
 // communicator is being built, when its liveness probe is refused (the process died) or when it
-// arrived at the next rendezvous instead of connecting.
+// arrived at the next rendezvous instead of connecting. The report is an abort of the generation
+// (g<G>/abort + g<G>/event), which every member's watch thread is waiting on: each death is seen by
+// its watchers and, one store round trip later, by every member.
 void Membership::check_peers(const Watch& w) {
+  std::vector<int> ranks = watched_ranks(w.view.rank, static_cast<int>(w.view.members.size()));
   std::vector<std::optional<std::string>> leases;
   std::map<std::string, std::string> beats;
-  for (const auto& m : w.view.members) {
+  for (int r : ranks) {
+    const auto& m = w.view.members[static_cast<size_t>(r)];
     leases.push_back(store_->get(keys_.lease(m.id)));
     if (leases.back() && m.id != opt_.worker_id) beats[m.id] = *leases.back();
   }
@@ -273,9 +316,10 @@ void Membership::check_peers(const Watch& w) {
     }
     for (auto& [id, quiet] : silence_.observe(beats, Clock::now())) silent[id] = quiet;
   }
-  for (size_t r = 0; r < w.view.members.size(); ++r) {
-    const auto& m = w.view.members[r];
-    const auto& lease = leases[r];
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    const auto& m = w.view.members[static_cast<size_t>(r)];
+    const auto& lease = leases[i];
     bool refused = lease && w.building && m.id != opt_.worker_id && probe_refused(parse_lease(*lease), opt_.hostname);
     bool quiet = silent.count(m.id) > 0;
     // A member that arrived at the next round while we still connect will never connect to G (a
@@ -392,9 +436,17 @@ void Membership::unwatch() {
   pending_.store(false);
 }
 
+// The first announcer writes g<G>/abort and bumps g<G>/event, which wakes every member. When a
+// failure is seen by many members at once (a kill -9 closes the sockets of all its mesh peers, whose
+// aborts then close theirs), each later announcer only reads: a bump per announcer would wake every
+// member once per announcer, O(N^2) wake-ups for the store. A later announcer bumps only when the
+// counter never moved (the first one died between its two writes).
 void Membership::announce_abort(uint64_t gen, const std::string& reason) {
-  store_->compare_set(keys_.abort(gen), std::nullopt, reason);
-  store_->add(keys_.event(gen), 1);
+  if (!store_->get(keys_.abort(gen)) && store_->compare_set(keys_.abort(gen), std::nullopt, reason)) {
+    store_->add(keys_.event(gen), 1);
+    return;
+  }
+  if (!store_->get(keys_.event(gen))) store_->add(keys_.event(gen), 1);
 }
 
 void Membership::announce_leave(uint64_t gen) { store_->set(keys_.left(gen, opt_.worker_id), "1"); }

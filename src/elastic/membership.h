@@ -5,8 +5,18 @@
 // A Membership takes a Store and options only (no process-global state), so tests run many of them
 // as threads over one memory store.
 //
+// Cost at scale (docs/elastic.md, "Cost as the job grows"): a worker's lease and its watch of the
+// generation are O(1) store requests per heartbeat whatever the job's size — the beat, a read of
+// the leases of the kWatchedPeers members after it in rank order (ring order: every member is watched
+// by kWatchedPeers others), and one wait on the generation's event key, where a watcher's abort
+// reaches every member. A rendezvous is O(1) requests per worker besides one read of the member
+// list; only the round's decider reads every arrival.
+//
 // Thread-safety: rendezvous()/watch()/unwatch()/announce_*() from the owning (training) thread;
-// change_pending() from any thread; one background thread refreshes the lease and watches.
+// change_pending() from any thread. Two background threads: the beat thread refreshes the lease
+// (on its own store connection when MembershipOptions::beat_store is set, so that no request of the
+// watch or of the training thread delays a beat) and drains the liveness probe; the watch thread
+// checks the watched members and waits for the generation's events.
 #pragma once
 
 #include <atomic>
@@ -18,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,7 +65,19 @@ struct MembershipOptions {
   // Test hook (EDL_TEST_CLOCK_OFFSET_MS): added to this worker's wall clock. Liveness never compares
   // wall clocks across workers, so a skewed clock must not change any decision.
   std::chrono::milliseconds wall_clock_offset{0};
+  // The beat thread's own connection to the job's store (edl::init opens a second one); null = the
+  // beats share the Membership's store.
+  std::shared_ptr<Store> beat_store;
 };
+
+// Members each member watches (reads the lease of, probes while the communicator is built).
+inline constexpr int kWatchedPeers = 2;
+
+// The ranks the member of rank `rank` watches in a generation of `size`: the next kWatchedPeers
+// ranks in ring order (fewer in a generation of up to kWatchedPeers members). Every member is
+// watched by as many others, so a death goes unseen only when all its watchers died too — and
+// their own deaths are seen by theirs.
+EDL_API std::vector<int> watched_ranks(int rank, int size);
 
 // One decided generation as seen by one member.
 struct GenerationView {
@@ -152,6 +175,7 @@ class EDL_API Membership {
   struct Arrival {
     std::string id;
     std::string host;
+    std::string probe;  // its liveness probe, from the arrival value
     int64_t seq = 0;
   };
   struct Watch {
@@ -165,15 +189,21 @@ class EDL_API Membership {
   };
 
   void fault(const std::string& point);
-  void arrive(uint64_t round);
+  // Arrives at `round`; returns the arrival's place in the round (1 = first).
+  int64_t arrive(uint64_t round);
   // The decided member list of `round`, or nullopt when the round went stale (a newer generation).
-  std::optional<std::string> wait_decision(uint64_t round, bool member);
+  // `place`: the arrival's place in the round; the first kBackupDeciders watch the decider closely.
+  std::optional<std::string> wait_decision(uint64_t round, bool member, int64_t place);
   // Whether <job>/gen reached `round`; then *decision = g<round>/members if `round` is current.
   bool round_over(uint64_t round, std::optional<std::string>* decision);
   bool eligible(uint64_t round, bool member);
   void decide(uint64_t round, bool member);
   void decide_first(uint64_t round);
   void decide_next(uint64_t round);
+  std::set<std::string> await_members(uint64_t round, const std::vector<Member>& prev, std::set<std::string>* expected);
+  // A missing member's last beat read by the decider and since when it has not changed.
+  using BeatsSeen = std::map<std::string, std::pair<std::optional<std::string>, std::chrono::steady_clock::time_point>>;
+  bool silent_for_a_lease(const std::string& id, BeatsSeen* seen);
   void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error);
   bool publish_if_decided(uint64_t round, const std::vector<Member>& members,
                           std::chrono::steady_clock::time_point deadline, const char* what);
@@ -184,9 +214,11 @@ class EDL_API Membership {
   bool provably_dead(const std::string& id);
   void check_progress(const Watch& w);
 
-  void loop();
-  void heartbeat();      // caller holds mu_ or runs on the lease thread
+  void loop();           // the watch thread
+  void beat_loop();      // the beat thread
+  void heartbeat();      // caller holds mu_ or runs on the beat thread
   void heartbeat_now();
+  void lost_store(const std::string& what);  // a StoreError of a background thread: escalate it
   void write_pending(std::unique_lock<std::mutex>& lock);
   void check_peers(const Watch& w);
   void handle_event(const Watch& w);
@@ -196,13 +228,15 @@ class EDL_API Membership {
   void close_probe();
 
   std::shared_ptr<Store> store_;
+  std::shared_ptr<Store> beat_store_;  // opt_.beat_store, or store_
   MembershipOptions opt_;
   Keys keys_;
 
   std::mutex mu_;
   std::map<std::string, std::string> pending_writes_;  // publish_later(), written by the lease thread
   std::condition_variable cv_;
-  std::thread thread_;
+  std::thread thread_;       // watch
+  std::thread beat_thread_;  // lease refresh
   bool running_ = false;
   bool stopping_ = false;
   bool frozen_ = false;

@@ -17,17 +17,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// Rounded up: a wait truncated to 0 ms in the last millisecond before `t` returns at once, and a
+// loop waiting until `t` would spin on the store (a thousand requests) in that millisecond.
 milliseconds left_until(Clock::time_point t) {
-  auto d = std::chrono::duration_cast<milliseconds>(t - Clock::now());
+  auto d = std::chrono::ceil<milliseconds>(t - Clock::now());
   return d.count() > 0 ? d : milliseconds(0);
 }
 
+// The first arrivals of a round that watch its decider closely (every 200 ms at most) and take over
+// from a dead one; every other waiter looks only every two heartbeats, so that a rendezvous costs
+// each of them O(1) store requests however many wait.
+constexpr int64_t kBackupDeciders = 3;
+
 }  // namespace
 
-void Membership::arrive(uint64_t round) {
+int64_t Membership::arrive(uint64_t round) {
   int64_t seq = store_->add(keys_.seq(), 1);
-  store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname);
-  store_->add(keys_.count(round), 1);
+  std::string probe;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    probe = probe_;
+  }
+  store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname + " " + probe);
+  return store_->add(keys_.count(round), 1);
 }
 
 GenerationView Membership::rendezvous(const GenerationView* previous) {
@@ -39,10 +51,10 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
     check_finished();
     if (leave_requested_.load()) throw LeftBeforeAdmission();
     fault("rendezvous:arrive");
-    arrive(round);
+    const int64_t place = arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
     fault("rendezvous:arrived");
-    auto decided = wait_decision(round, member);
+    auto decided = wait_decision(round, member, place);
     if (auto job_error = decided ? parse_job_error(*decided) : std::nullopt) throw JobError(*job_error);
     if (decided) {
       auto members = parse_members(*decided);
@@ -82,29 +94,34 @@ bool Membership::eligible(uint64_t round, bool member) {
   auto prev = store_->get(keys_.members(round - 1));
   if (!prev) return false;
   if (store_->get(keys_.abort(round - 1))) return true;
-  auto live = live_workers();
-  std::set<std::string> alive(live.begin(), live.end());
   for (const auto& m : parse_members(*prev))
-    if (alive.count(m.id) && !provably_dead(m.id)) return false;  // killed members count as gone at once
+    if (!provably_dead(m.id)) return false;  // the first live member ends the check; killed ones count as gone
   return true;
 }
 
-std::optional<std::string> Membership::wait_decision(uint64_t round, bool member) {
+std::optional<std::string> Membership::wait_decision(uint64_t round, bool member, int64_t place) {
   bool tried = false;
   const auto waiting_since = Clock::now();
   for (;;) {
     if (!tried && eligible(round, member)) {
       tried = true;
-      if (store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id)) decide(round, member);
+      // A read first: a thousand arrivals of a first round would each try a write (a raft round on etcd).
+      if (!store_->get(keys_.decider(round)) && store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id))
+        decide(round, member);
     }
     // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
-    // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. A
-    // member (its training waits for the decision) checks every 200 ms at most, so a decider killed
-    // right after it won the election costs ~0.2 s; so does a newcomer during its first lease of
-    // waiting (the members it replaces may be dying one after the other: a double kill), then every
-    // two heartbeats (it may wait for long, e.g. at EDL_MAX_NP).
-    const bool fast = member || Clock::now() - waiting_since < opt_.lease;
-    const milliseconds slice = fast ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200)) : 2 * opt_.heartbeat;
+    // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. The
+    // round's first kBackupDeciders arrivals check every 200 ms at most when they are members (their
+    // training waits for the decision), so a decider killed right after it won the election costs
+    // ~0.2 s; so do they as newcomers during their first lease of waiting (the members they replace
+    // may be dying one after the other: a double kill), then every two heartbeats. Every other waiter
+    // checks once per lease (the backups normally act first), so that a thousand waiters cost the
+    // store a few requests each per rendezvous, not a stream of them.
+    const bool backup = place <= kBackupDeciders;
+    const bool fast = backup && (member || Clock::now() - waiting_since < opt_.lease);
+    const milliseconds slice = fast ? std::min<milliseconds>(2 * opt_.heartbeat, milliseconds(200))
+                               : backup ? 2 * opt_.heartbeat
+                                        : std::max<milliseconds>(2 * opt_.heartbeat, opt_.lease);
     auto v = store_->wait_change(keys_.members(round), std::nullopt, slice);
     if (v) return v;
     check_finished();
@@ -157,9 +174,11 @@ std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
     if (!v) continue;
     Arrival a;
     a.id = k.substr(prefix.size());
-    auto sp = v->find(' ');
-    a.seq = parse_store_int(v->substr(0, sp));
-    a.host = sp == std::string::npos ? "" : v->substr(sp + 1);
+    std::istringstream words(*v);  // "<seq> <host> <probe>"
+    std::string seq;
+    words >> seq >> a.host >> a.probe;
+    a.seq = parse_store_int(seq);
+    if (a.probe == "-") a.probe.clear();
     out.push_back(std::move(a));
   }
   std::sort(out.begin(), out.end(), [](const Arrival& a, const Arrival& b) { return a.seq < b.seq; });
@@ -182,13 +201,108 @@ void Membership::decide_first(uint64_t round) {
     std::set<std::string> alive(live.begin(), live.end());
     std::vector<Member> members;
     for (const auto& a : arrivals(round)) {
-      if (!alive.count(a.id) || provably_dead(a.id)) continue;  // arrived, then died before the decision
+      // arrived, then died before the decision (its lease may still run: its probe is refused)
+      if (!alive.count(a.id) || probe_refused(a.host, a.probe, opt_.hostname)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host});
+      members.push_back(Member{a.id, a.host, a.probe});
     }
     if (publish_if_decided(round, members, deadline, "joined within")) return;
     cur = store_->wait_change(keys_.count(round), cur, std::min(left_until(deadline), opt_.lease));
   }
+}
+
+// Waits for the `expected` members of `round` to arrive, until EDL_RENDEZVOUS_GRACE_MS passed without
+// any arrival (every arrival restarts the grace: a large job on a busy machine or a slow store takes
+// longer to assemble, and its members are not stuck while others still arrive); returns the
+// arrivals, read after the wait. A missing member is dropped (g<G>/dropped, erased from *expected)
+// only on evidence of death: its lease is gone (the store expired it — the embedded store expires a
+// lease only after serving every request it has read, so a beat still in its input never loses one
+// — or edl-run removed it when the process exited), its liveness probe is refused (the process
+// died; the address comes from the member list of G-1), or its beat did not change for a whole
+// lease while we watched it by our own monotonic clock (never by comparing its wall-clock stamp
+// with ours), from when our watch thread first read that beat if it did. A live member that is
+// merely slow to beat on a busy machine is never dropped as dead.
+// Requests: arrivals wake us through the round's counter and the list of arrivals is read again at
+// most every 20 ms (or when the counter reaches the expected number); every half heartbeat one
+// `keys` request tells whose lease still exists and the missing members are probed (no request);
+// their beats are read only once they have been missing for half a lease (a lease the store expires
+// on time is caught by the `keys` request; the beats are for stores whose expiry lags, e.g. etcd
+// after a leader change). So the decider's requests do not grow with the members on their way.
+std::set<std::string> Membership::await_members(uint64_t round, const std::vector<Member>& prev,
+                                                std::set<std::string>* expected) {
+  auto grace_end = Clock::now() + opt_.rendezvous_grace;
+  const auto since = Clock::now();
+  const std::string prefix = keys_.in_prefix(round);
+  auto arrived_ids = [&] {
+    std::set<std::string> s;
+    for (const auto& k : store_->keys(prefix)) s.insert(k.substr(prefix.size()));
+    return s;
+  };
+  std::map<std::string, const Member*> by_id;
+  for (const auto& m : prev) by_id[m.id] = &m;
+  auto arrived = arrived_ids();
+  std::optional<std::string> count = store_->get(keys_.count(round));
+  BeatsSeen seen;
+  Clock::time_point next_pass{}, next_read{};
+  bool unread = false;  // the arrival counter moved since `arrived` was read
+  for (;;) {
+    std::vector<std::string> missing;
+    for (const auto& id : *expected)
+      if (!arrived.count(id)) missing.push_back(id);
+    if (missing.empty() || Clock::now() >= grace_end) break;
+    if (Clock::now() >= next_pass) {
+      next_pass = Clock::now() + opt_.heartbeat / 2;
+      auto leased = live_workers();
+      const std::set<std::string> alive(leased.begin(), leased.end());
+      for (const auto& id : missing) {
+        const Member& m = *by_id.at(id);
+        std::string why;
+        if (!alive.count(id)) why = "dead: its lease is gone";
+        else if (probe_refused(m.host, m.probe, opt_.hostname)) why = "dead: its liveness probe was refused";
+        else if (Clock::now() - since >= opt_.lease / 2 && silent_for_a_lease(id, &seen))
+          why = "dead or stopped: not heartbeating";
+        if (why.empty()) continue;
+        EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is " << why << "; dropping it";
+        store_->set(keys_.dropped(round, id), why);
+        expected->erase(id);
+      }
+      continue;
+    }
+    if (unread && (parse_store_int(count) >= static_cast<int64_t>(expected->size()) || Clock::now() >= next_read)) {
+      arrived = arrived_ids();
+      unread = false;
+      next_read = Clock::now() + milliseconds(20);
+      continue;
+    }
+    auto until = std::min(grace_end, next_pass);
+    if (unread) until = std::min(until, next_read);
+    auto c = store_->wait_change(keys_.count(round), count, left_until(until));
+    if (c != count) {
+      count = c;
+      unread = true;
+      grace_end = Clock::now() + opt_.rendezvous_grace;
+    }
+  }
+  return unread ? arrived_ids() : arrived;
+}
+
+// Whether member `id`'s beat has not changed for a whole lease as this decider read it (`seen`: the
+// last value read and since when), counting from when our watch thread first read that value if it
+// did (SilenceTracker::first_seen). One read of its lease.
+bool Membership::silent_for_a_lease(const std::string& id, BeatsSeen* seen) {
+  auto beat = store_->get(keys_.lease(id));
+  if (!beat) return false;  // gone meanwhile: the next pass says so
+  auto now = Clock::now();
+  auto it = seen->find(id);
+  if (it == seen->end() || it->second.first != beat) {
+    Clock::time_point from = now;
+    if (it == seen->end()) {  // our watch thread may have watched this very beat for a while
+      std::lock_guard<std::mutex> lock(silence_mu_);
+      from = silence_.first_seen(id, *beat).value_or(now);
+    }
+    (*seen)[id] = {beat, from};
+  }
+  return now - (*seen)[id].second >= opt_.lease;
 }
 
 // Later rounds: the survivors of the previous generation (order kept) + newcomers in arrival order.
@@ -199,9 +313,9 @@ void Membership::decide_next(uint64_t round) {
   std::set<std::string> left;
   for (auto k : store_->keys(keys_.left_prefix(round - 1))) left.insert(k.substr(keys_.left_prefix(round - 1).size()));
 
-  // Expected: previous members that are alive and not leaving. Wait for their arrival; a missing
-  // one whose lease was not refreshed over ~1 heartbeat is dead (kill -9) or stopped and dropped at
-  // once; a missing one that still heartbeats gets up to `grace` (it may be finishing a batch).
+  // Expected: previous members that are alive and not leaving. Wait for their arrival (a missing one
+  // that is provably dead is dropped at once; one that lives gets up to `grace`: it may be finishing
+  // a batch).
   std::set<std::string> expected;
   for (const auto& m : prev)
     if (alive.count(m.id) && !left.count(m.id)) expected.insert(m.id);
@@ -210,55 +324,11 @@ void Membership::decide_next(uint64_t round) {
   // local process so recorded at once (a stopped worker whose lease expired before this round).
   for (const auto& m : prev)
     if (!alive.count(m.id) && !left.count(m.id)) store_->set(keys_.dropped(round, m.id), "dead: its lease is gone");
-  auto grace_end = Clock::now() + opt_.rendezvous_grace;
-  auto arrived_ids = [&] {
-    std::set<std::string> s;
-    std::string prefix = keys_.in_prefix(round);
-    for (const auto& k : store_->keys(prefix)) s.insert(k.substr(prefix.size()));
-    return s;
-  };
-  auto arrived = arrived_ids();
-  // A missing member is dead when its lease is gone (expired, or removed by the launcher when the
-  // process exited), its liveness probe is refused, or its beat did not change for `stale` while we
-  // watched it by our own monotonic clock (never by comparing its wall-clock stamp with ours) — from
-  // when our lease thread first read that beat, if it did (a member judged silent is dropped at once).
-  const milliseconds stale = opt_.heartbeat + opt_.heartbeat / 4 + milliseconds(30);
-  std::map<std::string, std::pair<std::optional<std::string>, Clock::time_point>> seen;
-  for (;;) {
-    std::vector<std::string> missing;
-    for (const auto& id : expected)
-      if (!arrived.count(id)) missing.push_back(id);
-    if (missing.empty() || Clock::now() >= grace_end) break;
-    for (const auto& id : missing) {
-      auto beat = store_->get(keys_.lease(id));
-      auto now = Clock::now();
-      auto it = seen.find(id);
-      if (it == seen.end() || it->second.first != beat) {
-        Clock::time_point since = now;
-        if (it == seen.end() && beat) {  // our lease thread may have watched this very beat for a while
-          std::lock_guard<std::mutex> lock(silence_mu_);
-          since = silence_.first_seen(id, *beat).value_or(now);
-        }
-        seen[id] = {beat, since};
-      }
-      bool dead = !beat || now - seen[id].second >= stale || probe_refused(parse_lease(*beat), opt_.hostname);
-      if (dead) {
-        EDL_LOG(1) << "edl: generation " << round << ": worker " << id << " is not heartbeating; dropping it";
-        store_->set(keys_.dropped(round, id), !beat ? "dead: its lease is gone" : "dead or stopped: not heartbeating");
-        expected.erase(id);
-      }
-    }
-    std::vector<std::string> wait_keys;
-    for (const auto& id : expected)
-      if (!arrived.count(id)) wait_keys.push_back(keys_.in(round, id));
-    if (wait_keys.empty()) break;
-    // Short probes: arrivals wake us at once; liveness is re-checked every probe.
-    store_->wait(wait_keys, std::min(left_until(grace_end), milliseconds(50)));
-    arrived = arrived_ids();
-  }
-  for (const auto& id : expected)  // alive (heartbeating) but not here after the grace: stuck or slow
-    if (!arrived.count(id))
-      store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
+  auto arrived = await_members(round, prev, &expected);
+  std::set<std::string> stuck;  // alive (heartbeating) but not here after the grace: stuck in a batch
+  for (const auto& id : expected)
+    if (!arrived.count(id)) stuck.insert(id);
+  for (const auto& id : stuck) expected.erase(id);
 
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
   std::optional<std::string> count = store_->get(keys_.count(round));
@@ -273,7 +343,7 @@ void Membership::decide_next(uint64_t round) {
     // still runs) is dropped now instead of holding the new generation's connect for a lease.
     std::set<std::string> dead;
     for (const auto& a : arr) {
-      if (!alive.count(a.id) || !provably_dead(a.id)) continue;
+      if (!alive.count(a.id) || !probe_refused(a.host, a.probe, opt_.hostname)) continue;
       dead.insert(a.id);
       store_->set(keys_.dropped(round, a.id), "dead: arrived, then its liveness probe was refused");
     }
@@ -281,11 +351,17 @@ void Membership::decide_next(uint64_t round) {
       if (expected.count(m.id) && in.count(m.id) && alive.count(m.id) && !dead.count(m.id)) members.push_back(m);
     std::set<std::string> placed;
     for (const auto& m : members) placed.insert(m.id);
-    for (const auto& a : arr) {  // newcomers (and members dropped above that arrived late) in arrival order
+    for (const auto& a : arr) {  // newcomers (and stuck members that arrived since) in arrival order
       if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id) || dead.count(a.id)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host});
+      members.push_back(Member{a.id, a.host, a.probe});
+      placed.insert(a.id);
     }
+    // Written before the decision, for the members it leaves out only: edl-run ends the processes
+    // that g<G>/dropped names (a stuck member that arrived meanwhile is a member, not dropped).
+    for (const auto& id : stuck)
+      if (!placed.count(id))
+        store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
     if (publish_if_decided(round, members, deadline, "left for longer than")) return;
     // The job failed for good meanwhile (a member's user error, <job>/failed): a lone decider waiting
     // for EDL_MIN_NP must not wait out the timeout and end with "below the minimum" instead.

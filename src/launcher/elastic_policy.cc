@@ -156,7 +156,9 @@ void ElasticLauncher::end_non_members() {
 // --grace-period); its exit counts as a failure, so the slot cools down and is started again.
 void ElasticLauncher::end_dropped(const GenerationEvent& g) {
   if (stopping_ || finishing_) return;
+  const std::set<std::string> members(g.members.begin(), g.members.end());
   for (const auto& [worker, why] : g.dropped) {
+    if (members.count(worker)) continue;  // admitted after all (e.g. arrived just after the grace)
     for (auto& s : slots_) {
       if (s.pid <= 0 || s.stopping || s.worker_id != worker) continue;
       s.dropped = true;

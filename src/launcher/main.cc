@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -9,6 +10,7 @@
 #include "edl/error.h"
 #include "elastic/checkpoint.h"
 #include "launcher/binding.h"
+#include "launcher/fd_limit.h"
 #include "launcher/launcher.h"
 #include "launcher/output.h"
 #include "launcher/process.h"
@@ -74,6 +76,9 @@ Job prepare_job(const LaunchOptions& o) {
   if (job.secret.empty()) job.secret = Config::from_env().secret;  // EDL_JOB_SECRET
   if (job.secret.empty()) job.secret = random_hex(16);
   job.job_id = job_id_of(o);
+  // Open files: the most workers this job may have (the embedded store serves all of them).
+  const int workers = std::max(o.np, o.elastic ? o.max_np : 0);
+  ensure_descriptors(descriptors_needed(workers, workers, o.store_url.empty()), workers);
   if (!o.store_url.empty()) {
     job.store_url = o.store_url;
   } else {
@@ -81,6 +86,10 @@ Job prepare_job(const LaunchOptions& o) {
     so.bind_address = o.store_bind_address;
     so.port = o.store_port;
     so.secret = job.secret;
+    // Two connections per worker (its client and its beat thread's), all of them possibly in the
+    // handshake at once when a large job starts.
+    so.max_connections = std::max(so.max_connections, 3 * static_cast<size_t>(workers) + 64);
+    so.max_unauthenticated = std::max(so.max_unauthenticated, 2 * static_cast<size_t>(workers));
     job.server = std::make_unique<StoreServer>(so);
     job.store_url = job.server->url();
   }

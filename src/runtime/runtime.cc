@@ -21,16 +21,6 @@
 namespace edl {
 namespace {
 
-// The job's control-plane store when this process was started by edl-run (EDL_STORE), else nullptr.
-std::shared_ptr<Store> connect_job_store(const Config& config) {
-  if (!config.launched) return nullptr;
-  StoreOptions so;
-  so.secret = config.secret;
-  so.connect_timeout = std::chrono::milliseconds(config.connect_timeout_ms);
-  so.reconnect_timeout = std::chrono::milliseconds(config.store_timeout_ms);  // EDL_STORE_TIMEOUT_MS
-  return connect_store(config.store_url, so);
-}
-
 // EDL_TIMELINE: the process's timeline file. Chrome pid: the rank in static mode (stable), the OS
 // process id in elastic mode (ranks change between generations).
 void start_timeline(const Config& config) {
@@ -51,7 +41,7 @@ void init() {
   const Config config = Config::from_env();
   log::set_level(config.log_level);
   start_timeline(config);
-  if (!rt.start(config, connect_job_store(config))) return;
+  if (!rt.start(config, elastic::connect_job_store(config))) return;
   metrics::WorkerMetrics::instance().start(config);  // reports to edl-run when EDL_METRICS_ADDR is set
   if (config.elastic) {
     // The elastic worker joins the job (a job of this process alone without a launcher); its group

@@ -1,7 +1,9 @@
-// The TCP path's allreduce algorithms (direct exchange, halving-doubling, ring), each forced through
-// AlgorithmTuning at 2-5 ranks (powers of two and not), every dtype x op, sizes from 1 element to
-// non-divisible large counts, fused spans: results equal the reference and are bitwise identical on
-// every rank; the stats prove which algorithm ran. Also the automatic choice by size and ranks.
+// The TCP path's allreduce algorithms (direct exchange, halving-doubling, ring on the full mesh;
+// recursive doubling, halving-doubling, ring on the sparse mesh), each forced through AlgorithmTuning
+// at 2-5 ranks (full) and 2-9 ranks (sparse: powers of two and folds of 1-3 pairs), every dtype x
+// op, sizes from 1 element to non-divisible large counts, fused spans: results equal the reference
+// and are bitwise identical on every rank; the stats prove which algorithm ran. Also the automatic
+// choice by size and ranks.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -12,6 +14,7 @@ using namespace edl;
 using edl::collective::AlgorithmTuning;
 using edl::collective::AllreduceAlgorithm;
 using edl::collective::TcpCommunicator;
+using edl::Mesh;
 
 namespace {
 
@@ -27,14 +30,18 @@ AlgorithmTuning forcing(AlgorithmTuning t, AllreduceAlgorithm a) {
 
 }  // namespace
 
-TEST_CASE("algorithms: direct, halving-doubling and ring equal the reference at 2-5 ranks", "[collective][algorithm]") {
+namespace {
+
+void every_algorithm(Mesh mesh, int max_ranks) {
   const std::vector<size_t> counts = {1, 2, 3, 5, 7, 8, 9, 31, 1000, 4097, 30011};
-  for (int n = 2; n <= 5; ++n)
+  for (int n = 2; n <= max_ranks; ++n)
     for (AllreduceAlgorithm a :
          {AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRing}) {
-      INFO(n << " ranks, " << collective::algorithm_name(a));
+      INFO(n << " ranks, " << (mesh == Mesh::kSparse ? "sparse" : "full") << " mesh, " << collective::algorithm_name(a));
       std::vector<std::vector<std::vector<uint8_t>>> results(n);
       std::vector<collective::CommStats> stats(n);
+      CommunicatorOptions o = test::fast_options(20000);
+      o.mesh = mesh;
       test::run_ranks(
           n,
           [&](int rank, TcpCommunicator& comm) {
@@ -51,13 +58,26 @@ TEST_CASE("algorithms: direct, halving-doubling and ring equal the reference at 
                 if (x != static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(k))) TFAIL("span " << k);
             stats[rank] = comm.stats();
           },
-          test::fast_options(20000));
+          o);
       for (int r = 1; r < n; ++r) CHECK(results[r] == results[0]);
       const uint64_t runs = counts.size() * std::size(test::kAllTypes) * std::size(test::kAllOps) + 1;
-      if (a == AllreduceAlgorithm::kDirect) CHECK(stats[0].eager_allreduces == runs);
+      if (a == AllreduceAlgorithm::kDirect && mesh == Mesh::kSparse)  // no direct exchange on the sparse mesh
+        CHECK(stats[0].recursive_doubling_allreduces == runs);
+      if (a == AllreduceAlgorithm::kDirect && mesh != Mesh::kSparse) CHECK(stats[0].eager_allreduces == runs);
       if (a == AllreduceAlgorithm::kHalvingDoubling) CHECK(stats[0].halving_doubling_allreduces == runs);
       if (a == AllreduceAlgorithm::kRing) CHECK(stats[0].ring_allreduces == runs);
     }
+}
+
+}  // namespace
+
+TEST_CASE("algorithms: direct, halving-doubling and ring equal the reference at 2-5 ranks", "[collective][algorithm]") {
+  every_algorithm(Mesh::kFull, 5);
+}
+
+TEST_CASE("algorithms: recursive doubling, halving-doubling and ring on the sparse mesh at 2-9 ranks",
+          "[collective][algorithm][sparse]") {
+  every_algorithm(Mesh::kSparse, 9);
 }
 
 TEST_CASE("algorithms: the automatic choice by size and ranks", "[collective][algorithm]") {
@@ -85,6 +105,14 @@ TEST_CASE("algorithms: the automatic choice by size and ranks", "[collective][al
   CHECK(collective::choose_allreduce(t.hd_max_bytes + 4, 4, t, true) == A::kHalvingDoubling);
   CHECK(collective::choose_allreduce(size_t{1} << 30, 8, t, true) == A::kHalvingDoubling);
   CHECK(collective::choose_allreduce(t.hd_max_bytes / 2 + 4, 5, t, true) == A::kRing);  // not a power of two
+  // The sparse mesh: recursive doubling instead of the direct exchange, while bytes * ceil(log2 n)
+  // stays within direct_total_bytes; then the same choice as on the full mesh.
+  CHECK(collective::choose_allreduce(4096, 1024, t, false, true) == A::kRecursiveDoubling);
+  CHECK(collective::choose_allreduce(t.direct_total_bytes / 10, 1024, t, false, true) == A::kRecursiveDoubling);
+  CHECK(collective::choose_allreduce(t.direct_total_bytes / 10 + 4, 1024, t, false, true) == A::kHalvingDoubling);
+  CHECK(collective::choose_allreduce(t.eager_bytes, 8, t, false, true) == A::kRecursiveDoubling);
+  CHECK(collective::choose_allreduce(t.eager_bytes + 4, 8, t, false, true) == A::kHalvingDoubling);
+  CHECK(collective::choose_allreduce(t.hd_max_bytes + 4, 64, t, false, true) == A::kRing);
   CHECK(collective::is_loopback_address("127.0.0.1:4000"));
   CHECK(collective::is_loopback_address("127.3.2.1:1"));
   CHECK(collective::is_loopback_address("localhost:80"));

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -46,9 +47,17 @@ constexpr bool kShmSuite = EDL_TEST_TRANSPORT == ::edl::Transport::kShm;
 #define EDL_TEST_HOSTS 0
 #endif
 
+// test_collective_sparse: every communicator on the sparse mesh whatever its size (the collectives of
+// large communicators, exercised at 1-4 ranks by the generic tests).
+#ifndef EDL_TEST_MESH
+#define EDL_TEST_MESH ::edl::Mesh::kAuto
+#endif
+constexpr bool kSparseSuite = EDL_TEST_MESH == ::edl::Mesh::kSparse;
+
 inline CommunicatorOptions fast_options(int timeout_ms = 5000) {
   CommunicatorOptions o;
   o.transport = EDL_TEST_TRANSPORT;
+  o.mesh = EDL_TEST_MESH;
   o.timeout = std::chrono::milliseconds(timeout_ms);
   o.connect_timeout = std::chrono::milliseconds(10000);
   return o;
@@ -80,6 +89,23 @@ inline void allreduce_every_op(int n, int rank, Communicator& comm, const std::v
         buf.resize(count * es);
         out.push_back(std::move(buf));
       }
+}
+
+// Checks an allgatherv of float64 in which rank r contributed count_of(r) copies of r + 0.5.
+inline void check_gathered(const std::vector<uint8_t>& out, const std::vector<size_t>& counts, int n,
+                           const std::function<size_t(int)>& count_of) {
+  if (counts.size() != static_cast<size_t>(n)) throw std::runtime_error("allgatherv: wrong number of counts");
+  size_t at = 0;
+  for (int r = 0; r < n; ++r) {
+    if (counts[r] != count_of(r)) throw std::runtime_error("allgatherv: wrong count of rank " + std::to_string(r));
+    for (size_t i = 0; i < counts[r]; ++i) {
+      double x;
+      std::memcpy(&x, out.data() + (at + i) * 8, 8);
+      if (x != r + 0.5) throw std::runtime_error("allgatherv: wrong value from rank " + std::to_string(r));
+    }
+    at += counts[r];
+  }
+  if (out.size() != at * 8) throw std::runtime_error("allgatherv: wrong output size");
 }
 
 // Runs fn(rank) on n threads. Rethrows the first exception of any rank after joining all of them.
@@ -294,6 +320,8 @@ class Child {
     if (proc_.poll() < 0) ::kill(proc_.pid(), sig);
   }
   void kill_and_reap() { proc_.stop(std::chrono::milliseconds(0)); }
+  // Waits up to `timeout` for the child to end: its exit status, or -1 while it still runs.
+  int wait(std::chrono::milliseconds timeout) { return proc_.wait(timeout); }
 
  private:
   static edl::testing::SpawnOptions child_options() {

@@ -222,7 +222,10 @@ TEST_CASE("mesh: strangers at a rank's listener are refused while the genuine me
   std::string h2 = raw_hello(mesh::kHelloMagic, id, 2);
   REQUIRE(collective::write_all(stalled, h2.data(), h2.size(), deadline));
 
-  // Refused connections are closed by rank 0 (the wrong proof gets no acceptance).
+  // Refused connections are closed by rank 0; the wrong proof gets a Reject (not an acceptance) first.
+  uint64_t verdict = 0;
+  CHECK(read_exact(wrong_secret, &verdict, sizeof(verdict), deadline));
+  CHECK(verdict == mesh::kRejectMagic);
   for (int fd : {garbage, other_gen, outside, self, wrong_secret}) CHECK(closed_by_peer(fd, deadline));
 
   std::thread t1 = start(1), t2 = start(2);
@@ -242,6 +245,59 @@ TEST_CASE("mesh: strangers at a rank's listener are refused while the genuine me
     });
   for (auto& t : ts) t.join();
   for (double v : got) CHECK(v == 6);
+}
+
+TEST_CASE("mesh: a peer that closes after our proof is lost (PeerLostError); only an explicit Reject is an AuthError",
+          "[collective][mesh]") {
+  for (bool reject : {false, true}) {
+    INFO((reject ? "the fake acceptor sends a Reject" : "the fake acceptor closes (it died)"));
+    auto store = make_memory_store();
+    const std::string prefix = test::unique_prefix("closing");
+    std::string got;
+    std::thread t([&] {
+      try {
+        Communicator::create(store, prefix, 0, 2, secret_options("k", 5000));
+        got = "connected";
+      } catch (const AuthError& e) {
+        got = std::string("AuthError: ") + e.what();
+      } catch (const PeerLostError& e) {
+        got = std::string("PeerLostError: ") + e.what();
+      } catch (const std::exception& e) {
+        got = std::string("other: ") + e.what();
+      }
+    });
+    // Rank 1 by hand: accepts rank 0's connection, answers its hello with a genuine challenge, reads
+    // its (correct) proof, then closes, with or without a Reject first.
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    int port = 0;
+    int lfd = collective::listen_any_port("127.0.0.1", &port);
+    store->set(prefix + "addr/1", "127.0.0.1:" + std::to_string(port));
+    pollfd pf{lfd, POLLIN, 0};
+    REQUIRE(poll(&pf, 1, 10000) == 1);
+    int fd = accept(lfd, nullptr, nullptr);
+    REQUIRE(fd >= 0);
+    mesh::AcceptSide a(identity(prefix, 0, 2, "k"), 1, std::string(32, 'z'));
+    uint8_t buf[mesh::kHelloBytes];
+    REQUIRE(read_exact(fd, buf, mesh::kHelloBytes, deadline));
+    std::string challenge = a.feed(buf, mesh::kHelloBytes);
+    REQUIRE(collective::write_all(fd, challenge.data(), challenge.size(), deadline));
+    REQUIRE(read_exact(fd, buf, mesh::kProofBytes, deadline));
+    if (reject) {
+      const uint64_t no = mesh::kRejectMagic;
+      REQUIRE(collective::write_all(fd, &no, sizeof(no), deadline));
+    }
+    close(fd);
+    close(lfd);
+    t.join();
+    INFO(got);
+    if (reject) {
+      CHECK(got.rfind("AuthError: ", 0) == 0);
+      CHECK(got.find("rejected our proof") != std::string::npos);
+    } else {
+      CHECK(got.rfind("PeerLostError: ", 0) == 0);
+      CHECK(got.find("closed the connection during the handshake") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("mesh: ranks with different job secrets refuse each other with AuthError naming the address",

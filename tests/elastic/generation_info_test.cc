@@ -203,10 +203,13 @@ TEST_CASE("generation facts: the change record travels in the members value", "[
   using edl::elastic::GenerationChange;
   using edl::elastic::parse_change;
   using edl::elastic::parse_members;
-  const std::string v = format_members({{"a", "h1"}, {"b", "h2"}}, GenerationChange{ChangeReason::kEviction, 3});
-  CHECK(v == "a h1\nb h2\n#change eviction 3\n");
+  const std::string v =
+      format_members({{"a", "h1", ""}, {"b", "h2", "127.0.0.1:9"}}, GenerationChange{ChangeReason::kEviction, 3});
+  CHECK(v == "a h1 -\nb h2 127.0.0.1:9\n#change eviction 3\n");  // "-": no probe
   REQUIRE(parse_members(v).size() == 2);  // the record is not a member
   CHECK(parse_members(v)[1].host == "h2");
+  CHECK(parse_members(v)[1].probe == "127.0.0.1:9");
+  CHECK(parse_members(v)[0].probe.empty());
   REQUIRE(parse_change(v).has_value());
   CHECK(parse_change(v)->reason == ChangeReason::kEviction);
   CHECK(parse_change(v)->previous_size == 3);
@@ -220,7 +223,7 @@ TEST_CASE("generation facts: the change record travels in the members value", "[
 TEST_CASE("generation facts: a decision without the change record is judged from the store", "[generation]") {
   auto store = edl::make_memory_store();
   edl::elastic::Keys k("gi_norecord");
-  store->set(k.members(1), edl::elastic::format_members({{"a", "localhost"}, {"b", "localhost"}}));
+  store->set(k.members(1), edl::elastic::format_members({{"a", "localhost", ""}, {"b", "localhost", ""}}));
   store->set(k.gen(), "1");
   store->set(k.members(2), "a localhost\nb localhost\nc localhost\n");
   store->set(k.gen(), "2");

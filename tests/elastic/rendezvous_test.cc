@@ -4,17 +4,23 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "edl/error.h"
 #include "edl/store.h"
 #include "elastic/membership.h"
+#include "counting_store.h"
 
 using namespace std::chrono_literals;
 using edl::elastic::GenerationView;
 using edl::elastic::Membership;
 using edl::elastic::MembershipOptions;
+using edl::elastic::kWatchedPeers;
+using edl::elastic::testing::CountingStore;
+using edl::elastic::watched_ranks;
 
 namespace {
 
@@ -101,8 +107,8 @@ TEST_CASE("re-rendezvous keeps survivors' order, drops the dead, appends newcome
   auto nv = fn.get();
   CHECK(nv.id == 2);
   CHECK(nv.rank == 3);
-  // The dead member was dropped by the heartbeat rule, long before the 5 s grace period.
-  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+  // The dead member was dropped when its lease (1 s) expired, long before the 5 s grace period.
+  CHECK(std::chrono::steady_clock::now() - t0 < 3000ms);
 }
 
 TEST_CASE("below the minimum for longer than the timeout is a JobError for everyone", "[rendezvous]") {
@@ -264,43 +270,8 @@ TEST_CASE("rank 0 deletes the keys of generations older than the previous two", 
 
 namespace {
 
-// Counts the store operations issued by one thread (the rendezvous caller), not the lease thread.
-class CountingStore final : public edl::Store {
- public:
-  explicit CountingStore(std::shared_ptr<edl::Store> base) : base_(std::move(base)) {}
-  void track_this_thread() { owner_ = std::this_thread::get_id(); }
-  int ops() const { return ops_.load(); }
-  void set(const std::string& k, const std::string& v) override { count(), base_->set(k, v); }
-  std::optional<std::string> get(const std::string& k) override { return count(), base_->get(k); }
-  int64_t add(const std::string& k, int64_t d) override { return count(), base_->add(k, d); }
-  bool compare_set(const std::string& k, const std::optional<std::string>& e, const std::string& d,
-                   std::optional<std::string>* c) override {
-    return count(), base_->compare_set(k, e, d, c);
-  }
-  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) override {
-    return count(), base_->wait(keys, t);
-  }
-  std::optional<std::string> wait_change(const std::string& k, const std::optional<std::string>& known,
-                                         std::chrono::milliseconds t) override {
-    return count(), base_->wait_change(k, known, t);
-  }
-  bool del(const std::string& k) override { return count(), base_->del(k); }
-  std::vector<std::string> keys(const std::string& p) override { return count(), base_->keys(p); }
-  void set_lease(const std::string& k, const std::string& v, std::chrono::milliseconds ttl) override {
-    count(), base_->set_lease(k, v, ttl);
-  }
-
- private:
-  void count() {
-    if (std::this_thread::get_id() == owner_) ops_++;
-  }
-  std::shared_ptr<edl::Store> base_;
-  std::thread::id owner_;
-  std::atomic<int> ops_{0};
-};
-
 // Re-rendezvous of n members (fast path: all alive); returns (max ops of a non-decider, decider ops).
-std::pair<int, int> rerendezvous_ops(int n, const std::string& job) {
+std::pair<int64_t, int64_t> rerendezvous_ops(int n, const std::string& job) {
   auto base = edl::make_memory_store();
   std::vector<std::shared_ptr<CountingStore>> stores;
   std::vector<std::unique_ptr<Membership>> ms;
@@ -313,20 +284,19 @@ std::pair<int, int> rerendezvous_ops(int n, const std::string& job) {
   for (int i = 0; i < n; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
   std::vector<GenerationView> g1;
   for (auto& x : f) g1.push_back(x.get());
-  std::vector<int> before(n);
-  std::vector<std::future<int>> f2;
+  std::vector<std::future<int64_t>> f2;
   for (int i = 0; i < n; ++i)
     f2.push_back(std::async(std::launch::async, [&, i] {
       stores[i]->track_this_thread();
-      int b = stores[i]->ops();
+      int64_t b = stores[i]->ops();
       ms[i]->rendezvous(&g1[i]);
       return stores[i]->ops() - b;
     }));
-  std::vector<int> ops;
+  std::vector<int64_t> ops;
   for (auto& x : f2) ops.push_back(x.get());
   auto decider = base->get(job + "/g2/decider");
   REQUIRE(decider.has_value());
-  int worst = 0, dec = 0;
+  int64_t worst = 0, dec = 0;
   for (int i = 0; i < n; ++i) {
     if ("w" + std::to_string(i) == *decider) dec = ops[i];
     else worst = std::max(worst, ops[i]);
@@ -466,7 +436,7 @@ TEST_CASE("a worker whose wall clock is minutes behind is not evicted", "[rendez
   std::vector<std::unique_ptr<Membership>> ms;
   std::atomic<bool> delay{false};
   for (int i = 0; i < 3; ++i) {
-    auto o = opts("j14", "w" + std::to_string(i), 1, 0);
+    auto o = opts("j14", "w" + std::to_string(i), 3, 0);  // all three in generation 1, however late a thread starts
     if (i == 2) {
       o.wall_clock_offset = std::chrono::minutes(-10);
       o.fault = [&](const std::string& point) {  // arrives late at round 2, heartbeating all along
@@ -495,4 +465,135 @@ TEST_CASE("a worker whose wall clock is minutes behind is not evicted", "[rendez
     CHECK(v.id == 2);
     CHECK(v.size == 3);  // the late, skewed worker was waited for, not judged dead by its stamp
   }
+}
+
+// --- cost at scale and liveness on a busy machine (issue 25; docs/elastic.md "Cost as the job grows"):
+// every member watches kWatchedPeers others; a worker's store requests per heartbeat and per
+// rendezvous do not grow with the job (only the decider reads every arrival); the beat runs on its
+// own thread and connection, so a slow store request never makes it late; a member that is slow to
+// beat but alive is never dropped at a rendezvous.
+
+namespace {
+
+// n members over one memory store, each through its own CountingStore.
+struct Job {
+  Job(const std::string& job, int n) : base(edl::make_memory_store()) {
+    for (int i = 0; i < n; ++i) {
+      views.push_back(std::make_shared<CountingStore>(base));
+      auto o = opts(job, "w" + std::to_string(i), n, n);
+      o.rendezvous_timeout = 20000ms;  // 24 threads arrive on a loaded machine
+      ms.push_back(std::make_unique<Membership>(views.back(), o));
+    }
+  }
+  std::vector<GenerationView> rendezvous_all(const std::vector<GenerationView>* previous) {
+    std::vector<std::future<GenerationView>> f;
+    for (size_t i = 0; i < ms.size(); ++i)
+      f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(previous ? &(*previous)[i] : nullptr); }));
+    std::vector<GenerationView> out;
+    for (auto& x : f) out.push_back(x.get());
+    return out;
+  }
+  std::shared_ptr<edl::Store> base;
+  std::vector<std::shared_ptr<CountingStore>> views;
+  std::vector<std::unique_ptr<Membership>> ms;
+};
+
+// The most requests any worker but the round's decider made, and the decider's.
+std::pair<int64_t, int64_t> rendezvous_requests(Job& job, uint64_t round) {
+  auto decider = job.base->get("j/g" + std::to_string(round) + "/decider");
+  REQUIRE(decider);
+  int64_t others = 0, mine = 0;
+  for (size_t i = 0; i < job.ms.size(); ++i) {
+    if ("w" + std::to_string(i) == *decider) mine = job.views[i]->ops();
+    else others = std::max(others, job.views[i]->ops());
+  }
+  return {others, mine};
+}
+
+}  // namespace
+
+TEST_CASE("every member is watched by kWatchedPeers others, never by itself", "[rendezvous][scale]") {
+  for (int size = 1; size <= 40; ++size) {
+    std::map<int, int> watchers;
+    for (int r = 0; r < size; ++r) {
+      auto w = watched_ranks(r, size);
+      CHECK(static_cast<int>(w.size()) == std::min(kWatchedPeers, size - 1));
+      CHECK(std::set<int>(w.begin(), w.end()).size() == w.size());
+      for (int x : w) {
+        CHECK(x != r);
+        CHECK((x >= 0 && x < size));
+        ++watchers[x];
+      }
+    }
+    for (int r = 0; r < size && size > 1; ++r) CHECK(watchers[r] == std::min(kWatchedPeers, size - 1));
+  }
+}
+
+// The first rendezvous (every worker a newcomer) and the watch; the re-rendezvous of survivors is
+// bounded by "re-rendezvous costs O(1) store operations per worker" (rendezvous_test.cc).
+TEST_CASE("a worker's store requests per rendezvous and per heartbeat do not grow with the job", "[rendezvous][scale]") {
+  std::map<int, int64_t> per_rendezvous, per_check;
+  for (int n : {4, 24}) {
+    Job job("j", n);
+    for (auto& v : job.views) v->reset();
+    auto g1 = job.rendezvous_all(nullptr);
+    auto [others, decider] = rendezvous_requests(job, 1);
+    per_rendezvous[n] = others;
+    INFO("n = " << n << ": decider " << decider << " requests, the others at most " << others);
+    CHECK(others <= 20);  // arrive (3), one try at the decider key, a few waits and checks, the member list
+    // The watch: over 10 heartbeats each worker reads at most kWatchedPeers leases per check.
+    for (size_t i = 0; i < job.ms.size(); ++i) job.ms[i]->watch(g1[i], [](const std::string&) {});
+    for (auto& v : job.views) v->reset();
+    std::this_thread::sleep_for(1000ms);
+    int64_t most = 0;
+    for (auto& v : job.views) most = std::max(most, v->lease_reads());
+    per_check[n] = most;
+    CHECK(most <= 12 * kWatchedPeers);  // <= ~10 checks (+ slack for a late round) x the watched leases
+    for (auto& m : job.ms) m->unwatch();
+  }
+  CHECK(per_rendezvous[24] <= per_rendezvous[4] + 6);
+  CHECK(per_check[24] <= per_check[4] + 2 * kWatchedPeers);
+}
+
+TEST_CASE("a slow store request on the watch thread never delays the beat", "[rendezvous][scale][liveness]") {
+  auto base = edl::make_memory_store();
+  auto slow = std::make_shared<CountingStore>(base);
+  auto oa = opts("j", "a", 2, 2), ob = opts("j", "b", 2, 2);
+  oa.beat_store = base;  // the beat thread's own connection
+  Membership a(slow, oa);
+  Membership b(base, ob);
+  auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+  auto ga = a.rendezvous(nullptr);
+  auto gb = fb.get();
+  a.watch(ga, [](const std::string&) {});
+  slow->slow_gets(1500ms);  // every read of a's watch thread now takes longer than the lease (1 s)
+  auto end = std::chrono::steady_clock::now() + 3s;
+  std::set<std::string> beats;
+  bool lease_lost = false;
+  while (std::chrono::steady_clock::now() < end) {
+    auto v = base->get("j/lease/a");
+    if (!v) lease_lost = true;
+    else beats.insert(v->substr(0, v->find(' ')));
+    std::this_thread::sleep_for(20ms);
+  }
+  slow->slow_gets(0ms);
+  CHECK_FALSE(lease_lost);
+  CHECK(beats.size() >= 15);  // ~30 heartbeats of 100 ms in 3 s
+  a.unwatch();
+}
+
+TEST_CASE("a member slow to beat but alive is not dropped at a rendezvous", "[rendezvous][scale][liveness]") {
+  Job job("j", 3);
+  auto g1 = job.rendezvous_all(nullptr);
+  // Worker 2 stops beating for 600 ms (6 heartbeats: a machine too busy to run its beat thread),
+  // then arrives. Its lease (1 s) never expired and its probe accepts: it must stay a member.
+  job.ms[2]->freeze();
+  std::vector<std::future<GenerationView>> f;
+  for (int i = 0; i < 2; ++i) f.push_back(std::async(std::launch::async, [&, i] { return job.ms[i]->rendezvous(&g1[i]); }));
+  std::this_thread::sleep_for(600ms);
+  job.ms[2]->thaw();
+  auto v2 = job.ms[2]->rendezvous(&g1[2]);
+  for (auto& x : f) CHECK(x.get().size == 3);
+  CHECK(v2.size == 3);
+  CHECK(job.base->keys("j/g2/dropped/").empty());
 }

@@ -25,7 +25,9 @@
 //                        returns 1 from main without edl::shutdown(), as bench/shard_audit_worker
 //                        does
 //   flood                print 1 KiB lines to stdout until killed (default SIGTERM action)
+//   nofile               print "nofile SOFT HARD": the RLIMIT_NOFILE it inherited
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -282,6 +284,12 @@ int main(int argc, char** argv) {
   if (mode == "sleep-ms" && argc == 3) {
     signal(SIGTERM, on_signal);
     for (int i = 0; i < std::atoi(argv[2]) / 10 && !g_signal; ++i) usleep(10000);
+    return 0;
+  }
+  if (mode == "nofile") {
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    std::printf("nofile %llu %llu\n", static_cast<unsigned long long>(rl.rlim_cur), static_cast<unsigned long long>(rl.rlim_max));
     return 0;
   }
   if (mode == "flood") {

@@ -126,6 +126,37 @@ TEST_CASE("edl-run: bad flags exit 2 with the usage", "[launcher]") {
   CHECK(missing.err.find("/no/such/program") != std::string::npos);
 }
 
+TEST_CASE("edl-run: a descriptor limit too low for the job is an error naming RLIMIT_NOFILE, a low soft limit is raised",
+          "[launcher][limits]") {
+  // A hard limit of 128: 100 workers need 2 store connections + 2 pipes each in edl-run.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto low = edl::testing::run_command(
+      {"sh", "-c", "ulimit -n 128 && exec " + std::string(EDL_RUN_PATH) + " -np 100 " + kHelper + " sleep-ms 10000"});
+  INFO(low.output);
+  CHECK(low.status == 1);
+  CHECK(low.output.find("RLIMIT_NOFILE") != std::string::npos);
+  CHECK(low.output.find("100 workers") != std::string::npos);
+  CHECK(low.output.find("hard limit 128") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // at once: no worker was started
+  // A soft limit of 128 under a higher hard one: edl-run raises it, and its workers inherit it.
+  auto raised = edl::testing::run_command(
+      {"sh", "-c", "ulimit -Sn 128 && exec " + std::string(EDL_RUN_PATH) + " -np 2 " + kHelper + " nofile"});
+  INFO(raised.output);
+  CHECK(raised.status == 0);
+  size_t lines = 0;
+  for (const auto& line : lines_of(raised.output)) {
+    auto p = line.find("nofile ");
+    if (p == std::string::npos) continue;
+    ++lines;
+    std::istringstream in(line.substr(p + 7));
+    unsigned long long soft = 0, hard = 0;
+    in >> soft >> hard;
+    CHECK(soft > 128);
+    CHECK(soft == hard);
+  }
+  CHECK(lines == 2);
+}
+
 TEST_CASE("edl-run: workers get the environment init() reads, output is rank-prefixed", "[launcher]") {
   auto r = run_edl({"-np", "3", "--job-id", "jobA", kHelper, "env"}, 20s);
   REQUIRE(r.code == 0);

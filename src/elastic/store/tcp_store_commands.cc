@@ -82,6 +82,7 @@ void StoreServer::Impl::evict_sessions() {
 }
 
 void StoreServer::Impl::handle(Conn& c, Message&& m) {
+  ++requests_;
   if (m.op == Op::kWait || m.op == Op::kWaitChange) {
     start_wait(c, std::move(m));
     return;

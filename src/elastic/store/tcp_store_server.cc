@@ -7,7 +7,9 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,6 +53,15 @@ StoreServer::Impl::Impl(const StoreServerOptions& o) : opts_(o) {
   add_fd(listenfd_, kListenId, EPOLLIN);
   add_fd(wakefd_, kWakeId, EPOLLIN);
   thread_ = std::thread([this] { loop(); });
+  pthread_getcpuclockid(thread_.native_handle(), &loop_clock_);
+}
+
+std::chrono::nanoseconds StoreServer::Impl::cpu_time() const {
+  std::lock_guard<std::mutex> lock(stop_mu_);  // the thread (and its clock) exists until stop() joined it
+  if (!thread_.joinable()) return std::chrono::nanoseconds(std::max<int64_t>(0, final_cpu_ns_.load()));
+  timespec ts{};
+  if (clock_gettime(loop_clock_, &ts) != 0) return std::chrono::nanoseconds(0);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 StoreServer::Impl::~Impl() {
@@ -84,7 +95,7 @@ void StoreServer::Impl::open_listener() {
   listenfd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(listenfd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (listenfd_ < 0 || bind(listenfd_, res->ai_addr, res->ai_addrlen) != 0 || listen(listenfd_, 1024) != 0) {
+  if (listenfd_ < 0 || bind(listenfd_, res->ai_addr, res->ai_addrlen) != 0 || listen(listenfd_, SOMAXCONN) != 0) {
     int e = errno;
     freeaddrinfo(res);
     if (listenfd_ >= 0) ::close(listenfd_);
@@ -113,8 +124,9 @@ void StoreServer::Impl::add_fd(int fd, uint64_t id, uint32_t events) {
 }
 
 void StoreServer::Impl::loop() {
-  std::vector<epoll_event> events(256);
+  std::vector<epoll_event> events(1024);
   bool running = true;
+  last_drained_ = Clock::now();
   while (running) {
     int n = epoll_wait(epfd_, events.data(), static_cast<int>(events.size()), next_timeout_ms());
     if (n < 0 && errno != EINTR) {
@@ -128,8 +140,10 @@ void StoreServer::Impl::loop() {
       }
       dispatch(events[i].data.u64, events[i].events);
     }
-    housekeeping();
+    housekeeping(n < static_cast<int>(events.size()));  // fewer than asked for: every ready connection was read
   }
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) final_cpu_ns_ = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   for (auto& kv : conns_) {
     epoll_ctl(epfd_, EPOLL_CTL_DEL, kv.second->fd, nullptr);
     ::close(kv.second->fd);
@@ -148,7 +162,6 @@ void StoreServer::Impl::loop() {
 void StoreServer::Impl::dispatch(uint64_t id, uint32_t events) {
   if (id == kListenId) {
     try {
-      expire_leases(Clock::now());
       accept_all();
     } catch (const std::exception& e) {
       EDL_LOG(0) << "store server: accepting failed: " << e.what();
@@ -159,7 +172,6 @@ void StoreServer::Impl::dispatch(uint64_t id, uint32_t events) {
   if (it == conns_.end()) return;
   Conn& c = *it->second;
   try {
-    expire_leases(Clock::now());
     if (c.paused && (events & (EPOLLHUP | EPOLLERR))) c.dead = true;
     if (!c.paused && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_readable(c);
     if (!c.dead && (events & EPOLLOUT)) flush(c);
@@ -170,9 +182,15 @@ void StoreServer::Impl::dispatch(uint64_t id, uint32_t events) {
 }
 
 // Timers and deferred work after each round of events; errors are logged and the loop goes on.
-void StoreServer::Impl::housekeeping() {
+// Leases expire only after a round that read every ready connection (`drained`), so a refresh that
+// has arrived is applied before its lease is judged: a lease expires while the store was served,
+// never because the loop was not running (a busy machine) or had a backlog of requests. A loop that
+// stays saturated still expires them at most a second late.
+void StoreServer::Impl::housekeeping(bool drained) {
   try {
-    expire_leases(Clock::now());
+    const auto now = Clock::now();
+    if (drained) last_drained_ = now;
+    if (drained || now - last_drained_ > std::chrono::seconds(1)) expire_leases(now);
     resume_paused();
     expire_waiters(Clock::now());
     expire_handshakes(Clock::now());
@@ -210,5 +228,7 @@ uint64_t StoreServer::bad_frame_count() const { return impl_->bad_frame_count();
 uint64_t StoreServer::throttle_count() const { return impl_->throttle_count(); }
 uint64_t StoreServer::refused_count() const { return impl_->refused_count(); }
 uint64_t StoreServer::replay_count() const { return impl_->replay_count(); }
+uint64_t StoreServer::request_count() const { return impl_->request_count(); }
+std::chrono::nanoseconds StoreServer::cpu_time() const { return impl_->cpu_time(); }
 
 }  // namespace edl

@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <time.h>
 #include <unordered_map>
 #include <vector>
 
@@ -46,6 +47,8 @@ class StoreServer::Impl {
   uint64_t throttle_count() const { return throttled_.load(); }
   uint64_t refused_count() const { return refused_.load(); }
   uint64_t replay_count() const { return replayed_.load(); }
+  uint64_t request_count() const { return requests_.load(); }
+  std::chrono::nanoseconds cpu_time() const;
 
  private:
   struct Conn {
@@ -70,6 +73,8 @@ class StoreServer::Impl {
     std::string value;
     Clock::time_point expires = Clock::time_point::max();
   };
+  using WatchMap = std::multimap<std::string, uint64_t>;
+  using DeadlineMap = std::multimap<Clock::time_point, uint64_t>;
   struct Waiter {
     uint64_t conn = 0;
     uint64_t req = 0;
@@ -77,6 +82,8 @@ class StoreServer::Impl {
     std::vector<std::string> keys;
     std::optional<std::string> known;
     Clock::time_point deadline;
+    std::vector<WatchMap::iterator> watching;  // its entries in watch_ (removed in O(1) each)
+    DeadlineMap::iterator deadline_entry;
   };
   // The outcome of a request that changed the data, kept so that a re-sent copy (same client id and
   // request id, after a reconnect) is answered without being applied again.
@@ -96,7 +103,7 @@ class StoreServer::Impl {
   void add_fd(int fd, uint64_t id, uint32_t events);
   void loop();
   void dispatch(uint64_t id, uint32_t events);
-  void housekeeping();
+  void housekeeping(bool drained);
   int next_timeout_ms();
 
   // --- tcp_store_connections.cc ---
@@ -145,22 +152,25 @@ class StoreServer::Impl {
   int spare_fd_ = -1;  // held open so that accept() can still shed a connection at EMFILE
   int port_ = 0;
   std::thread thread_;
-  std::mutex stop_mu_;
+  mutable std::mutex stop_mu_;
   std::atomic<size_t> nconns_{0};
-  std::atomic<uint64_t> rejected_auth_{0}, bad_frames_{0}, throttled_{0}, refused_{0}, replayed_{0};
+  std::atomic<uint64_t> rejected_auth_{0}, bad_frames_{0}, throttled_{0}, refused_{0}, replayed_{0}, requests_{0};
+  clockid_t loop_clock_{};                 // the loop thread's CPU clock (valid while it runs)
+  std::atomic<int64_t> final_cpu_ns_{-1};  // its CPU time once it has ended
 
   // Loop-thread state.
   uint64_t next_conn_id_ = 2;
   uint64_t next_waiter_id_ = 1;
   uint64_t session_clock_ = 0;
+  Clock::time_point last_drained_;  // the last round that read every ready connection
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::set<uint64_t> unauthenticated_;  // ids of connections still in the handshake, oldest first
   std::unordered_map<std::string, Session> sessions_;
   std::map<std::string, Entry> data_;
   std::multimap<Clock::time_point, std::string> lease_queue_;
   std::map<uint64_t, Waiter> waiters_;
-  std::unordered_multimap<std::string, uint64_t> watch_;
-  std::multimap<Clock::time_point, uint64_t> waiter_deadlines_;
+  WatchMap watch_;
+  DeadlineMap waiter_deadlines_;
   std::multimap<Clock::time_point, uint64_t> handshake_deadlines_;
 };
 

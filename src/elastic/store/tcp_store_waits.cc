@@ -53,8 +53,8 @@ void StoreServer::Impl::start_wait(Conn& c, Message&& m) {
   }
   w.deadline = Clock::now() + std::chrono::milliseconds(std::min(m.number, kMaxTimeoutMs));
   uint64_t wid = next_waiter_id_++;
-  for (const auto& k : w.keys) watch_.emplace(k, wid);
-  waiter_deadlines_.emplace(w.deadline, wid);
+  for (const auto& k : w.keys) w.watching.push_back(watch_.emplace(k, wid));
+  w.deadline_entry = waiter_deadlines_.emplace(w.deadline, wid);
   c.waiters.insert(wid);
   waiters_.emplace(wid, std::move(w));
 }
@@ -71,22 +71,8 @@ void StoreServer::Impl::remove_waiter(uint64_t wid) {
   auto it = waiters_.find(wid);
   if (it == waiters_.end()) return;
   const Waiter& w = it->second;
-  for (const auto& k : w.keys) {
-    auto range = watch_.equal_range(k);
-    for (auto j = range.first; j != range.second;) {
-      if (j->second == wid)
-        j = watch_.erase(j);
-      else
-        ++j;
-    }
-  }
-  auto range = waiter_deadlines_.equal_range(w.deadline);
-  for (auto j = range.first; j != range.second; ++j) {
-    if (j->second == wid) {
-      waiter_deadlines_.erase(j);
-      break;
-    }
-  }
+  for (auto j : w.watching) watch_.erase(j);  // O(1) each: a key may have a thousand waiters
+  waiter_deadlines_.erase(w.deadline_entry);
   auto c = conns_.find(w.conn);
   if (c != conns_.end()) c->second->waiters.erase(wid);
   waiters_.erase(it);
@@ -116,7 +102,7 @@ void StoreServer::Impl::expire_waiters(Clock::time_point now) {
   while (!waiter_deadlines_.empty() && waiter_deadlines_.begin()->first <= now) {
     uint64_t wid = waiter_deadlines_.begin()->second;
     auto it = waiters_.find(wid);
-    if (it == waiters_.end()) {
+    if (it == waiters_.end()) {  // cannot happen: a waiter's entry goes with it
       waiter_deadlines_.erase(waiter_deadlines_.begin());
       continue;
     }

@@ -1,0 +1,67 @@
+// TcpCommunicator::sparse_setup: the transport hello of a communicator on the sparse mesh
+// (docs/collectives.md, "Sparse mesh"). The full mesh sends every peer a hello (shm_setup.cc); the
+// sparse mesh gathers every rank's hello (hierarchy.h: TransportHello) with one allgatherv over the
+// mesh instead.
+// Every rank then knows whether all ranks listen on loopback (one_host(): the algorithm choice),
+// checks that every rank has its transport and hierarchical settings, and derives the same
+// HostLayout: on several hosts the hierarchical children are built as on the full mesh; on one host
+// the collectives stay on TCP (the shared-memory transport needs the full mesh: Mesh::kAuto gives
+// it up to TcpCommunicator::kShmFullMeshRanks ranks).
+#include <cstring>
+
+#include "collective/hierarchy.h"
+#include "common/logging.h"
+#include "edl/error.h"
+
+namespace edl::collective {
+void TcpCommunicator::sparse_setup(const std::shared_ptr<Store>& store, const std::string& prefix) {
+  const std::string setup = "communicator setup on rank " + std::to_string(rank_);
+  const TransportHello mine = TransportHello::of(options_);
+  const std::string host = mine.host_id();
+  std::vector<uint8_t> all;
+  try {
+    allgatherv(&mine, sizeof(mine), DataType::kUInt8, all, nullptr);
+  } catch (const MismatchError& e) {
+    throw CommError(setup + ": the ranks disagree about the setup (" + e.what() + ")");
+  }
+  if (all.size() != sizeof(TransportHello) * static_cast<size_t>(size_))
+    throw CommError(setup + ": the transport hellos hold " + std::to_string(all.size()) + " bytes for " +
+                    std::to_string(size_) + " ranks");
+  std::vector<std::string> host_of(size_);
+  std::string hosts = "rank " + std::to_string(rank_) + " on '" + host + "'";
+  bool same = true;
+  one_host_ = true;
+  for (int p = 0; p < size_; ++p) {
+    TransportHello h;
+    std::memcpy(&h, all.data() + sizeof(TransportHello) * static_cast<size_t>(p), sizeof(h));
+    if (!h.valid())
+      throw CommError(setup + ": rank " + std::to_string(p) + " sent a malformed transport hello" + peer_text(p));
+    if (h.transport != mine.transport)
+      throw CommError(setup + ": rank " + std::to_string(p) + " has another EDL_TRANSPORT setting (" +
+                      std::to_string(h.transport) + ", this rank " + std::to_string(mine.transport) +
+                      "; 0 auto, 1 tcp, 2 shm)");
+    if (h.hierarchical != mine.hierarchical)
+      throw CommError(setup + ": rank " + std::to_string(p) + " has another EDL_HIERARCHICAL setting (" +
+                      std::to_string(h.hierarchical) + ", this rank " + std::to_string(mine.hierarchical) +
+                      "; 0 auto, 1 off, 2 on)");
+    one_host_ = one_host_ && h.loopback == 1;
+    host_of[p] = h.host_id();
+    if (host_of[p] != host) {
+      if (same) hosts += "; other hosts:";
+      same = false;
+      if (hosts.size() < 400) hosts += " rank " + std::to_string(p) + " on '" + host_of[p] + "'";
+    }
+  }
+  if (options_.transport == Transport::kTcp) return;
+  if (same) {
+    EDL_LOG(3) << setup << ": " << size_ << " ranks on one host: TCP on the sparse mesh (the shared-memory transport "
+               << "needs the full mesh: EDL_MESH=full, or at most " << kShmFullMeshRanks << " ranks)";
+    return;
+  }
+  HostLayout layout = HostLayout::decide(host_of, rank_, options_.hierarchical, setup, hosts);
+  if (!layout.problem.empty()) return;
+  hier_ = Hierarchy::build(store, prefix, size_, options_, layout);
+  hier_->set_tuning(tuning_);
+}
+
+}  // namespace edl::collective
