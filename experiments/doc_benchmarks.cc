@@ -1,6 +1,7 @@
 // docs/benchmarks.md: one section per bench (see doc_benchmarks.h).
 #include "doc_benchmarks.h"
 #include "doc_chaos.h"
+#include "doc_modes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -567,6 +568,8 @@ const std::vector<Section>& sections() {
        [](std::ostream& md, const DataSet& d, Plots&) { chaos_mtbf_section(md, d, "chaos_mtbf"); }},
       {"chaos_mtbf30", "Goodput under failures, MTBF 30 s", "",
        [](std::ostream& md, const DataSet& d, Plots&) { chaos_mtbf_section(md, d, "chaos_mtbf30"); }},
+      {"rebalance_bench", "Straggler rebalancing (one of 3 workers at half speed)", "", rebalance_section},
+      {"reproducible_bench", "Reproducible mode: cost next to the normal mode", "", reproducible_section},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
       {"scaling_bench", "Scaling (FTlib benchmark reproduction)", "", scaling_section},

@@ -167,6 +167,10 @@ if [ $DOC_ONLY -eq 0 ]; then
   # select them with --only chaos_mtbf,chaos_mtbf30.
   run_bench chaos_mtbf 1800 "$B/chaos_bench" --mtbf-s 10 "${MTBF_ARGS[@]}"
   run_bench chaos_mtbf30 1800 "$B/chaos_bench" --mtbf-s 30 "${MTBF_ARGS[@]}"
+  # Straggler rebalancing vs waiting and eviction (3 workers under edl-run, one at half speed), and
+  # the reproducible mode's cost next to the normal mode (docs/data.md, docs/optim.md).
+  run_bench rebalance_bench 1800 "$B/rebalance_bench" --rounds 3
+  run_bench reproducible_bench 1200 "$B/reproducible_bench"
   run_bench netns_check 300 "$B/netns_check"
   run_bench controlplane_bench 3600 "$B/controlplane_bench" --store redis,embedded,etcd "${CONTROLPLANE_ARGS[@]}"
   run_bench scaling_bench 3600 "$X/scaling_bench" "${SCALING_ARGS[@]}"

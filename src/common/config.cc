@@ -109,6 +109,8 @@ Config Config::from_env() {
                           "' must be greater than 1");
   c.straggler_steps = static_cast<int>(env_int("EDL_STRAGGLER_STEPS", c.straggler_steps, 1, 1 << 30));
   c.evict_stragglers = env_bool("EDL_EVICT_STRAGGLERS", false);
+  c.rebalance_stragglers = env_bool("EDL_REBALANCE_STRAGGLERS", false);
+  c.deterministic = env_bool("EDL_DETERMINISTIC", false);
   c.test_clock_offset_ms = static_cast<int>(env_int("EDL_TEST_CLOCK_OFFSET_MS", 0, -86400000, 86400000));
   c.test_kill_at = env_str("EDL_TEST_KILL_AT", "");
 

@@ -173,6 +173,22 @@ void request_leave() {
   if (auto w = worker()) w->request_leave();
 }
 
+bool latest_step_times(uint64_t generation, uint64_t* seq, std::vector<double>* compute_s,
+                       std::vector<uint64_t>* records) {
+  auto w = worker();
+  std::vector<int64_t> us, n;
+  if (!w || !w->step_times(generation, seq, &us, &n)) return false;
+  compute_s->assign(us.size(), 0.0);
+  records->assign(n.size(), 0);
+  for (size_t r = 0; r < us.size(); ++r) (*compute_s)[r] = static_cast<double>(us[r]) / 1e6;
+  for (size_t r = 0; r < n.size(); ++r) (*records)[r] = static_cast<uint64_t>(std::max<int64_t>(0, n[r]));
+  return true;
+}
+
+void note_step_records(uint64_t records) {
+  if (auto w = worker()) w->note_step_records(records);
+}
+
 void set_local_batch_size(int64_t samples) {
   EDL_CHECK(samples >= 0, InvalidArgument,
             "edl::elastic::set_local_batch_size: samples must not be negative, got " + std::to_string(samples));

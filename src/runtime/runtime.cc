@@ -87,4 +87,9 @@ int size() { return detail::Runtime::instance().generation()->size; }
 int local_rank() { return detail::Runtime::instance().generation()->local_rank; }
 int local_size() { return detail::Runtime::instance().generation()->local_size; }
 
+bool deterministic() {
+  auto& rt = detail::Runtime::instance();
+  return rt.initialized() ? rt.config().deterministic : Config::from_env().deterministic;
+}
+
 }  // namespace edl

@@ -220,19 +220,21 @@ TEST_CASE("autoscaler: --max-global-batch keeps the local batch fixed up to that
 TEST_CASE("edl-run observability flags: parsing and bad values", "[launcher][autoscale]") {
   auto parsed = edl::test::parse_launch_options(
       {"--min-np", "1", "--max-np", "4", "-np", "1", "--straggler-factor", "2.5", "--straggler-steps", "7",
-       "--evict-stragglers", "--autoscale", "--scaling-threshold", "0.5", "--scaling-step", "2",
-       "--scaling-interval", "30", "--max-global-batch", "256", "prog"});
+       "--evict-stragglers", "--rebalance-stragglers", "--autoscale", "--scaling-threshold", "0.5", "--scaling-step",
+       "2", "--scaling-interval", "30", "--max-global-batch", "256", "prog"});
   REQUIRE(parsed);
   const edl::launcher::LaunchOptions& o = *parsed;
   CHECK(o.straggler_factor == 2.5);
   CHECK(o.straggler_steps == 7);
   CHECK(o.evict_stragglers);
+  CHECK(o.rebalance_stragglers);
   CHECK(o.autoscale);
   CHECK(o.scaling_threshold == 0.5);
   CHECK(o.scaling_step == 2);
   CHECK(o.scaling_interval == 30);
   CHECK(o.max_global_batch == 256);
   CHECK(parse_fails({"-np", "2", "--autoscale", "p"}));  // elastic only
+  CHECK(parse_fails({"-np", "2", "--rebalance-stragglers", "p"}));
   CHECK(parse_fails({"--min-np", "1", "--host-discovery-script", "x", "--autoscale", "p"}));
 }
 
@@ -247,7 +249,8 @@ TEST_CASE("edl-run: bad values of the observability flags and variables exit 2 n
     CHECK(r.code == 2);
     CHECK(r.err.find(flag) != std::string::npos);
   }
-  for (const std::string var : {"EDL_STRAGGLER_FACTOR=0.9", "EDL_STRAGGLER_STEPS=0", "EDL_EVICT_STRAGGLERS=maybe"}) {
+  for (const std::string var : {"EDL_STRAGGLER_FACTOR=0.9", "EDL_STRAGGLER_STEPS=0", "EDL_EVICT_STRAGGLERS=maybe",
+                                "EDL_REBALANCE_STRAGGLERS=maybe", "EDL_DETERMINISTIC=2"}) {
     auto r = run_edl({"--min-np", "1", "-np", "1", kHelper, "env"}, 10s, {var});
     INFO(var << ": " << r.err);
     CHECK(r.code == 2);

@@ -1,0 +1,12 @@
+# rebalance_bench given a bad flag value must exit with code 2 and name the problem (never start a job).
+foreach(args "--modes;wait,nope" "--rounds;0" "--slow-factor;2" "--record-ms;0" "--steps;5" "--batch;0")
+  execute_process(COMMAND ${CMD} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "rebalance_bench ${args}: expected exit code 2, got ${rc}: ${err}")
+  endif()
+  list(GET args 0 flag)
+  string(FIND "${err}" "${flag}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "rebalance_bench ${args}: the message does not name ${flag}: ${err}")
+  endif()
+endforeach()
