@@ -35,9 +35,9 @@ namespace {
 
 struct Config {
   std::string edl_run, worker;
-  int64_t steps = 200, warmup = 20;
+  int64_t steps = 120, warmup = 20;
   uint64_t batch = 32;
-  double record_ms = 2, slow_factor = 0.5;
+  double record_ms = 5, slow_factor = 0.5;
   int timeout_s = 300;
 };
 
@@ -89,10 +89,11 @@ int main(int argc, char** argv) {
   cxxopts::Options opts("rebalance_bench", "straggler rebalancing vs waiting and eviction: 3 workers, one slowed");
   opts.add_options()("modes", "wait,evict,rebalance", cxxopts::value<std::string>()->default_value("wait,evict,rebalance"))(
       "rounds", "jobs per mode (modes interleaved)", cxxopts::value<int>()->default_value("1"))(
-      "steps", "steps per job", cxxopts::value<int64_t>()->default_value("200"))(
+      "steps", "steps per job", cxxopts::value<int64_t>()->default_value("120"))(
       "warmup-steps", "steps before the measured window", cxxopts::value<int64_t>()->default_value("20"))(
       "batch", "records per worker per step (global batch = 3x)", cxxopts::value<uint64_t>()->default_value("32"))(
-      "record-ms", "compute per record of a normal worker", cxxopts::value<double>()->default_value("2"))(
+      "record-ms", "compute per record of a normal worker (5: a step of 160 ms at batch 32, about ResNet20's on "
+                   "one core)", cxxopts::value<double>()->default_value("5"))(
       "slow-factor", "speed of the slow worker", cxxopts::value<double>()->default_value("0.5"))(
       "job-timeout-s", "a job longer than this failed", cxxopts::value<int>()->default_value("300"))(
       "edl-run", "path of edl-run (default: the build tree's)", cxxopts::value<std::string>()->default_value(""))(

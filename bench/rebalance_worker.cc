@@ -10,8 +10,8 @@
 // Rank 0 appends "step <step> <records of the step, all ranks> <t_ms> <workers>" to --log after each
 // step (t_ms: CLOCK_MONOTONIC milliseconds).
 //
-//   rebalance_worker --log PATH [--steps 200 --batch 32 --record-ms 2 --slow-prefix t:2. --slow-factor 0.5
-//                    --records 1000000 --records-per-shard 256 --params 4096]
+//   rebalance_worker --log PATH [--steps 200 --batch 32 --record-ms 5 --slow-prefix t:2. --slow-factor 0.5
+//                    --records 1000000 --records-per-shard 2048 --params 4096]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -34,11 +34,11 @@ int main(int argc, char** argv) {
   opts.add_options()("log", "rank 0 appends one line per step here", cxxopts::value<std::string>())(
       "steps", "steps to train", cxxopts::value<int64_t>()->default_value("200"))(
       "batch", "records per worker per step (before rebalancing)", cxxopts::value<uint64_t>()->default_value("32"))(
-      "record-ms", "compute time per record of a normal worker", cxxopts::value<double>()->default_value("2"))(
+      "record-ms", "compute time per record of a normal worker", cxxopts::value<double>()->default_value("5"))(
       "slow-prefix", "workers whose id starts with this are slow", cxxopts::value<std::string>()->default_value("t:2."))(
       "slow-factor", "speed of a slow worker (0.5 = half)", cxxopts::value<double>()->default_value("0.5"))(
       "records", "records in the dataset", cxxopts::value<uint64_t>()->default_value("1000000"))(
-      "records-per-shard", "records per shard", cxxopts::value<uint64_t>()->default_value("256"))(
+      "records-per-shard", "records per shard", cxxopts::value<uint64_t>()->default_value("2048"))(
       "params", "float32 parameters", cxxopts::value<size_t>()->default_value("4096"));
   auto a = edl::bench::parse_flags(opts, argc, argv);
   if (!a.count("log") || !(a["record-ms"].as<double>() >= 0) || !(a["slow-factor"].as<double>() > 0)) {

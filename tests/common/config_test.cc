@@ -1,5 +1,6 @@
 // Config::from_env: the spelling of EDL_RESET_LIMIT ("Option names" in docs/api.md): the members say
-// unlimited with -1 everywhere; the variable keeps its historic 0 = unlimited and accepts -1 too.
+// unlimited with -1 everywhere; the variable keeps its historic 0 = unlimited and accepts -1 too. And the
+// opt-in switches of the reproducible mode and straggler rebalancing.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -33,4 +34,22 @@ TEST_CASE("EDL_RESET_LIMIT: unset, 0 and -1 are unlimited (-1 in Config), N is N
   CHECK(reset_limit_from("3") == 3);
   CHECK(reset_limit_from("-2") == -100);
   CHECK(reset_limit_from("many") == -100);
+}
+
+TEST_CASE("EDL_DETERMINISTIC and EDL_REBALANCE_STRAGGLERS: off by default, 1 turns them on, garbage is refused",
+          "[config]") {
+  unsetenv("EDL_DETERMINISTIC");
+  unsetenv("EDL_REBALANCE_STRAGGLERS");
+  edl::Config c = edl::Config::from_env();
+  CHECK_FALSE(c.deterministic);
+  CHECK_FALSE(c.rebalance_stragglers);
+  setenv("EDL_DETERMINISTIC", "1", 1);
+  setenv("EDL_REBALANCE_STRAGGLERS", "1", 1);
+  c = edl::Config::from_env();
+  CHECK(c.deterministic);
+  CHECK(c.rebalance_stragglers);
+  setenv("EDL_DETERMINISTIC", "sometimes", 1);
+  CHECK_THROWS_AS(edl::Config::from_env(), edl::InvalidArgument);
+  unsetenv("EDL_DETERMINISTIC");
+  unsetenv("EDL_REBALANCE_STRAGGLERS");
 }

@@ -36,17 +36,17 @@ for np in 2 3; do
   echo "$np workers: CHECKSUM $got"
 done
 
-# Elastic: 2 workers; after 6 steps the worker of slot 1 is killed (kill -9), the survivor recovers
+# Elastic: 2 workers; after 4 steps the worker of slot 1 is killed (kill -9), the survivor recovers
 # from its last commit, edl-run starts a replacement and it joins. --step-delay-ms leaves it the time.
 "$RUN" --min-np 1 --max-np 2 -np 2 --reset-limit 3 --pid-file "$work/pids" "$TRAINER" "${ARGS[@]}" \
   "$STEP_LOG" "$work/steps.jsonl" --step-delay-ms 150 > "$work/elastic.log" 2>&1 &
 job=$!
 for _ in $(seq 1 1200); do
-  [ -s "$work/steps.jsonl" ] && [ "$(wc -l < "$work/steps.jsonl")" -ge 6 ] && break
+  [ -s "$work/steps.jsonl" ] && [ "$(wc -l < "$work/steps.jsonl")" -ge 4 ] && break
   kill -0 "$job" 2>/dev/null || break
   sleep 0.1
 done
-[ -s "$work/steps.jsonl" ] && [ "$(wc -l < "$work/steps.jsonl")" -ge 6 ] || fail "the elastic job never reached step 6"
+[ -s "$work/steps.jsonl" ] && [ "$(wc -l < "$work/steps.jsonl")" -ge 4 ] || fail "the elastic job never reached step 4"
 victim=$(awk '$1 == 1 { print $2 }' "$work/pids")
 [ -n "$victim" ] || fail "no worker of slot 1 in the pid file"
 kill -9 "$victim" || fail "kill -9 $victim failed"
