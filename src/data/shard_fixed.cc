@@ -65,10 +65,6 @@ StepRecords ShardGenerator::Impl::fixed_next() {
   StepRecords r;
   r.step = step;
   r.epoch = epoch;
-  if (ended) {
-    r.end_of_data = true;
-    return r;
-  }
   if (static_cast<uint64_t>(step - epoch_start) >= fixed_steps_per_epoch()) {  // the epoch is done
     if (o.epochs > 0 && epoch + 1 >= o.epochs) {
       ended = true;

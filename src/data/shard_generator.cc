@@ -186,10 +186,6 @@ StepRecords ShardGenerator::Impl::claim_next() {
   StepRecords r;
   r.step = step;
   r.epoch = epoch;
-  if (ended) {
-    r.end_of_data = true;
-    return r;
-  }
   const int64_t t = step;
   if (o.rebalance) rebalance_before(t);
   for (;;) {
@@ -278,7 +274,14 @@ ShardGenerator::~ShardGenerator() = default;
 
 StepRecords ShardGenerator::next() {
   auto& s = *impl_;
-  StepRecords r = s.o.deterministic ? s.fixed_next() : s.claim_next();
+  StepRecords r;
+  if (s.ended) {  // options.epochs are done: the same answer on every member, every time
+    r.step = s.step;
+    r.epoch = s.epoch;
+    r.end_of_data = true;
+    return r;
+  }
+  r = s.o.deterministic ? s.fixed_next() : s.claim_next();
   if (s.o.rebalance && s.note_step_records) s.note_step_records(r.records.size());
   return r;
 }

@@ -100,14 +100,14 @@ struct ShardGenerator::Impl {
   bool all_exhausted(int64_t t) const;
   void refresh_claims();
   uint64_t batch() const;  // records per step of this worker now (rebalanced or o.batch_size)
-  StepRecords claim_next();
+  StepRecords claim_next();  // (not ended) this worker's records at the next step, claiming as needed
   std::vector<StepRecords> claim_lookahead(size_t steps) const;
 
   // shard_fixed.cc
   std::pair<int, int> current_world() const;
   uint64_t fixed_steps_per_epoch() const;
   StepRecords fixed_records(int64_t t);  // this worker's micro-batches of step t of the current epoch
-  StepRecords fixed_next();
+  StepRecords fixed_next();  // (not ended)
   std::vector<StepRecords> fixed_lookahead(size_t steps);
 
   // shard_rebalance.cc

@@ -21,6 +21,15 @@ namespace {
 
 constexpr uint64_t kMicro = 3, kMicroBatches = 5, kRecords = 40;
 
+models::ModelConfig small_resnet() {  // 3x16x16 inputs: the same network, a quarter of the work
+  models::ModelConfig mc;
+  mc.channels = 3;
+  mc.height = 16;
+  mc.width = 16;
+  mc.seed = 2;
+  return mc;
+}
+
 std::vector<float> train_resnet20(int ranks) {
   data::SyntheticOptions so;
   so.records = kRecords;
@@ -31,12 +40,7 @@ std::vector<float> train_resnet20(int ranks) {
   std::vector<std::vector<float>> out(ranks);
   test::run_rank_threads(ranks, "r20/" + std::to_string(ranks) + "/", std::chrono::milliseconds(60000),
                          [&](int r, std::shared_ptr<Communicator> comm) {
-    models::ModelConfig mc;
-    mc.channels = 3;
-    mc.height = 16;
-    mc.width = 16;
-    mc.seed = 2;
-    models::ResNet20 model(mc);
+    models::ResNet20 model(small_resnet());
     auto params = model.parameters();
     auto buffers = model.buffers();
     DistributedOptimizerOptions oo;
@@ -87,12 +91,7 @@ TEST_CASE("reproducible mode: ResNet20 on 1, 2 and 3 ranks ends bitwise identica
   const std::vector<float> one = train_resnet20(1);
   CHECK(train_resnet20(2) == one);
   CHECK(train_resnet20(3) == one);
-  models::ModelConfig mc;
-  mc.channels = 3;
-  mc.height = 16;
-  mc.width = 16;
-  mc.seed = 2;
-  models::ResNet20 init(mc);
+  models::ResNet20 init(small_resnet());
   std::vector<float> before;
   for (const auto& p : init.parameters()) before.insert(before.end(), p.data, p.data + p.count);
   size_t moved = 0;
