@@ -102,7 +102,7 @@ TEST_CASE("reproducible mode: a step's micro-batches depend on (seed, epoch, ste
   }
 }
 
-TEST_CASE("reproducible mode: a rollback replays the same micro-batches; snapshots must match the mode",
+TEST_CASE("reproducible mode: a rollback replays the same micro-batches, snapshots must match the mode",
           "[data][shards][reproducible]") {
   auto store = edl::make_memory_store();
   ShardGenerator g(store, fixed_opts(200, 4, 7));

@@ -294,6 +294,20 @@ TEST_CASE("edl-run elastic: --evict-stragglers removes a slowed worker, its slot
   check_exactly_once(r.err, 2, 1200);
 }
 
+TEST_CASE("edl-run elastic: --rebalance-stragglers moves records away from a slowed worker, every record once",
+          "[launcher][straggler]") {
+  // The slowed worker's step takes 40 ms more whatever its records: the rebalancer gives it fewer
+  // (the job's shard generator logs each new split); the data audit still counts every record once.
+  auto r = run_edl({"--hostname", "t", "--min-np", "2", "--max-np", "3", "-np", "3", "--rebalance-stragglers", kWorker,
+                    "--steps", "100000", "--step-ms", "10", "--params", "1024", "--records", "720", "--slow-worker",
+                    "t:2.0", "--slow-ms", "40"},
+                   120s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("edl data: rebalanced at step") != std::string::npos);
+  check_exactly_once(r.err, 3, 720);
+}
+
 TEST_CASE("edl-run elastic: --autoscale follows the scripted throughput, out to a probe and back in",
           "[launcher][autoscale]") {
   // Steps take 40 ms at 1 worker, 20 ms at 2 and 120 ms at 3: R_2 = 4 R_1 (s_{1,1} = 3 > 0.7), R_3 =

@@ -86,7 +86,7 @@ TEST_CASE("ExactSum: any order and any split of the micro-batches over ranks giv
   }
 }
 
-TEST_CASE("ExactSum: a non-finite gradient gives a NaN mean for its tensor only; zeros stay zeros") {
+TEST_CASE("ExactSum: a non-finite gradient gives a NaN mean for its tensor only, zeros stay zeros") {
   auto g = random_gradients(3, 35, 9);
   for (size_t i = 10; i < 30; ++i) g[0][i] = 0.0f, g[1][i] = 0.0f, g[2][i] = 0.0f;
   g[1][31] = std::numeric_limits<float>::quiet_NaN();
@@ -206,7 +206,7 @@ TEST_CASE("reproducible mode: the world-of-one result is the exact weighted mean
   CHECK(w[0] == Approx(-2.0));
 }
 
-TEST_CASE("reproducible mode: misuse is a clear error; ranks with different learning rates get MismatchError") {
+TEST_CASE("reproducible mode: misuse is a clear error, ranks with different learning rates get MismatchError") {
   DistributedOptimizerOptions o;
   o.local = true;
   o.deterministic = true;
