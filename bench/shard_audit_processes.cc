@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -217,16 +218,13 @@ class ProcessAudit {
   void audit_counters() {
     std::string counts;
     int files = 0;
-    FILE* ls = popen(("ls " + dir_ + " | grep '^final\\.' | grep -v '\\.tmp$'").c_str(), "r");
-    char line[512];
-    while (ls && std::fgets(line, sizeof line, ls)) {
-      std::string name(line);
-      name.erase(name.find_last_not_of("\n") + 1);
-      std::string c = slurp(dir_ + "/" + name);
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("final.", 0) != 0 || name.size() < 4 || name.compare(name.size() - 4, 4, ".tmp") == 0) continue;
+      std::string c = slurp(entry.path().string());
       if (files++ == 0) counts = c;
       else if (c != counts) res_.error = "workers' final committed counters differ (" + name + ")";
     }
-    if (ls) pclose(ls);
     if (files == 0 || counts.size() != records_ * epochs_ * sizeof(int32_t)) {
       fail("no complete final counters in " + dir_);
       return;
@@ -245,7 +243,8 @@ class ProcessAudit {
       }
       res_.epochs.push_back(row);
     }
-    std::system(("rm -rf '" + dir_ + "'").c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
   }
 
   bool fail(const std::string& why) {

@@ -572,6 +572,17 @@ const std::vector<Section>& sections() {
       {"reproducible_bench", "Reproducible mode: cost next to the normal mode", "", reproducible_section},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
+      {"slurm_bench", "EDL on Slurm (a real Slurm cluster on emulated nodes)",
+       "slurmctld and three slurmd (Debian slurm-wlm 22.05), each node a network namespace, the job submitted "
+       "with examples/slurm/edl-job.sbatch around an etcd on the controller host, the synthetic worker at "
+       "30 ms per step (testing/slurm_scenarios.h, docs/launcher.md \"Slurm\"). `loss_to_step_ms`: a node "
+       "is lost (its link cut, then slurmd and every process on it killed) until the other nodes' workers "
+       "train their first step in the next generation (detection by the lease, `lease_ms`, then "
+       "re-rendezvous); `alloc_to_step_ms`: a second allocation's batch script starts until its worker "
+       "trains its first step in the job; `submit_to_step_ms`: the same from its `sbatch` (Slurm's "
+       "scheduling too). Median, min and max over `runs` fresh clusters; `ok`: every run passed the "
+       "test's checks (exactly-once data, identical parameters, no lost step).",
+       nullptr},
       {"scaling_bench", "Scaling (FTlib benchmark reproduction)", "", scaling_section},
       {"cluster_sim", "Cluster scheduling (Experiments 1 and 2)", "", cluster_section},
       {"convergence", "Convergence under a changing worker count (Experiment 3)", "", convergence_section},

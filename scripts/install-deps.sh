@@ -19,7 +19,14 @@ PACKAGES=(
   clang libclang-rt-14-dev  # -DEDL_BUILD_FUZZ=ON: libFuzzer + ASan/UBSan runtimes (docs/fuzzing.md)
   libtorch-dev          # edl::torch (src/torch, include/edl/torch.h, examples/torch)
   prometheus            # observability test: a real Prometheus server scrapes edl-run --metrics-port
+  python3               # the structure and deps checks (scripts/check-structure.py, scripts/check-deps.py)
+  git                   # scripts/run-benchmarks.sh: the commit each bench row was measured at
+  slurmctld slurmd slurm-client munge  # tests/slurm: a real Slurm cluster on emulated nodes (testing/slurm_cluster.h)
+  python3-kubernetes yamllint  # tests/kubernetes: offline checks of examples/kubernetes (scripts/check-k8s-manifests.py)
 )
+# Every external program that a test, bench, testing/ helper or script runs is listed with its package
+# in testing/deps_programs.txt; scripts/check-deps.py (ctest label deps) fails when one of those
+# packages is missing here.
 
 missing=()
 for p in "${PACKAGES[@]}"; do

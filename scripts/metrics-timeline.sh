@@ -70,7 +70,7 @@ cat "$DIR/err" >&2
 [ $rc -eq 0 ] || { echo "metrics-timeline.sh: edl-run exited $rc" >&2; exit 1; }
 
 # Event times on edl-run's clock (its log's t=), the same clock as the CSV's time_s.
-t_of() { grep -m1 "$1" "$DIR/err" | sed -n 's/.*edl-run: t=\([0-9.]*\) .*/\1/p'; }
+t_of() { grep -m1 "$1" "$DIR/err" | sed -n 's/^edl-run: [0-9TZ:.-]* t=\([0-9.]*\) .*/\1/p'; }
 kill_t=$(t_of "event=failed slot=1")
 join_t=$(t_of "event=scale-up")
 {

@@ -10,7 +10,7 @@
 #   --only LIST   run only these benches (the others keep their rows and provenance in docs/data/);
 #                 chaos_bench's MTBF runs are the entries chaos_mtbf (10 s) and chaos_mtbf30 (30 s)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
-#                 chaos_bench, controlplane_bench, autoscale_bench)
+#                 chaos_bench, controlplane_bench, slurm_bench, autoscale_bench)
 #   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
 #   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
 #
@@ -125,10 +125,12 @@ if [ $DOC_ONLY -eq 0 ]; then
     CHAOS_ARGS=(--trials 20)
     MTBF_ARGS=(--mtbf-run-s 30 --pairs 1)
     CONTROLPLANE_ARGS=(--runs 1)
+    SLURM_ARGS=(--runs 1)
     AUTOSCALE_ARGS=(--repeats 1)
   else
     AUTOSCALE_ARGS=()
     CONTROLPLANE_ARGS=()
+    SLURM_ARGS=()
     SCALING_ARGS=()
     ELASTIC_ARGS=()
     CONVERGENCE_ARGS=()
@@ -173,6 +175,8 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench reproducible_bench 1200 "$B/reproducible_bench"
   run_bench netns_check 300 "$B/netns_check"
   run_bench controlplane_bench 3600 "$B/controlplane_bench" --store redis,embedded,etcd "${CONTROLPLANE_ARGS[@]}"
+  # A real Slurm cluster on emulated nodes (root; Slurm, munge, etcd): node loss and a second allocation.
+  run_bench slurm_bench 1800 "$B/slurm_bench" "${SLURM_ARGS[@]}"
   run_bench scaling_bench 3600 "$X/scaling_bench" "${SCALING_ARGS[@]}"
   run_bench convergence 3600 "$X/convergence_exp" "${CONVERGENCE_ARGS[@]}"
   # The simulator takes EDL's own scaling curve and recovery times when both benches produced rows.

@@ -40,6 +40,92 @@ CommitLog CommitLog::parse(const std::string& text) {
   return log;
 }
 
+CommitLog CommitLog::parse_elastic_worker(const std::string& text) {
+  CommitLog log;
+  std::istringstream in(text);
+  std::string line;
+  auto host_of = [](const std::string& worker) { return worker.substr(0, worker.rfind(':')); };
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind, worker;
+    if (!(ls >> kind >> worker)) continue;
+    if (kind == "step") {
+      Commit c;
+      c.worker = worker;
+      c.host = host_of(worker);
+      if (ls >> c.step >> c.generation >> c.rank >> c.size >> c.mono_ms) log.commits.push_back(c);
+    } else if (kind == "gen") {
+      Generation g;
+      g.worker = worker;
+      g.host = host_of(worker);
+      int failure = 0;
+      if (ls >> g.generation >> g.rank >> g.size >> g.previous_size >> failure >> g.mono_ms) {
+        g.after_failure = failure != 0;
+        log.generations.push_back(g);
+      }
+    } else if (kind == "done") {
+      WorkerEnd e;
+      e.worker = worker;
+      e.host = host_of(worker);
+      if (ls >> e.step >> e.crc >> e.hist) log.ends.push_back(e);
+    } else if (kind == "error") {
+      WorkerEnd e;
+      e.worker = worker;
+      e.host = host_of(worker);
+      e.error = true;
+      std::getline(ls, e.message);
+      if (!e.message.empty() && e.message[0] == ' ') e.message.erase(0, 1);
+      log.ends.push_back(e);
+    } else if (kind == "audit") {
+      Audit a;
+      a.worker = worker;
+      if (ls >> a.once >> a.records) log.audits.push_back(a);
+    }
+  }
+  return log;
+}
+
+int64_t reference_hist(int64_t steps) {
+  uint64_t h = 0;
+  for (int64_t s = 1; s <= steps; ++s) h = h * 1000003u + static_cast<uint64_t>(s);
+  return static_cast<int64_t>(h);
+}
+
+std::string exactly_once(const CommitLog& log, const std::vector<std::string>& finishers, uint64_t records) {
+  std::map<std::string, const WorkerEnd*> done;
+  for (const WorkerEnd& e : log.ends)
+    if (!e.error) done[e.worker] = &e;
+  std::string problems;
+  auto fail = [&](const std::string& what) { problems += (problems.empty() ? "" : "; ") + what; };
+  const WorkerEnd* first = nullptr;
+  for (const std::string& w : finishers) {
+    auto it = done.find(w);
+    if (it == done.end()) {
+      fail(w + " logged no done line");
+      continue;
+    }
+    const WorkerEnd& e = *it->second;
+    if (first && (e.step != first->step || e.crc != first->crc))
+      fail(w + " ended at step " + std::to_string(e.step) + " crc " + std::to_string(e.crc) + ", " + first->worker +
+           " at step " + std::to_string(first->step) + " crc " + std::to_string(first->crc));
+    if (!first) first = &e;
+  }
+  for (const auto& [w, e] : done)
+    if (e->hist != reference_hist(e->step))
+      fail(w + "'s step history at step " + std::to_string(e->step) + " is not every step once");
+  if (records > 0) {
+    for (const std::string& w : finishers) {
+      const Audit* a = nullptr;
+      for (const Audit& x : log.audits)
+        if (x.worker == w) a = &x;
+      if (!a) fail(w + " logged no audit");
+      else if (a->records != records || a->once != records)
+        fail(w + " trained " + std::to_string(a->once) + " of " + std::to_string(records) + " records exactly once");
+    }
+  }
+  return problems;
+}
+
 double pause_ms(const CommitLog& log, double fault_ms, double end_ms) {
   double before = -std::numeric_limits<double>::infinity();
   std::vector<double> after;

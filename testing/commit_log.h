@@ -6,6 +6,12 @@
 // time T" (CLOCK_MONOTONIC is one clock for every namespace of the machine, so times of different
 // emulated hosts compare directly).
 //
+// The log of testing/elastic_worker (the synthetic worker of the elastic and Slurm scenarios) is read
+// into the same terms by CommitLog::parse_elastic_worker: its `step` lines are commits (the host is
+// the part of the worker id "HOST:SLOT.INCARNATION" before the ':'; crc 0: it logs its parameters
+// only at the end), `done` lines are ends with the parameter CRC and the step-history hash, `gen`
+// lines generations and `audit` lines its exactly-once data audit; exactly_once() checks them.
+//
 // Thread-safety: plain values and pure functions.
 #pragma once
 
@@ -29,16 +35,44 @@ struct WorkerEnd {  // a `done` or `error` line
   bool error = false;
   int64_t step = 0;      // done only
   uint32_t crc = 0;      // done only
-  double mono_ms = 0;
+  double mono_ms = 0;    // 0 in elastic_worker's log (its done and error lines carry no time)
   std::string message;   // error only
+  int64_t hist = 0;      // elastic_worker's done only: the hash of the steps applied (reference_hist)
+};
+
+struct Generation {  // elastic_worker's `gen` line: a worker entered a generation
+  std::string worker, host;
+  uint64_t generation = 0;
+  int rank = 0, size = 0, previous_size = 0;
+  bool after_failure = false;  // formed after a failure (not a join or a graceful leave)
+  double mono_ms = 0;
+};
+
+struct Audit {  // elastic_worker's `audit` line (--records): records trained exactly once
+  std::string worker;
+  uint64_t once = 0, records = 0;
 };
 
 struct CommitLog {
   std::vector<Commit> commits;  // in file order
   std::vector<WorkerEnd> ends;
+  std::vector<Generation> generations;  // elastic_worker only
+  std::vector<Audit> audits;            // elastic_worker only
   // Parses the lines of multihost_worker (others are ignored; a torn last line is skipped).
   static CommitLog parse(const std::string& text);
+  // Parses the lines of testing/elastic_worker (see above; others and a torn last line are skipped).
+  static CommitLog parse_elastic_worker(const std::string& text);
 };
+
+// elastic_worker's step-history hash after steps 1..n, each applied once (its `done` line's hist).
+int64_t reference_hist(int64_t steps);
+
+// Exactly-once training of an elastic_worker job: every worker of `finishers` (worker ids) logged
+// `done` at one step with one parameter CRC and the history hash of that step, and an audit in which
+// every one of `records` records was trained exactly once (records 0: no data audit); every other
+// `done` line (a worker that left gracefully) holds the history hash of its own step. "" when all
+// holds, else what did not.
+std::string exactly_once(const CommitLog& log, const std::vector<std::string>& finishers, uint64_t records);
 
 // The training pause around a fault: the longest gap between consecutive commits (of any worker)
 // from the last commit at or before `fault_ms` up to `end_ms` (when the survivors have recovered).

@@ -2,6 +2,7 @@
 #include "testing/controlplane_scenarios.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -12,7 +13,9 @@
 #include "testing/commit_log.h"
 #include "edl/error.h"
 #include "edl/store.h"
+#include "testing/deps.h"
 #include "testing/emulated_hosts.h"
+#include "testing/process.h"
 
 namespace edl::testing {
 namespace {
@@ -228,14 +231,17 @@ const std::vector<std::string>& scenario_names() {
 std::string store_unavailable(const std::string& store) {
   std::string why = NetnsCluster::unsupported_reason();
   if (!why.empty()) return why;
-  auto have = [](const std::string& name) {
-    for (const char* dir : {"/usr/sbin/", "/usr/bin/", "/sbin/", "/bin/", "/usr/local/bin/"})
-      if (access((dir + name).c_str(), X_OK) == 0) return true;
-    return false;
+  // "" when every program is installed, else which are not, each with its Debian package
+  // (testing/deps_programs.txt, the table scripts/install-deps.sh is checked against).
+  auto missing = [](std::initializer_list<const char*> programs) {
+    std::string m;
+    for (const char* p : programs)
+      if (find_program(p).empty()) m += (m.empty() ? "" : ", ") + std::string(p) + " (Debian " + program_package(p) + ")";
+    return m.empty() ? m : m + " not installed";
   };
-  if (store == "redis" && !have("redis-server")) return "redis-server is not installed (Debian redis-server)";
+  if (store == "redis" && !missing({"redis-server"}).empty()) return missing({"redis-server"});
   if (store == "etcd") {
-    if (!have("etcd") || !have("etcdctl")) return "etcd / etcdctl are not installed (Debian etcd-server, etcd-client)";
+    if (const std::string m = missing({"etcd", "etcdctl"}); !m.empty()) return m;
     try {
       StoreOptions o;
       o.connect_timeout = std::chrono::milliseconds(200);

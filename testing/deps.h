@@ -2,8 +2,13 @@
 // the Fashion-MNIST package, ...) is missing FAILS when EDL_REQUIRE_DEPS=1 — scripts/test.sh and CI
 // set it after installing every dependency — and may only skip in a developer's ad-hoc run.
 //
-// Tests call edl::testing::require_dep() from testing/require_dep.h (Catch2); this part has no Catch2
-// so benches and tools can ask the same question.
+// Tests call edl::testing::require_dep() / require_program() from testing/require_dep.h (Catch2); this
+// part has no Catch2 so benches and tools can ask the same question.
+//
+// External programs: testing/deps_programs.txt lists every program that tests, benches, testing/
+// helpers and scripts run, with the Debian package that provides it (scripts/install-deps.sh installs
+// them; scripts/check-deps.py, ctest label deps, checks both). The table is compiled in:
+// find_program(), spawn() and run_command() (process.h) refuse a program that is not listed.
 //
 // Thread-safety: all functions are safe from any thread.
 #pragma once
@@ -17,5 +22,13 @@ bool deps_required();
 
 // "<dependency> is missing: <why>" plus how to get it under the policy, e.g. for a skip or failure note.
 std::string missing_dep_message(const std::string& dependency, const std::string& why);
+
+// The Debian package that provides `program` (testing/deps_programs.txt), "" when it is not listed.
+std::string program_package(const std::string& program);
+
+// Throws std::logic_error naming testing/deps_programs.txt when `program` — a bare name, or a path
+// in a system directory (/usr/bin/X, /bin/X, /usr/sbin/X, /sbin/X, /usr/local/bin/X) — is not
+// listed there. Other paths (programs of the build tree, a flag's value) pass.
+void check_listed_program(const std::string& program);
 
 }  // namespace edl::testing

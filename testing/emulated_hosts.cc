@@ -2,11 +2,8 @@
 // and cleanup on every path.
 #include "testing/emulated_hosts.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "testing/etcd_cluster.h"
 
 namespace edl::testing {
 namespace {
@@ -148,42 +147,10 @@ pid_t EmulatedHosts::spawn(int ns_index, const std::vector<std::string>& argv, c
   return edl::testing::spawn(full, o);
 }
 
-void EmulatedHosts::kill_namespace(int ns_index) {
-  const std::string& ns = ns_index < net_->size() ? net_->ns(ns_index) : net_->switch_ns();
-  for (int round = 0; round < 100; ++round) {  // edl-run may start a worker between the listing and the kill
-    CommandResult r = run_command({"ip", "netns", "pids", ns});
-    std::istringstream in(r.output);
-    int n = 0;
-    for (long pid; in >> pid;) {
-      if (pid > 1) {
-        ::kill(static_cast<pid_t>(pid), SIGKILL);
-        ++n;
-      }
-    }
-    if (n == 0 || r.status != 0) return;
-    sleep_ms(20);
-  }
-}
+void EmulatedHosts::kill_namespace(int ns_index) { net_->kill_all(ns_index); }
 
 void EmulatedHosts::wait_tcp(int ns_index, const std::string& addr, int port, double timeout_ms) {
-  bool ok = false;
-  std::string switch_ns = net_->switch_ns();
-  std::thread t([&] {  // a thread of its own: enter() moves only the calling thread
-    NetnsCluster::enter(switch_ns);
-    double deadline = now_ms() + timeout_ms;
-    while (!ok && now_ms() < deadline) {
-      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_port = htons(static_cast<uint16_t>(port));
-      inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
-      ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
-      close(fd);
-      if (!ok) sleep_ms(50);
-    }
-  });
-  t.join();
-  if (!ok)
+  if (!net_->wait_listening(addr, port, timeout_ms))
     throw std::runtime_error("EmulatedHosts: nothing listens on " + addr + ":" + std::to_string(port) + " (namespace " +
                              std::to_string(ns_index) + ") after " + std::to_string(static_cast<int>(timeout_ms)) +
                              " ms; see " + dir_);
@@ -272,15 +239,11 @@ double EmulatedHosts::crash_host(int h) {
 }
 
 double EmulatedHosts::cut_link(int h) {
-  CommandResult r = run_command({"ip", "-n", net_->switch_ns(), "link", "set", "p" + std::to_string(h), "down"});
-  if (r.status != 0) throw std::runtime_error("EmulatedHosts: cannot cut host" + std::to_string(h) + ": " + r.output);
+  net_->set_link(h, false);
   return now_ms();
 }
 
-void EmulatedHosts::heal_link(int h) {
-  CommandResult r = run_command({"ip", "-n", net_->switch_ns(), "link", "set", "p" + std::to_string(h), "up"});
-  if (r.status != 0) throw std::runtime_error("EmulatedHosts: cannot heal host" + std::to_string(h) + ": " + r.output);
-}
+void EmulatedHosts::heal_link(int h) { net_->set_link(h, true); }
 
 void EmulatedHosts::start_redis() {
   if (options_.store != "redis") throw std::logic_error("EmulatedHosts: the store is not redis");
@@ -310,14 +273,11 @@ void EmulatedHosts::start_etcd(int h) {
     cluster += (i ? "," : "") + ("m" + std::to_string(i)) + "=http://" + net_->address(i) + ":" + std::to_string(kEtcdPeerPort);
   std::string client = "http://" + a + ":" + std::to_string(kEtcdClientPort);
   std::string peer = "http://" + a + ":" + std::to_string(kEtcdPeerPort);
-  etcd_.at(h) = spawn(h, {"etcd", "--name", "m" + std::to_string(h), "--data-dir", dir_ + "/etcd" + std::to_string(h),
-                          "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                          "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
-                          "--initial-cluster-state", "new", "--initial-cluster-token", job_id_, "--log-level", "error",
-                          // A member cut off by a partition must not depose the majority's leader when the
-                          // link heals (its raised term would force elections that outlast the store
-                          // deadline): etcd's pre-vote phase, the default from etcd 3.5 on (docs/multihost.md).
-                          "--pre-vote=true"},
+  // --pre-vote: a member cut off by a partition must not depose the majority's leader when the link
+  // heals (its raised term would force elections that outlast the store deadline): etcd's pre-vote
+  // phase, the default from etcd 3.5 on (docs/multihost.md).
+  etcd_.at(h) = spawn(h, etcd_member_command("m" + std::to_string(h), dir_ + "/etcd" + std::to_string(h), client, peer,
+                                             cluster, job_id_, {"--log-level", "error", "--pre-vote=true"}),
                       dir_ + "/etcd" + std::to_string(h) + ".log", false);
 }
 

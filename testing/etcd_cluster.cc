@@ -24,8 +24,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-const char* etcd_binary() {
-  static const char* path = access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : nullptr;
+// The etcd server binary (Debian etcd-server), "" when it is not installed.
+const std::string& etcd_binary() {
+  static const std::string path = find_program("etcd");
   return path;
 }
 
@@ -44,7 +45,7 @@ std::optional<nlohmann::json> post(int port, const std::string& path, const nloh
 }  // namespace
 
 EtcdCluster::EtcdCluster(int members, std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
-  if (!etcd_binary()) return;  // available() false: the test decides (testing/require_dep.h)
+  if (etcd_binary().empty()) return;  // available() false: the test decides (testing/require_dep.h)
   std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   std::string tmpl = base + "/edl-etcd-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed in " + base);
@@ -93,17 +94,28 @@ EtcdCluster::~EtcdCluster() {
   }
 }
 
+std::vector<std::string> etcd_member_command(const std::string& name, const std::string& data_dir,
+                                             const std::string& client_url, const std::string& peer_url,
+                                             const std::string& initial_cluster, const std::string& token,
+                                             const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"etcd", "--name", name, "--data-dir", data_dir,
+                                   "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                                   "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                                   "--initial-cluster", initial_cluster, "--initial-cluster-state", "new",
+                                   "--initial-cluster-token", token};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 void EtcdCluster::spawn(int i) {
   Member& m = members_[i];
   std::string client = "http://127.0.0.1:" + std::to_string(m.client_port);
   std::string peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
-  std::vector<std::string> args = {etcd_binary(), "--name", m.name, "--data-dir", dir_ + "/" + m.name,
-                                   "--listen-client-urls", client, "--advertise-client-urls", client,
-                                   "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                   "--initial-cluster", initial_cluster_, "--initial-cluster-state", "new",
-                                   "--initial-cluster-token", "edl-test-" + std::to_string(getpid()) + dir_,
-                                   "--logger", "zap", "--log-level", "warn"};
-  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  std::vector<std::string> extra = {"--logger", "zap", "--log-level", "warn"};
+  extra.insert(extra.end(), extra_args_.begin(), extra_args_.end());
+  std::vector<std::string> args = etcd_member_command(m.name, dir_ + "/" + m.name, client, peer, initial_cluster_,
+                                                      "edl-test-" + std::to_string(getpid()) + dir_, extra);
+  args[0] = etcd_binary();
   SpawnOptions o;
   o.log = dir_ + "/" + m.name + ".log";  // stdout and stderr, appended across restarts
   o.append = true;

@@ -12,6 +12,15 @@
 
 namespace edl::testing {
 
+// The command line of one member of a new etcd cluster: `name`, data in `data_dir`, clients on
+// `client_url`, peers on `peer_url` (http://ADDR:PORT), of `initial_cluster` ("name=peer_url,...")
+// and `token`; `extra` flags appended. Shared by EtcdCluster, EmulatedHosts (a member per emulated
+// host) and the Slurm scenarios (a member on the controller host).
+std::vector<std::string> etcd_member_command(const std::string& name, const std::string& data_dir,
+                                             const std::string& client_url, const std::string& peer_url,
+                                             const std::string& initial_cluster, const std::string& token,
+                                             const std::vector<std::string>& extra = {});
+
 class EtcdCluster {
  public:
   // Starts `members` members and waits until they have elected a leader. available() is false when

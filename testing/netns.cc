@@ -114,6 +114,27 @@ std::string fmt_num(double v) {
   return buf;
 }
 
+// SIGKILLs every process in namespace `name`, again until none is left (one of them may start
+// another between the listing and the kill).
+void kill_in(const std::string& name) {
+  for (int round = 0; round < 100; ++round) {
+    CommandResult r = run_command({"ip", "netns", "pids", name});
+    int n = 0;
+    for (size_t p = 0; p < r.output.size();) {
+      size_t end = r.output.find('\n', p);
+      if (end == std::string::npos) end = r.output.size();
+      long pid = std::strtol(r.output.c_str() + p, nullptr, 10);
+      if (pid > 1) {
+        ::kill(static_cast<pid_t>(pid), SIGKILL);
+        ++n;
+      }
+      p = end + 1;
+    }
+    if (n == 0 || r.status != 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
 
 LinkSpec parse_link(const std::string& text) {
@@ -168,8 +189,21 @@ int NetnsCluster::remove_stale() {
     if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) stale.push_back(name);
   }
   closedir(d);
-  for (const auto& n : stale) run_command({"ip", "netns", "del", n});
+  for (const auto& n : stale) {
+    kill_in(n);  // e.g. the daemonized slurmstepd of a SlurmCluster whose process was SIGKILLed
+    run_command({"ip", "netns", "del", n});
+  }
   return static_cast<int>(stale.size());
+}
+
+int NetnsCluster::count_own() {
+  int n = 0;
+  std::string prefix = "edlns" + std::to_string(getpid()) + "-";
+  if (DIR* d = opendir("/run/netns")) {
+    while (dirent* e = readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
+    closedir(d);
+  }
+  return n;
 }
 
 NetnsCluster::NetnsCluster(int workers, const LinkSpec& link) : link_(link) {
@@ -277,6 +311,35 @@ void NetnsCluster::enter(const std::string& name) {
   int err = errno;
   close(fd);
   if (rc != 0) throw std::runtime_error("netns: setns(" + name + ") failed: " + std::strerror(err));
+}
+
+// --- faults -----------------------------------------------------------------------------------
+
+void NetnsCluster::kill_all(int i) const { kill_in(i == size() ? switch_ : ns(i)); }
+
+void NetnsCluster::set_link(int i, bool up) const {
+  if (i < 0 || i >= size()) throw std::out_of_range("NetnsCluster::set_link: no worker " + std::to_string(i));
+  check({"ip", "-n", switch_, "link", "set", "p" + std::to_string(i), up ? "up" : "down"});
+}
+
+bool NetnsCluster::wait_listening(const std::string& addr, int port, double timeout_ms) const {
+  bool ok = false;
+  std::thread t([&] {  // a thread of its own: enter() moves only the calling thread
+    enter(switch_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(timeout_ms * 1000));
+    while (!ok && std::chrono::steady_clock::now() < deadline) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(static_cast<uint16_t>(port));
+      inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+      ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+      close(fd);
+      if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  t.join();
+  return ok;
 }
 
 // --- probes -----------------------------------------------------------------------------------

@@ -33,8 +33,11 @@ class NetnsCluster {
  public:
   // "" when this process can build namespaces, else why not (not root, `ip`/`tc` missing, ...).
   static std::string unsupported_reason();
-  // Deletes edlns<pid>* namespaces whose creating process no longer exists; returns how many.
+  // Deletes edlns<pid>* namespaces whose creating process no longer exists, after SIGKILLing the
+  // processes left in them; returns how many.
   static int remove_stale();
+  // Namespaces this process created that still exist (0 once every cluster it built is gone).
+  static int count_own();
 
   // Creates `workers` namespaces joined by a shaped bridge. Throws std::runtime_error with the
   // failing command and its output; whatever was created before the failure is removed.
@@ -57,6 +60,17 @@ class NetnsCluster {
 
   // Moves the calling thread into namespace `name` (sockets it creates afterwards live there).
   static void enter(const std::string& name);
+
+  // --- faults and probes of emulated hosts (EmulatedHosts, SlurmCluster) ----------------------------
+  // SIGKILLs every process in namespace i (`ip netns pids`), again until none is left (one of them
+  // may start another between the listing and the kill).
+  void kill_all(int i) const;
+  // Takes worker i's switch-side veth end down (packets to and from it are dropped silently in both
+  // directions, as after a power loss or a cut cable) or up again. Throws std::runtime_error.
+  void set_link(int i, bool up) const;
+  // True once something accepts TCP connections on addr:port, connecting from the switch namespace
+  // every 50 ms; false after timeout_ms.
+  bool wait_listening(const std::string& addr, int port, double timeout_ms) const;
 
  private:
   void create(int workers);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/spawn.h"
+#include "deps.h"
 
 extern char** environ;
 
@@ -95,6 +96,7 @@ int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSI
 
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
   if (argv.empty()) throw std::runtime_error("spawn: empty argv");
+  check_listed_program(argv[0]);
   ExecSpec spec;
   spec.argv = argv;
   spec.path_lookup = true;
@@ -206,6 +208,7 @@ CommandResult run_command(const std::vector<std::string>& argv) {
     r.output = "run_command: empty argv";
     return r;
   }
+  check_listed_program(argv[0]);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
   posix_spawn_file_actions_t fa;
@@ -237,6 +240,7 @@ CommandResult run_command(const std::vector<std::string>& argv) {
 }
 
 std::string find_program(const std::string& program) {
+  check_listed_program(program);
   if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0 ? program : "";
   std::vector<std::string> dirs;
   if (const char* path = std::getenv("PATH")) {

@@ -8,6 +8,10 @@
 // a forked child instead of a program (ranks as processes in tests and benches). run_command() runs
 // a short command to completion and returns its exit status and output (used for `ip` / `tc`).
 //
+// A program run by name (argv[0] without '/', or in /usr/bin, /bin, ...) must be listed in
+// testing/deps_programs.txt with its Debian package: spawn(), run_command() and find_program() throw
+// std::logic_error otherwise (deps.h), so a new external program cannot slip past install-deps.sh.
+//
 // Exit statuses are shell-style everywhere: the exit code, or 128 + signal when killed; an exec
 // failure exits 127 with "exec <program>: <reason>" in the log.
 //
@@ -95,6 +99,7 @@ struct CommandResult {
 CommandResult run_command(const std::vector<std::string>& argv);
 
 // The full path of `program` found in $PATH or in /usr/sbin, /sbin, /usr/bin, /bin; "" when absent.
+// Throws std::logic_error when the program is not listed in testing/deps_programs.txt.
 std::string find_program(const std::string& program);
 
 }  // namespace edl::testing

@@ -19,7 +19,7 @@
 namespace edl::testing {
 namespace {
 
-bool installed() { return access("/usr/bin/redis-server", X_OK) == 0 || system("command -v redis-server >/dev/null 2>&1") == 0; }
+bool installed() { return !find_program("redis-server").empty(); }
 
 redisContext* connect_auth(int port, const std::string& password) {
   timeval tv{1, 0};

@@ -5,6 +5,9 @@
 //   if (!edl::testing::require_dep("redis-server", redis.available(), "apt-get install redis-server"))
 //     return;
 //
+// An external program: require_program("promtool") looks it up (find_program) and names its Debian
+// package from testing/deps_programs.txt in the message.
+//
 // present        -> true, nothing reported;
 // missing        -> EDL_REQUIRE_DEPS=1: FAIL (the test case fails and stops here);
 //                   otherwise: WARN "<dependency> is missing ... (skipped ...)" and false.
@@ -17,6 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include "deps.h"
+#include "process.h"
 
 namespace edl::testing {
 
@@ -26,6 +30,10 @@ inline bool require_dep(const std::string& dependency, bool present, const std::
   if (deps_required()) FAIL(message);
   WARN(message);
   return false;
+}
+
+inline bool require_program(const std::string& program) {
+  return require_dep(program, !find_program(program).empty(), "Debian package " + program_package(program));
 }
 
 }  // namespace edl::testing

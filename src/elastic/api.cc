@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
+#include <mutex>
 
 #include "collective/engine.h"
 #include "common/logging.h"
@@ -68,6 +70,14 @@ bool request_leave_if_running() {
   return true;
 }
 
+// A program that ends (returns from main, calls exit) without edl::shutdown() — typically after run()
+// threw — used to have g_worker destroyed by the static destructors, unlocked, while the launcher
+// link's thread could be copying it for a SIGTERM: two threads destroyed the Worker and the process
+// aborted ("terminate called without an active exception"). exit() runs this handler before those
+// destructors (it is registered after them): the link is uninstalled and the Worker stopped under
+// g_mu, as shutdown() does, so a SIGTERM during exit gets its previous disposition.
+void stop_elastic_at_exit() { stop_elastic(); }
+
 }  // namespace
 
 WorkerOptions worker_options_from(const Config& c) {
@@ -124,6 +134,8 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   }
   // SIGTERM = graceful leave at the next batch boundary; exit at once when edl-run dies.
   install_launcher_link(config, [] { return request_leave_if_running(); });
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(stop_elastic_at_exit); });
   try {
     w->join();
   } catch (const JobFinished&) {

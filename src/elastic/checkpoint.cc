@@ -14,6 +14,7 @@
 #include "common/codec.h"
 #include "common/host_port.h"
 #include "edl/error.h"
+#include "elastic/snapshot.h"
 
 namespace edl::elastic {
 namespace {
@@ -157,6 +158,15 @@ std::optional<std::string> read_checkpoint(const std::string& dir, std::string* 
   std::string payload(r.raw(r.left(), "payload"));
   if (crc_of(payload) != crc) throw DataError("checkpoint file '" + path + "' is corrupt: checksum mismatch");
   return payload;
+}
+
+std::optional<std::string> checkpoint_job_id(const std::string& dir, std::string* path) {
+  std::string file;
+  auto payload = read_checkpoint(dir, &file);
+  if (path) *path = file;
+  if (!payload) return std::nullopt;
+  int64_t step = 0;
+  return snapshot_identity(*payload, "checkpoint file '" + file + "'", &step).job;
 }
 
 }  // namespace edl::elastic

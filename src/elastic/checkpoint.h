@@ -24,5 +24,9 @@ EDL_API bool write_checkpoint(const std::string& dir, const std::string& payload
 // The payload of <dir>/state.edlckpt, or nullopt when there is none; *path receives the file name.
 EDL_API std::optional<std::string> read_checkpoint(const std::string& dir, std::string* path);
 EDL_API std::string checkpoint_path(const std::string& dir);
+// The job id stamped in <dir>'s checkpoint (the snapshot's identity), nullopt when there is no
+// checkpoint; *path receives the file name. DataError naming the file when it is truncated or
+// corrupt. edl-run reuses it as the job id when no --job-id is given (docs/launcher.md).
+EDL_API std::optional<std::string> checkpoint_job_id(const std::string& dir, std::string* path);
 
 }  // namespace edl::elastic

@@ -87,7 +87,8 @@ void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& 
   int64_t e = 0, s = 0;
   SnapshotIdentity id = read_head(r, origin, &e, &s);
   if (!expect.job.empty() && id.job != expect.job)
-    throw DataError(origin + ": belongs to job '" + id.job + "', not to this job '" + expect.job + "' (EDL_JOB_ID)");
+    throw DataError(origin + ": belongs to job '" + id.job + "', not to this job '" + expect.job +
+                    "' (EDL_JOB_ID); to resume that job, run it with --job-id " + id.job);
   if (!expect.lineage.empty() && id.lineage != expect.lineage)
     throw DataError(origin + ": belongs to lineage '" + id.lineage + "' of job '" + id.job +
                     "', but the job's current lineage is '" + expect.lineage +

@@ -93,8 +93,14 @@ void WorkerMetrics::batch_end(int64_t step) {
 }
 
 void WorkerMetrics::committed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  r_.samples_committed = std::max(r_.samples_committed, samples_progress_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool first = r_.samples_committed == 0;
+    r_.samples_committed = std::max(r_.samples_committed, samples_progress_);
+    if (!first || r_.samples_committed == 0) return;
+    send_now_ = true;  // edl-run learns at once that this worker made progress (its crash-loop rule)
+  }
+  cv_.notify_all();
 }
 
 void WorkerMetrics::rolled_back(int64_t steps, int64_t step_now) {

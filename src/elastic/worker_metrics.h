@@ -3,8 +3,9 @@
 // The training thread and the runtime update counters through the hooks below (each takes one
 // uncontended mutex for a few additions; none does I/O). When EDL_METRICS_ADDR is set, start()
 // starts a reporter thread that sends a WorkerReport datagram (src/elastic/metrics_report.h) to
-// edl-run every EDL_METRICS_INTERVAL_MS and at once after a phase change, with MSG_DONTWAIT: the
-// training thread never waits for edl-run, and a full socket only drops a report.
+// edl-run every EDL_METRICS_INTERVAL_MS and at once after a phase change or the first commit (edl-run's
+// crash-loop rule asks whether a worker committed), with MSG_DONTWAIT: the training thread never
+// waits for edl-run, and a full socket only drops a report.
 //
 // One instance per process (instance()); tests running ranks as threads share it, which only mixes
 // their counters. allreduce bytes and time are read from the current generation's engine by the

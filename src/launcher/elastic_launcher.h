@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <future>
 #include <map>
 #include <memory>
@@ -44,6 +45,7 @@ struct Slot {
   pid_t pid = -1;
   int incarnation = -1;      // bumped per start: worker id host:slot.incarnation
   int failures = 0;          // consecutive failures (drives the cooldown)
+  std::deque<Clock::time_point> crashes;  // failures in a row of workers that committed no step (crash loop)
   bool retired = false;      // removed by discovery: not restarted
   bool stopping = false;     // we sent SIGTERM (scale-down or shutdown)
   bool evicted = false;      // not a member when the job finished: ended by us, its exit code ignored
@@ -107,6 +109,10 @@ class ElasticLauncher {
 
   // elastic_policy.cc
   void on_exit(const ExitEvent& e);
+  // The crash-loop rule (docs/launcher.md, "Crash loops"): records a failure of the slot's worker;
+  // true (the job is failed) when --crash-loop-limit failures in a row without a committed step fall
+  // within --crash-loop-window.
+  bool crash_loop(Slot& s, const ExitEvent& e, const std::string& who);
   void fail_job(int code, const std::string& reason);
   // The reason a worker wrote to <job>/failed (read now: the watcher may not have seen it yet).
   std::string failure_reason();

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "common/config.h"
@@ -63,6 +64,7 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
     return;
   }
   ++s.failures;
+  if (crash_loop(s, e, who)) return;
   if (o_.reset_limit >= 0 && restarts_ >= o_.reset_limit) {
     log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" restarts=" +
         std::to_string(restarts_) + "/" + std::to_string(o_.reset_limit) +
@@ -82,7 +84,37 @@ void ElasticLauncher::on_exit(const ExitEvent& e) {
   s.start_at = Clock::now() + milliseconds(cooldown_ms);
   log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" restarts=" + std::to_string(restarts_) +
       "/" + (o_.reset_limit < 0 ? std::string("unlimited") : std::to_string(o_.reset_limit)) +
-      " cooldown_ms=" + std::to_string(cooldown_ms));
+      " cooldown_ms=" + std::to_string(cooldown_ms) +
+      (s.crashes.empty() ? "" : " crash_loop=" + std::to_string(s.crashes.size()) + "/" +
+                                    std::to_string(o_.crash_loop_limit)));
+}
+
+bool ElasticLauncher::crash_loop(Slot& s, const ExitEvent& e, const std::string& who) {
+  if (o_.crash_loop_limit <= 0) return false;
+  if (metrics_->job().committed_progress(s.worker_id)) {  // it trained: an ordinary failure
+    s.crashes.clear();
+    return false;
+  }
+  const auto now = Clock::now();
+  s.crashes.push_back(now);
+  const auto window = milliseconds(static_cast<int64_t>(o_.crash_loop_window_s * 1000));
+  while (o_.crash_loop_window_s > 0 && !s.crashes.empty() && now - s.crashes.front() > window) s.crashes.pop_front();
+  if (static_cast<int>(s.crashes.size()) < o_.crash_loop_limit) return false;
+  char span[32];
+  std::snprintf(span, sizeof(span), "%.1f", ms_between(s.crashes.front(), now) / 1000.0);
+  std::string said = e.last_line;
+  std::replace(said.begin(), said.end(), '"', '\'');  // the reason is quoted in the event log
+  said = said.empty() ? "(it wrote nothing)" : "'" + said + "'";
+  log("event=failed " + who + " status=\"" + describe_status(e.status) + "\" -> crash loop: " +
+      std::to_string(s.crashes.size()) + " failures in a row without a committed step; stopping the job");
+  const std::string why = "crash loop: the worker of slot " + std::to_string(s.index) + " failed " +
+                          std::to_string(s.crashes.size()) + " times in a row within " + span +
+                          " s without committing a step (--crash-loop-limit " + std::to_string(o_.crash_loop_limit) +
+                          ", --crash-loop-window " + std::to_string(static_cast<int64_t>(o_.crash_loop_window_s)) +
+                          " s); the last one, " + s.worker_id + ", " + describe_status(e.status) +
+                          "; its last line: " + said;
+  fail_job(exit_code_of(e.status), why);
+  return true;
 }
 
 void ElasticLauncher::fail_job(int code, const std::string& reason) {

@@ -164,6 +164,12 @@ void JobMetrics::on_worker_exit(const std::string& worker_id, MetricsClock::time
   if (it != workers_.end()) it->second.live = false;  // its counters stay in the totals
 }
 
+bool JobMetrics::committed_progress(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.reported && it->second.last.samples_committed > 0;
+}
+
 void JobMetrics::on_failure(const std::string& worker_id, bool recovers, MetricsClock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   integrate(now);

@@ -100,6 +100,10 @@ class JobMetrics {
 
   JobSnapshot snapshot(MetricsClock::time_point now);
 
+  // Whether the worker reported a committed step (samples_committed > 0) at any time: edl-run's
+  // crash-loop rule counts only failures of workers that did not.
+  bool committed_progress(const std::string& worker_id) const;
+
   // Length of the window of steps_per_second / samples_per_second.
   static constexpr double kRateWindowSeconds = 3.0;
 

@@ -24,7 +24,7 @@ Job prepare_job(const LaunchOptions& options);
 int run_static(const LaunchOptions& options, Job& job);
 int run_elastic(const LaunchOptions& options, Job& job);
 
-// One event-log line on stderr: "edl-run: <text>" (single write).
+// One event-log line on stderr: "edl-run: <UTC time> <text>" (single write; output.h, event_line).
 void log_event(const std::string& text);
 
 // Writes lines atomically to path (tmp + rename); no-op for an empty path.

@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "edl/error.h"
+#include "elastic/checkpoint.h"
 #include "launcher/binding.h"
 #include "launcher/launcher.h"
 #include "launcher/output.h"
@@ -35,11 +36,24 @@ std::string random_hex(size_t bytes) {
   return out;
 }
 
-}  // namespace
-
-void log_event(const std::string& text) {
-  output_sink(2).write("edl-run: " + text + "\n", /*droppable=*/false);
+// The job id: --job-id; else the one stamped in the checkpoint of EDL_CHECKPOINT_DIR (edl-run's
+// environment, which the workers inherit), so that rerunning the same command after a whole-job crash
+// resumes from that checkpoint; else job-<8 random hex>. A corrupt checkpoint is a DataError naming it.
+std::string job_id_of(const LaunchOptions& o) {
+  if (!o.job_id.empty()) return o.job_id;
+  const std::string dir = Config::from_env().checkpoint_dir;
+  std::string path;
+  if (!dir.empty()) {
+    if (auto id = elastic::checkpoint_job_id(dir, &path); id && !id->empty()) {
+      log_event("job id " + *id + " taken from the checkpoint " + path +
+                " (EDL_CHECKPOINT_DIR, no --job-id given): the job resumes from it");
+      return *id;
+    }
+  }
+  return "job-" + random_hex(4);
 }
+
+}  // namespace
 
 void write_pid_file(const std::string& path, const std::string& contents) {
   if (path.empty()) return;
@@ -59,7 +73,7 @@ Job prepare_job(const LaunchOptions& o) {
   job.secret = o.secret;
   if (job.secret.empty()) job.secret = Config::from_env().secret;  // EDL_JOB_SECRET
   if (job.secret.empty()) job.secret = random_hex(16);
-  job.job_id = o.job_id.empty() ? "job-" + random_hex(4) : o.job_id;
+  job.job_id = job_id_of(o);
   if (!o.store_url.empty()) {
     job.store_url = o.store_url;
   } else {

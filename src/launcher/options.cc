@@ -133,6 +133,11 @@ void declare_options(cxxopts::Options& o) {
                       "bounds restarts of failed workers (default -1: unlimited)", cxxopts::value<int>())
       ("blacklist-cooldown-range", "elastic: MIN,MAX seconds a failed slot rests (doubles per failure)",
        cxxopts::value<std::string>()->default_value("0,0"))
+      ("crash-loop-limit", "elastic: a slot whose worker fails N times in a row without committing a step "
+                           "(within --crash-loop-window) fails the job (0 = off)",
+       cxxopts::value<int>()->default_value("5"))
+      ("crash-loop-window", "elastic: seconds the --crash-loop-limit failures must fall within (0 = any span)",
+       cxxopts::value<double>()->default_value("600"))
       ("store", "external store URL (etcd://H1:2379,H2:2379,... or redis://HOST:PORT); default: embedded store", cxxopts::value<std::string>())
       ("store-bind", "address the embedded store listens on", cxxopts::value<std::string>()->default_value("127.0.0.1"))
       ("store-port", "port of the embedded store (0 = ephemeral)", cxxopts::value<int>()->default_value("0"))
@@ -262,6 +267,10 @@ void read_core_options(const cxxopts::ParseResult& r, LaunchOptions* out) {
     throw UsageError("--bind-to must be none, core or auto, got '" + L.bind_to + "'");
 
   parse_cooldown_range(r["blacklist-cooldown-range"].as<std::string>(), &L);
+  L.crash_loop_limit = r["crash-loop-limit"].as<int>();
+  L.crash_loop_window_s = r["crash-loop-window"].as<double>();
+  if (L.crash_loop_limit < 0) throw UsageError("--crash-loop-limit must be at least 0 (0 = off)");
+  if (!(L.crash_loop_window_s >= 0)) throw UsageError("--crash-loop-window must not be negative (0 = any span)");
 }
 
 // Checks across options, after every option was read.

@@ -20,6 +20,10 @@ struct LaunchOptions {
   int reset_limit = -1;              // --reset-limit: resets / restarts allowed (-1 = unlimited, 0 = none)
   int cooldown_min_s = 0;            // --blacklist-cooldown-range MIN,MAX (seconds)
   int cooldown_max_s = 0;
+  // Crash loop (docs/launcher.md, "Crash loops"): a slot whose worker fails crash_loop_limit times in
+  // a row without committing a step, within crash_loop_window_s, fails the job.
+  int crash_loop_limit = 5;          // --crash-loop-limit N (0 = off)
+  double crash_loop_window_s = 600;  // --crash-loop-window S (0 = no window: any span)
   std::string store_url;             // --store: "" = embedded StoreServer
   std::string store_bind_address = "127.0.0.1";  // --store-bind: address of the embedded store
   int store_port = 0;                // --store-port: 0 = ephemeral

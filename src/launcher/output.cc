@@ -5,6 +5,9 @@
 #include <cerrno>
 #include <thread>
 
+#include "common/log_time.h"
+#include "launcher/launcher.h"
+
 namespace edl::launcher {
 namespace {
 
@@ -37,9 +40,9 @@ void OutputSink::write(std::string line, bool droppable) {
       return;
     }
     if (dropped_lines_++ == 0)
-      note = "edl-run: warning: output to fd " + std::to_string(fd_) +
-             " is slower than the workers write; dropping worker lines while " + std::to_string(capacity_ >> 20) +
-             " MiB are queued (counted at exit)\n";
+      note = event_line("warning: output to fd " + std::to_string(fd_) +
+                        " is slower than the workers write; dropping worker lines while " +
+                        std::to_string(capacity_ >> 20) + " MiB are queued (counted at exit)");
     dropped_bytes_ += line.size();
   }
   // Announce the first drop on stderr (on the stalled sink itself when that is stderr).
@@ -81,6 +84,10 @@ uint64_t OutputSink::dropped_bytes() const {
   return dropped_bytes_;
 }
 
+std::string event_line(const std::string& text) { return "edl-run: " + log::utc_time() + " " + text + "\n"; }
+
+void log_event(const std::string& text) { output_sink(2).write(event_line(text), /*droppable=*/false); }
+
 OutputSink& output_sink(int fd) {
   static OutputSink* out = new OutputSink(1, 8u << 20);
   static OutputSink* err = new OutputSink(2, 8u << 20);
@@ -91,9 +98,8 @@ void finish_output(std::chrono::milliseconds timeout) {
   for (int fd : {1, 2}) {
     OutputSink& s = output_sink(fd);
     if (s.dropped_lines() > 0)
-      output_sink(2).write("edl-run: event=output-dropped fd=" + std::to_string(fd) + " lines=" +
-                               std::to_string(s.dropped_lines()) + " bytes=" + std::to_string(s.dropped_bytes()) + "\n",
-                           false);
+      log_event("event=output-dropped fd=" + std::to_string(fd) + " lines=" + std::to_string(s.dropped_lines()) +
+                " bytes=" + std::to_string(s.dropped_bytes()));
   }
   output_sink(1).flush(timeout);
   output_sink(2).flush(timeout);

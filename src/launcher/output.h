@@ -43,6 +43,10 @@ class OutputSink {
 // The sinks of fd 1 and fd 2 (created on first use, 8 MiB of queued worker output each).
 OutputSink& output_sink(int fd);
 
+// One line of edl-run's own log: "edl-run: <UTC time, ISO 8601 with microseconds> <text>\n" (the same
+// clock and format as the library's log lines, so the logs of several hosts line up).
+std::string event_line(const std::string& text);
+
 // Flushes both sinks (at most `timeout` each) after logging how much worker output was dropped.
 void finish_output(std::chrono::milliseconds timeout);
 

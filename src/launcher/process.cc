@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <stdexcept>
@@ -63,6 +64,11 @@ std::vector<std::string> make_environment(const std::vector<std::string>& overri
 }
 
 void OutputPump::emit(const char* data, size_t n) {
+  size_t len = n;
+  while (len > 0 && (data[len - 1] == '\r' || data[len - 1] == ' ' || data[len - 1] == '\t')) --len;
+  size_t start = 0;
+  while (start < len && (data[start] == ' ' || data[start] == '\t')) ++start;
+  if (start < len) last_line_.assign(data + start, std::min<size_t>(len - start, 1024));
   std::string line = "[" + tag_ + "] ";
   line.append(data, n);
   line.push_back('\n');

@@ -31,6 +31,9 @@ class OutputPump {
   // output sink (output.h); on EOF queues the tail and closes the fd.
   void pump();
   void close_fd();
+  // The last non-blank line read so far (at most 1 KiB of it), "" when none: what a failed worker
+  // said last (edl-run's crash-loop verdict names it).
+  const std::string& last_line() const { return last_line_; }
 
  private:
   void emit(const char* data, size_t n);
@@ -38,6 +41,7 @@ class OutputPump {
   int out_fd_;
   std::string tag_;
   std::string partial_;
+  std::string last_line_;
 };
 
 struct Process {

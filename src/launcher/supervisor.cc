@@ -114,7 +114,7 @@ void Supervisor::poll_once(int timeout_ms, std::vector<ExitEvent>* exits, std::v
     int status = 0;
     pid_t pid = waitpid(it->first, &status, WNOHANG);
     if (pid == it->first) {
-      exits->push_back({pid, status});
+      exits->push_back({pid, status, last_line_of(pid)});
       it = running_.erase(it);
     } else {
       ++it;
@@ -128,6 +128,18 @@ void Supervisor::poll_once(int timeout_ms, std::vector<ExitEvent>* exits, std::v
     else
       ++it;
   }
+}
+
+std::string Supervisor::last_line_of(pid_t pid) {
+  for (auto& p : procs_) {
+    if (p->pid != pid) continue;
+    for (int i = 0; i < 8 && (p->err.open() || p->out.open()); ++i) {  // what is still in the pipes (<= 2 MiB)
+      p->err.pump();
+      p->out.pump();
+    }
+    return !p->err.last_line().empty() ? p->err.last_line() : p->out.last_line();
+  }
+  return "";
 }
 
 void Supervisor::drain(int timeout_ms) {

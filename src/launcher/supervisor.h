@@ -20,7 +20,8 @@ namespace edl::launcher {
 
 struct ExitEvent {
   pid_t pid;
-  int status;  // waitpid() status
+  int status;              // waitpid() status
+  std::string last_line;   // the worker's last non-blank line on stderr (else on stdout); "" = none
 };
 
 class Supervisor {
@@ -44,6 +45,9 @@ class Supervisor {
 
  private:
   int link_[2] = {-1, -1};  // liveness pipe: [0] inherited by workers, [1] held by edl-run only
+  // The last line an exited worker wrote (its pipes are read first: the line may still be queued).
+  std::string last_line_of(pid_t pid);
+
   std::map<pid_t, bool> running_;
   std::vector<std::unique_ptr<Process>> procs_;  // kept until both pipes hit EOF
 };

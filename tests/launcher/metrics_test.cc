@@ -393,11 +393,7 @@ TEST_CASE("metrics: --metrics-file and --report of an elastic job with a kill -9
 }
 
 TEST_CASE("metrics: a real Prometheus server scrapes edl-run during a job", "[launcher][metrics][prometheus]") {
-  const bool have_promtool = !edl::testing::find_program("promtool").empty();
-  const bool have_prometheus = !edl::testing::find_program("prometheus").empty();
-  if (!edl::testing::require_dep("prometheus", have_prometheus && have_promtool,
-                                 "apt-get install prometheus (prometheus and promtool, scripts/install-deps.sh)"))
-    return;
+  if (!edl::testing::require_program("prometheus") || !edl::testing::require_program("promtool")) return;
   Launch l({"--elastic", "-np", "3", "--grace-period", "5", "--metrics-port", "0", kHelper, "elastic-train", "1000000",
             "10"});
   std::string url;

@@ -1,4 +1,4 @@
-// bench/commit_log: parsing multihost_worker's lines and the control-plane measures, on
+// testing/commit_log: parsing multihost_worker's and elastic_worker's lines and the control-plane measures, on
 // hand-written logs (no namespaces needed).
 #include <catch2/catch.hpp>
 
@@ -82,4 +82,58 @@ TEST_CASE("split brain: an old generation committing after a newer one, or membe
     std::string text = commit("a", "h0", 3, 1, 7, 1) + commit("b", "h1", 3, 1, 9, 1.1) + commit("b", "h1", 4, 1, 9, 2);
     CHECK(edl::testing::split_brain_steps(CommitLog::parse(text)) == 1);
   }
+}
+
+TEST_CASE("elastic_worker's log reads into the same terms, torn lines skipped", "[multihost]") {
+  std::string text = "start n0:0.0 4711 1.5\n"
+                     "gen n0:0.0 2 1 3 2 0 100.5 12.0\n"
+                     "gen n2:0.1 3 0 2 3 1 200.5 300.0\n"
+                     "step n0:0.0 5 2 1 3 101.25\n"
+                     "done n0:0.0 5 77 " + std::to_string(edl::testing::reference_hist(5)) + "\n"
+                     "audit n0:0.0 12 12\n"
+                     "error n1:0.0 elastic: reset limit of 3 reached\n"
+                     "step n1:0.0 6 2";  // torn
+  CommitLog l = CommitLog::parse_elastic_worker(text);
+  REQUIRE(l.commits.size() == 1);
+  CHECK(l.commits[0].host == "n0");
+  CHECK(l.commits[0].step == 5);
+  CHECK(l.commits[0].generation == 2u);
+  CHECK(l.commits[0].size == 3);
+  CHECK(l.commits[0].mono_ms == Approx(101.25));
+  REQUIRE(l.generations.size() == 2);
+  CHECK_FALSE(l.generations[0].after_failure);
+  CHECK(l.generations[1].after_failure);
+  CHECK(l.generations[1].host == "n2");
+  CHECK(l.generations[1].previous_size == 3);
+  REQUIRE(l.ends.size() == 2);
+  CHECK(l.ends[0].crc == 77u);
+  CHECK(l.ends[1].error);
+  CHECK(l.ends[1].message == "elastic: reset limit of 3 reached");
+  REQUIRE(l.audits.size() == 1);
+  CHECK(l.audits[0].once == 12u);
+}
+
+TEST_CASE("exactly_once: one final step and CRC, every step once, every record once", "[multihost]") {
+  auto done = [](const std::string& w, int step, unsigned crc, int64_t hist) {
+    return "done " + w + " " + std::to_string(step) + " " + std::to_string(crc) + " " + std::to_string(hist) + "\n";
+  };
+  const int64_t h9 = edl::testing::reference_hist(9);
+  std::string good = done("a:0.0", 9, 5, h9) + "audit a:0.0 40 40\n" + done("b:0.0", 9, 5, h9) + "audit b:0.0 40 40\n" +
+                     done("c:0.0", 4, 3, edl::testing::reference_hist(4)) + "audit c:0.0 16 40\n";  // c left early
+  CHECK(edl::testing::exactly_once(CommitLog::parse_elastic_worker(good), {"a:0.0", "b:0.0"}, 40) == "");
+  // b holds other parameters.
+  std::string crc = done("a:0.0", 9, 5, h9) + done("b:0.0", 9, 6, h9);
+  CHECK(edl::testing::exactly_once(CommitLog::parse_elastic_worker(crc), {"a:0.0", "b:0.0"}, 0).find("crc") !=
+        std::string::npos);
+  // a step applied twice (the history of another step count).
+  std::string hist = done("a:0.0", 9, 5, edl::testing::reference_hist(10));
+  CHECK(edl::testing::exactly_once(CommitLog::parse_elastic_worker(hist), {"a:0.0"}, 0).find("every step once") !=
+        std::string::npos);
+  // a record trained twice or never.
+  std::string data = done("a:0.0", 9, 5, h9) + "audit a:0.0 39 40\n";
+  CHECK(edl::testing::exactly_once(CommitLog::parse_elastic_worker(data), {"a:0.0"}, 40).find("39 of 40") !=
+        std::string::npos);
+  // a finisher that never logged done.
+  CHECK(edl::testing::exactly_once(CommitLog::parse_elastic_worker(good), {"a:0.0", "z:0.0"}, 40).find("z:0.0") !=
+        std::string::npos);
 }

@@ -5,13 +5,11 @@
 // EDL_REQUIRE_DEPS=1. The etcd scenarios also need a build with the etcd:// store.
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <string>
 
 #include "testing/controlplane_scenarios.h"
+#include "testing/netns.h"
 
 namespace {
 
@@ -30,16 +28,6 @@ bool ready(const std::string& store) {
   return false;
 }
 
-int namespaces_left() {
-  int n = 0;
-  std::string prefix = "edlns" + std::to_string(getpid()) + "-";
-  if (DIR* d = opendir("/run/netns")) {
-    while (dirent* e = readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
-    closedir(d);
-  }
-  return n;
-}
-
 edl::testing::ScenarioResult run(const std::string& scenario, const std::string& store) {
   edl::testing::ScenarioOptions o;
   o.store = store;
@@ -49,7 +37,7 @@ edl::testing::ScenarioResult run(const std::string& scenario, const std::string&
   o.keep_dir = std::getenv("EDL_KEEP_MULTIHOST_LOGS") != nullptr;
   edl::testing::ScenarioResult r = edl::testing::run_scenario(scenario, o);
   INFO(scenario << " on " << store << ": " << r.detail);
-  CHECK(namespaces_left() == 0);  // the harness removed its hosts
+  CHECK(edl::testing::NetnsCluster::count_own() == 0);  // the harness removed its hosts
   CHECK(r.split_brain_steps == 0);
   CHECK(r.ok);
   return r;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "testing/deps.h"
@@ -99,7 +100,7 @@ TEST_CASE("Process: a missing program exits 127 naming it", "[testing][process]"
   TempDir dir;
   SpawnOptions o;
   o.log = dir.path + "/log";
-  Process p({"edl-no-such-program-xyz"}, o);
+  Process p({"/nonexistent/edl-no-such-program-xyz"}, o);
   CHECK(p.wait(std::chrono::seconds(30)) == 127);
   CHECK(slurp(dir.path + "/log").find("edl-no-such-program-xyz") != std::string::npos);
 }
@@ -133,11 +134,29 @@ TEST_CASE("run_command returns status and output, find_program searches PATH", "
   auto r = edl::testing::run_command({"sh", "-c", "echo hello; exit 3"});
   CHECK(r.status == 3);
   CHECK(r.output == "hello\n");
-  auto missing = edl::testing::run_command({"edl-no-such-program-xyz"});
+  auto missing = edl::testing::run_command({"/nonexistent/edl-no-such-program-xyz"});
   CHECK(missing.status == -1);
   CHECK(missing.output.find("edl-no-such-program-xyz") != std::string::npos);
   CHECK_FALSE(edl::testing::find_program("sh").empty());
-  CHECK(edl::testing::find_program("edl-no-such-program-xyz").empty());
+  CHECK(edl::testing::find_program("/nonexistent/edl-no-such-program-xyz").empty());
+}
+
+TEST_CASE("external programs come from testing/deps_programs.txt: an unlisted one is refused", "[testing][deps]") {
+  CHECK(edl::testing::program_package("etcdctl") == "etcd-client");
+  CHECK(edl::testing::program_package("/usr/bin/etcd") == "etcd-server");
+  CHECK(edl::testing::program_package("promtool") == "prometheus");
+  CHECK(edl::testing::program_package("edl-unlisted-tool").empty());  // deps: not a program
+  const std::string unlisted = "edl-unlisted-tool";  // built at run time: no program of the tree
+  CHECK_THROWS_AS(edl::testing::find_program(unlisted), std::logic_error);
+  CHECK_THROWS_AS(edl::testing::run_command({unlisted, "--version"}), std::logic_error);
+  CHECK_THROWS_AS(edl::testing::spawn({"/usr/bin/" + unlisted}), std::logic_error);
+  try {
+    edl::testing::find_program(unlisted);
+  } catch (const std::logic_error& e) {
+    CHECK(std::string(e.what()).find("testing/deps_programs.txt") != std::string::npos);
+  }
+  // Programs of the build tree (any other path) are not external programs.
+  CHECK_NOTHROW(edl::testing::find_program("/nonexistent/build/tool"));
 }
 
 TEST_CASE("EDL_REQUIRE_DEPS decides whether a missing dependency fails", "[testing][deps]") {
