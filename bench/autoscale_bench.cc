@@ -61,7 +61,7 @@ using edl::bench::Json;
 int run_worker(const cxxopts::ParseResult& a) {
   edl::init();
   const int batch = a["batch"].as<int>(), steps = a["steps"].as<int>(), warmup = a["warmup"].as<int>();
-  edl::elastic::set_local_batch_size(batch);
+  edl::set_samples_per_batch(batch);
   edl::models::ModelConfig mc;
   mc.threads = 1;
   edl::models::ResNet20 model(mc);

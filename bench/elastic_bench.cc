@@ -67,6 +67,7 @@ struct GenLine {
   uint64_t gen;
   int rank, size, prev_size;
   double t, reform_ms;
+  std::string role;  // GenerationInfo's role: "newcomer", "survivor", "readmitted"
 };
 
 // Tails the workers' shared log.
@@ -95,7 +96,7 @@ class Log {
     } else if (kind == "gen") {
       GenLine g;
       int after_failure;
-      is >> g.worker >> g.gen >> g.rank >> g.size >> g.prev_size >> after_failure >> g.t >> g.reform_ms;
+      is >> g.worker >> g.gen >> g.rank >> g.size >> g.prev_size >> after_failure >> g.t >> g.reform_ms >> g.role;
       gens.push_back(g);
     } else if (kind == "start") {
       std::string w;
@@ -345,7 +346,7 @@ double rerendezvous(Job& job, int n) {
   double worst = 0;
   for (size_t i = gens_before; i < job.log().gens.size(); ++i) {
     const auto& g = job.log().gens[i];
-    if (g.gen == g1 && g.prev_size > 0) worst = std::max(worst, g.reform_ms);
+    if (g.gen == g1 && g.role == "survivor") worst = std::max(worst, g.reform_ms);  // not the joiner
   }
   job.write_slots(n - 1);
   return worst;

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     state.register_component("optimizer", &opt);  // momentum, rescaling bookkeeping
     state.register_component("shards", &shards);  // which records are trained (exactly once)
 
-    edl::elastic::run(state, [&] {
+    const auto outcome = edl::elastic::run(state, [&] {
       std::vector<float> x(kDim);
       for (;;) {
         edl::data::StepRecords rec = shards.next();  // every member calls it once per step
@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
       }
     });
 
+    if (outcome == edl::elastic::RunOutcome::kLeft) {  // this worker left (SIGTERM); the others go on
+      edl::shutdown();
+      return 0;
+    }
     double mse = 0;  // on the first 512 records
     std::vector<float> x(kDim);
     for (uint64_t i = 0; i < 512; ++i) {

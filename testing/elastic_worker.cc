@@ -3,8 +3,10 @@
 // shared log (O_APPEND, one write per line; times are CLOCK_MONOTONIC milliseconds, comparable
 // across processes on one machine):
 //   start <worker> <pid> <t>
-//   gen <worker> <generation> <rank> <size> <previous_size> <after_failure> <t> <reform_ms>
+//   gen <worker> <generation> <rank> <size> <previous_size> <after_failure> <t> <reform_ms> <role> <reason>
 //   step <worker> <step> <generation> <rank> <size> <t>
+//   outcome <worker> <finished|left> <rank> <size> <collective>   (after run; collective, after a
+//                                          leave: what an allreduce does then, "ok" or its error class)
 //   done <worker> <step> <params_crc> <hist>
 //   error <worker> <message>
 // reform_ms: from the start of the last notify_batch_end (the batch boundary that changed
@@ -17,7 +19,7 @@
 // --slow-ms MS [--slow-worker ID]: sleep MS more per step before the step's collective (the
 // "compute" part: a straggler), in every worker or only in the one whose EDL_WORKER_ID is ID (a
 // restarted incarnation has a new id, so it is not slow).
-// --batch N: tell the runtime the local batch size (edl::elastic::set_local_batch_size).
+// --batch N: tell the runtime the local batch size (edl::set_samples_per_batch).
 // --step-ms-by-size K:MS,...: the step takes MS at world size K (a scripted throughput per size;
 // sizes not listed use --step-ms).
 // --records N: train on N records through the shard generator (edl/data.h; 16 records per shard,
@@ -121,6 +123,25 @@ bool parse_flags(int argc, char** argv, Flags* f) {
   return true;
 }
 
+// After run: the outcome, what rank() / size() say now and, after a leave, whether a collective runs
+// (one that finished does not try: a peer of the final generation may be gone already).
+void log_outcome(edl::elastic::RunOutcome outcome) {
+  std::string collective = "-";
+  if (outcome != edl::elastic::RunOutcome::kFinished) {
+    try {
+      float x = 1.0f;
+      edl::allreduce(&x, 1, edl::DataType::kFloat32, edl::ReduceOp::kSum, "after-run");
+      collective = "ok";
+    } catch (const edl::InvalidArgument&) {
+      collective = "InvalidArgument";
+    } catch (const std::exception&) {
+      collective = "error";
+    }
+  }
+  log_line("outcome " + g_id + " " + edl::elastic::outcome_name(outcome) + " " + std::to_string(edl::rank()) + " " +
+           std::to_string(edl::size()) + " " + collective);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,7 +153,7 @@ int main(int argc, char** argv) {
   log_line("start " + g_id + " " + std::to_string(::getpid()) + " " + fmt(now_ms()));
   try {
     edl::init();
-    if (f.batch > 0) edl::elastic::set_local_batch_size(f.batch);
+    if (f.batch > 0) edl::set_samples_per_batch(f.batch);
     const bool slow = f.slow_ms > 0 && (f.slow_worker.empty() || f.slow_worker == g_id);
     std::vector<float> w(f.params), grad(f.params);
     for (size_t i = 0; i < f.params; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
@@ -160,9 +181,10 @@ int main(int argc, char** argv) {
       double t = now_ms();
       log_line("gen " + g_id + " " + std::to_string(g.generation) + " " + std::to_string(g.rank) + " " +
                std::to_string(g.size) + " " + std::to_string(g.previous_size) + " " + (g.after_failure ? "1" : "0") +
-               " " + fmt(t) + " " + fmt(t - boundary_t));
+               " " + fmt(t) + " " + fmt(t - boundary_t) + " " + edl::elastic::role_name(g.role) + " " +
+               edl::elastic::reason_name(g.reason));
     });
-    edl::elastic::run(state, [&] {
+    const edl::elastic::RunOutcome outcome = edl::elastic::run(state, [&] {
       while (state.step < f.steps) {
         if (state.step == f.throw_at) throw std::runtime_error("elastic_worker: injected failure at step " + std::to_string(f.throw_at));
         if (state.step == f.stall_at) {
@@ -194,6 +216,7 @@ int main(int argc, char** argv) {
                  std::to_string(edl::rank()) + " " + std::to_string(edl::size()) + " " + fmt(now_ms()));
       }
     });
+    log_outcome(outcome);
     uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(w.data()), static_cast<uInt>(w.size() * sizeof(float)));
     log_line("done " + g_id + " " + std::to_string(state.step) + " " + std::to_string(crc) + " " + std::to_string(hist));
     if (f.records > 0) {

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
 
     const auto norm = edl::data::fashion_mnist_normalization();
     edl::data::Batch batch;
-    edl::elastic::run(state, [&] {
+    const auto outcome = edl::elastic::run(state, [&] {
       net->train();
       for (;;) {
         edl::data::StepRecords rec = shards.next();  // every member calls it once per step
@@ -125,8 +125,9 @@ int main(int argc, char** argv) {
       }
     });
 
-    const double acc = test_accuracy(net, *test, test_records);
-    if (edl::rank() == 0) {
+    // kLeft: this worker left the job (SIGTERM) and the others train on: it has no final model.
+    if (outcome == edl::elastic::RunOutcome::kFinished && edl::rank() == 0) {
+      const double acc = test_accuracy(net, *test, test_records);
       std::printf("trained %s epochs in %lld steps on %d worker(s)\n", args["epochs"].c_str(),
                   static_cast<long long>(state.step), edl::size());
       std::printf("final test accuracy: %.2f%%\n", acc);

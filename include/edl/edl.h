@@ -6,7 +6,9 @@
 //
 // init()/shutdown() are called once per process from the main thread; rank()/size()/... may be
 // called from any thread after init(). In an elastic job rank() and size() change between
-// membership generations (read them again after each edl::elastic::run retry / resize).
+// membership generations (read them again after each edl::elastic::run retry / resize); after
+// edl::elastic::run returned RunOutcome::kLeft (or threw) this process is no longer a member:
+// rank() and local_rank() are -1, size() and local_size() 0 (edl/elastic.h, "After run").
 #pragma once
 
 #include "edl/collectives.h"

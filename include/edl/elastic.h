@@ -3,12 +3,13 @@
 //   edl::init();                                  // EDL_ELASTIC=1 (set by edl-run --min-np/--max-np)
 //   edl::elastic::State state;
 //   state.register_tensor("params", w.data(), w.size(), edl::DataType::kFloat32);
-//   edl::elastic::run(state, [&] {
+//   auto outcome = edl::elastic::run(state, [&] {
 //     while (state.step < total_steps) {
 //       compute(grad); edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32); update(w, grad);
 //       edl::notify_batch_end();                  // step++, agreement on joins/leaves, commit
 //     }
 //   });
+//   if (outcome == edl::elastic::RunOutcome::kFinished && edl::rank() == 0) report(w);
 //   edl::shutdown();
 //
 // run(state, fn) calls fn and handles what interrupts it:
@@ -28,9 +29,16 @@
 //     re-rendezvous against (edl-run fails the job when the store is lost).
 // Before a JobError leaves run, the worker leaves the job (its lease is removed); after a StoreError
 // its lease expires in the store on its own.
-// run returns when fn returns, when this worker left gracefully (SIGTERM), or when the job finished
-// before this late joiner was admitted (a worker that trained, was evicted and missed the end gets
-// JobError instead: its state is stale). fn must be restartable: it continues from state.step.
+// run returns a RunOutcome (below): kFinished when fn returned (training is over), kLeft when this
+// worker left the job (SIGTERM, request_leave()). A worker that trained, was evicted and missed the
+// end gets JobError (its state is stale); a late joiner finds a finished job already in edl::init()
+// (JobError). fn must be restartable: it continues from state.step.
+//
+// After run: in an elastic job, edl::rank() / edl::size() keep the values of the generation in
+// which training finished only when run returned kFinished. When it returned kLeft, or threw, this
+// process is no longer a member of any generation: edl::rank() and
+// edl::local_rank() return -1, edl::size() and edl::local_size() return 0, and a collective
+// (edl::allreduce, ...) throws InvalidArgument. In a static world (no EDL_ELASTIC) nothing changes.
 //
 // Thread-safety: run() and notify_batch_end() from the training thread only.
 #pragma once
@@ -76,18 +84,32 @@ class EDL_API StragglerEvicted : public JobError {
   using JobError::JobError;
 };
 
-// The retry loop of an elastic job (see above). Without EDL_ELASTIC=1 (a static world) it loads the
-// checkpoint (EDL_CHECKPOINT_DIR) or commits the initial state, syncs the state from the best member
-// once (State::sync: the highest committed step, so a rank that loaded a newer checkpoint wins over
-// rank 0) and calls fn once: every error propagates unchanged (no retry, no <job>/failed).
-EDL_API void run(State& state, const std::function<void()>& fn);
+// How edl::elastic::run ended on this worker.
+enum class RunOutcome : uint8_t {
+  kFinished,     // fn returned on this worker: training is over. The job is marked finished (late
+                 // joiners leave quietly); rank() / size() are those of the last generation.
+  kLeft,         // this worker left the job: SIGTERM or request_leave(), at a batch boundary (after
+                 // committing; state.step is where it stopped, not the end of training) or while it
+                 // waited to be admitted again (e.g. evicted after a SIGSTOP and ended by edl-run).
+                 // The others go on without it; rank() is -1 and size() 0 from now on.
+};
+
+// "finished", "left".
+EDL_API const char* outcome_name(RunOutcome outcome);
+
+// The retry loop of an elastic job (see above); returns how it ended on this worker. Without
+// EDL_ELASTIC=1 (a static world) it loads the checkpoint (EDL_CHECKPOINT_DIR) or commits the initial
+// state, syncs the state from the best member once (State::sync: the highest committed step, so a
+// rank that loaded a newer checkpoint wins over rank 0) and calls fn once: it returns kFinished, and
+// every error propagates unchanged (no retry, no <job>/failed).
+EDL_API RunOutcome run(State& state, const std::function<void()>& fn);
 
 // Asks this worker to leave at the next batch boundary (what SIGTERM does in an elastic job).
 EDL_API void request_leave();
 
-// Samples this worker processes per batch (its local batch size). Optional: rank 0 publishes the
-// job's measured throughput for edl-run's autoscaling advice (docs/observability.md, "Autoscaling"),
-// in samples/s when this is set and in batches x workers / s when it is not (0, the default).
+// Deprecated: edl::set_samples_per_batch(samples) sets the same number (it used to be two setters,
+// one for edl-run's metrics and one for the autoscaling throughput); this forwards to it.
+[[deprecated("use edl::set_samples_per_batch(n): one setter for the samples per batch (metrics and autoscaling)")]]
 EDL_API void set_local_batch_size(int64_t samples);
 
 }  // namespace elastic
@@ -97,8 +119,11 @@ EDL_API void set_local_batch_size(int64_t samples);
 // state every EDL_COMMIT_EVERY batches (default 1). Call it only inside elastic::run.
 EDL_API void notify_batch_end();
 
-// How many samples each batch of this worker holds, for edl-run's metrics (samples per second,
-// goodput; docs/observability.md). Default 1: samples then count batches. Any thread, any time.
+// How many samples each batch of this worker holds (its local batch size), for edl-run's metrics
+// (samples per second, goodput; docs/observability.md, "Metrics") and, in an elastic job, for the
+// throughput rank 0 publishes for edl-run's autoscaling advice ("Autoscaling": samples/s when set,
+// batches x workers / s when not). Not set or 0 (the default): not known, samples count batches.
+// samples < 0: InvalidArgument. Any thread, any time, before or after init().
 EDL_API void set_samples_per_batch(int64_t samples);
 
 }  // namespace edl

@@ -36,15 +36,17 @@ enum class GenerationRole : uint8_t {
                 // (evicted: stopped, stuck or cut off longer than the lease) and is admitted again
 };
 
-// Why the membership changed from generation - 1 to generation. Read from the store's record of
-// the round (who was a member before, who left gracefully, who was dropped and why, whether the
-// previous generation was aborted), so every member of the generation gets the same reason. When
-// several apply: a member that died (failure), else a live member left out (eviction), else an
-// aborted previous generation (failure), else a graceful leave, else a join.
+// Why the membership changed from generation - 1 to generation. Decided once, by the worker that
+// decided the generation, from the store's record of the round (who was a member before, who left
+// gracefully, who was dropped and why, whether the previous generation was aborted) and published
+// with the member list, so every member of the generation gets the same reason — a readmitted
+// worker too, whatever its own path (docs/elastic.md, "Generation facts"). When several apply: a
+// member that died (failure), else a live member left out (eviction), else an aborted previous
+// generation (failure), else a graceful leave, else a join.
 enum class ChangeReason : uint8_t {
   kStart,     // the first generation of the job (or of a job restarted after all members were lost)
-  kJoin,      // workers joined (or a join was requested and the joiner did not make it); no
-              // member of the previous generation is missing
+  kJoin,      // workers joined — newcomers or readmitted members (or a join was requested and the
+              // joiner did not make it); no member of the previous generation is missing
   kLeave,     // members left gracefully at a batch boundary (SIGTERM, request_leave)
   kFailure,   // a member died (lease gone, probe refused) or the previous generation was aborted
               // (peer lost, collective deadline, a failure while it was being built)
@@ -57,12 +59,16 @@ EDL_API const char* role_name(GenerationRole role);
 EDL_API const char* reason_name(ChangeReason reason);
 
 // Facts about a new membership generation, handed to Stateful::on_generation and reset callbacks.
+// generation, size, previous_size and reason are the same on every member of the generation; rank,
+// after_failure, role and previous_generation are this worker's own.
 struct GenerationInfo {
   uint64_t generation = 0;     // generations are numbered 1, 2, ... per job
   int rank = 0;
   int size = 1;
-  int previous_size = 0;       // size of generation - 1; 0 at the first generation
-  bool after_failure = false;  // true when reached through restore() (a peer failed)
+  int previous_size = 0;       // size of generation - 1 (the decider's record); 0 at the first generation
+                               // and after all members were lost
+  bool after_failure = false;  // this worker reached the generation through restore() (a failure of
+                               // its own previous generation: a peer failed, or it was stopped)
   GenerationRole role = GenerationRole::kNewcomer;
   // The generation this worker was last a member of before this one: 0 for a newcomer,
   // generation - 1 for a survivor, an older one for a readmitted worker.

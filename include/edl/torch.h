@@ -21,8 +21,22 @@
 //   auto net = ResNet20();  torch::optim::SGD sgd(net->parameters(), SGDOptions(0.1).momentum(0.9));
 //   edl::torch::DistributedOptimizer opt(sgd, *net);
 //   edl::elastic::State state;  edl::torch::register_state(state, *net, opt);
-//   edl::elastic::run(state, [&] { while (...) { opt.zero_grad(); loss(net, batch).backward();
+//   edl::elastic::run(state, [&] { while (...) { opt.zero_grad(); opt.set_step_samples(n);
+//                                                if (n > 0) loss(net, batch).backward();
 //                                                opt.step(); edl::notify_batch_end(); } });
+//
+// The learning rate is rescaled by default: the LR the torch optimizer was built with is taken as
+// the LR of ONE worker, and every step trains with it x the world size (ScalingPolicy defaults:
+// linear scaling, base_size 1; docs/torch.md section 4). Set scaling.lr_scaling = kNone to keep it,
+// or rescale = false to manage the LRs yourself. The policy's local batch (scaling.batch.local_batch,
+// default 32, or global_batch / size) must be the batch each rank trains: give the shard generator
+// the same number (ShardOptions::batch_size / batch_for_size); set_step_samples warns once when not.
+//
+// Empty and short steps (docs/torch.md, "Empty and short steps"): every rank calls
+// set_step_samples(n) (0 included) and step() in every step, and skips backward when n == 0.
+// The program's own collectives may share a step with the gradient allreduces when they have a fixed
+// name of their own (not "edl.*") and every rank issues them every step (docs/torch.md, "Your own
+// collectives in a step").
 //
 // Collectives go to the process-global world of edl::init() (the current elastic generation), or to
 // an explicit Communicator (tests run ranks as threads); every rank must create its optimizers and
@@ -114,7 +128,9 @@ class DistributedOptimizer : public elastic::Stateful {
   // Weighted mean for the shard loader (edl::DistributedOptimizer::set_step_samples): `samples`
   // records this rank trains in this step, its loss the mean over them; the step applies the mean
   // over all records of all ranks. A step in which no rank had a record leaves parameters and
-  // optimizer state untouched. Call it before the step's backward pass.
+  // optimizer state untouched. Call it before the step's backward pass, on every rank in every step
+  // (0 on a rank with nothing to train, which skips backward but still calls step()). Logs one
+  // warning when the counts do not fit the policy's local batch (edl::DistributedOptimizer).
   void set_step_samples(uint64_t samples);
   // Reproducible mode: the next backward pass is one micro-batch of `samples` records (its loss the
   // mean over them). Clears every p.grad() first; ends the micro-batch before it.

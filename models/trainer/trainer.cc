@@ -107,7 +107,7 @@ class Training {
 
   void run() {
     announce();
-    elastic::run(state_, [&] {
+    const auto outcome = elastic::run(state_, [&] {
       for (;;) {
         data::StepRecords rec = shards_.next();
         if (rec.end_of_data) break;
@@ -117,6 +117,10 @@ class Training {
       }
       if (evaluated_epoch_ + 1 < o_.epochs) finish_epoch(o_.epochs - 1);
     });
+    if (outcome == elastic::RunOutcome::kLeft) {  // SIGTERM: the others train on; no result of ours to print
+      if (o_.verbose) std::printf("left the job at step %lld\n", static_cast<long long>(state_.step));
+      return;
+    }
     if (talk() && final_acc_ >= 0) {
       std::printf("final test accuracy: %.2f%% (%llu test images, %d worker%s at the end)\n", 100.0 * final_acc_,
                   static_cast<unsigned long long>(d_.test_n), edl::size(), edl::size() == 1 ? "" : "s");

@@ -18,6 +18,9 @@ thread_local uint64_t t_blocked_ns = 0;  // collective/wait_time.h
 
 std::shared_ptr<detail::Generation> current() {
   auto g = detail::Runtime::instance().generation();
+  if (!g->engine && g->rank < 0)  // the elastic runtime's mark of a worker that left (edl/elastic.h)
+    throw InvalidArgument("edl: this process is no longer a member of the job (it left, or edl::elastic::run "
+                          "threw): no collective can run; rank() is -1 and size() 0");
   if (!g->engine) throw InternalError("the current generation has no collective engine");
   return g;
 }

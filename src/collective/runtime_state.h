@@ -29,6 +29,8 @@ class Engine;
 
 namespace edl::detail {
 
+// rank -1, size 0 and no communicator / engine: this process left the elastic job (the elastic
+// runtime installs such a generation when edl::elastic::run returns kLeft or throws).
 struct Generation {
   uint64_t id = 0;
   int rank = 0;

@@ -56,11 +56,37 @@ std::shared_ptr<Worker> g_worker;
 State* g_static_state = nullptr;  // static (non-elastic) world: the State inside run()
 int g_static_since_commit = 0;
 int g_commit_every = 1;
-std::atomic<int64_t> g_local_batch{0};  // set_local_batch_size, for a Worker created later
+std::atomic<int64_t> g_local_batch{0};  // set_samples_per_batch, for a Worker created later
 
 std::shared_ptr<Worker> worker() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_worker;
+}
+
+// After run() in an elastic job: a worker that left (or whose run threw) is no longer a member of any
+// generation. Its generation is replaced by a "departed" one (rank -1, size 0, no engine): rank() and
+// size() say so, and a collective throws InvalidArgument instead of talking to a generation that went
+// on without it (include/edl/elastic.h, "After run").
+void depart(uint64_t last_generation) {
+  auto gone = std::make_shared<edl::detail::Generation>();
+  gone->id = last_generation;
+  gone->rank = -1;
+  gone->size = 0;
+  gone->local_rank = -1;
+  gone->local_size = 0;
+  edl::detail::Runtime::instance().set_generation(std::move(gone));
+}
+
+RunOutcome run_elastic(Worker& w, State& state, const std::function<void()>& fn) {
+  RunOutcome outcome;
+  try {
+    outcome = w.run(state, fn);
+  } catch (...) {
+    depart(w.view().id);
+    throw;
+  }
+  if (outcome != RunOutcome::kFinished) depart(w.view().id);
+  return outcome;
 }
 
 bool request_leave_if_running() {
@@ -157,11 +183,16 @@ void stop_elastic() {
   w.reset();  // stops the lease thread and removes the lease
 }
 
-void run(State& state, const std::function<void()>& fn) {
-  if (auto w = worker()) {
-    w->run(state, fn);
-    return;
+const char* outcome_name(RunOutcome outcome) {
+  switch (outcome) {
+    case RunOutcome::kFinished: return "finished";
+    case RunOutcome::kLeft: return "left";
   }
+  return "unknown";
+}
+
+RunOutcome run(State& state, const std::function<void()>& fn) {
+  if (auto w = worker()) return run_elastic(*w, state, fn);
   // Static world: one generation; sync from the best member once, then fn; failures propagate.
   auto gen = edl::detail::Runtime::instance().generation();
   RuntimeGroup g(gen);
@@ -179,6 +210,7 @@ void run(State& state, const std::function<void()>& fn) {
   metrics::WorkerMetrics::instance().set_phase(metrics::Phase::kTraining);
   fn();
   metrics::WorkerMetrics::instance().set_phase(metrics::Phase::kDone);
+  return RunOutcome::kFinished;
 }
 
 void request_leave() {
@@ -201,12 +233,7 @@ void note_step_records(uint64_t records) {
   if (auto w = worker()) w->note_step_records(records);
 }
 
-void set_local_batch_size(int64_t samples) {
-  EDL_CHECK(samples >= 0, InvalidArgument,
-            "edl::elastic::set_local_batch_size: samples must not be negative, got " + std::to_string(samples));
-  g_local_batch.store(samples);
-  if (auto w = worker()) w->set_local_batch_size(samples);
-}
+void set_local_batch_size(int64_t samples) { edl::set_samples_per_batch(samples); }
 
 }  // namespace edl::elastic
 
@@ -232,6 +259,8 @@ void set_samples_per_batch(int64_t samples) {
   EDL_CHECK(samples >= 0, InvalidArgument,
             "edl::set_samples_per_batch: samples must not be negative, got " + std::to_string(samples));
   metrics::WorkerMetrics::instance().set_samples_per_batch(samples);
+  elastic::g_local_batch.store(samples);  // the throughput record of a Worker created later, too
+  if (auto w = elastic::worker()) w->set_local_batch_size(samples);
 }
 
 }  // namespace edl

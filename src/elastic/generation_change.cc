@@ -42,19 +42,20 @@ std::set<std::string> ids_under(Store& store, const std::string& prefix) {
 
 }  // namespace
 
-ChangeReason change_reason(Store& store, const Keys& keys, const GenerationView& v, bool after_failure) {
-  if (v.id <= 1) return ChangeReason::kStart;
-  auto prev_value = store.get(keys.members(v.id - 1));
-  if (!prev_value || parse_job_error(*prev_value)) return ChangeReason::kStart;  // all members were lost
+GenerationChange decide_change(Store& store, const Keys& keys, uint64_t round, const std::vector<Member>& members) {
+  if (round <= 1) return {};
+  auto prev_value = store.get(keys.members(round - 1));
+  if (!prev_value || parse_job_error(*prev_value)) return {};  // all members were lost: a start
+  const std::vector<Member> prev = parse_members(*prev_value);
+  GenerationChange change;
+  change.previous_size = static_cast<int>(prev.size());
   std::set<std::string> now;
-  for (const auto& m : v.members) now.insert(m.id);
-  const std::set<std::string> left = ids_under(store, keys.left_prefix(v.id - 1));
-  const std::string dropped_prefix = keys.dropped(v.id, "");
-  const bool aborted = after_failure || store.get(keys.abort(v.id - 1)).has_value();
-  bool died = false, evicted = false, leave = false, join = false;
-  std::set<std::string> before;
-  for (const auto& m : parse_members(*prev_value)) {
-    before.insert(m.id);
+  for (const auto& m : members) now.insert(m.id);
+  const std::set<std::string> left = ids_under(store, keys.left_prefix(round - 1));
+  const std::string dropped_prefix = keys.dropped(round, "");
+  const bool aborted = store.get(keys.abort(round - 1)).has_value();
+  bool died = false, evicted = false, leave = false;
+  for (const auto& m : prev) {
     if (now.count(m.id)) continue;
     if (left.count(m.id)) {
       leave = true;
@@ -66,14 +67,14 @@ ChangeReason change_reason(Store& store, const Keys& keys, const GenerationView&
     if (why && why->rfind("alive", 0) == 0) evicted = true;
     else died = true;
   }
-  for (const auto& id : now) join = join || !before.count(id);
   // A member that died explains an abort; so does an eviction (the progress deadline aborts the
   // generation of a stuck member before the round leaves it out).
-  if (died) return ChangeReason::kFailure;
-  if (evicted) return ChangeReason::kEviction;
-  if (aborted) return ChangeReason::kFailure;
-  if (leave) return ChangeReason::kLeave;
-  return ChangeReason::kJoin;  // newcomers, or a join request whose joiner did not make it
+  if (died) change.reason = ChangeReason::kFailure;
+  else if (evicted) change.reason = ChangeReason::kEviction;
+  else if (aborted) change.reason = ChangeReason::kFailure;
+  else if (leave) change.reason = ChangeReason::kLeave;
+  else change.reason = ChangeReason::kJoin;  // newcomers (readmitted members too), or a join whose joiner did not make it
+  return change;
 }
 
 }  // namespace edl::elastic

@@ -1,5 +1,6 @@
 // The value of <job>/g<G>/members (docs/elastic.md, keys.h), in one place for the workers'
 // membership and edl-run's store watcher: the decided members in rank order, "id host" per line,
+// then the decider's record of the change, "#change <reason> <previous size>" (GenerationChange);
 // or kJobErrorTag + reason when the job cannot go on. Also the decimal values (<job>/gen, <job>/seq,
 // arrival sequence numbers): parse_store_int.
 //
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "edl/error.h"
+#include "edl/state.h"
 
 namespace edl::elastic {
 
@@ -44,18 +46,53 @@ inline int64_t parse_store_int(const std::optional<std::string>& v) {
   }
 }
 
-inline std::string format_members(const std::vector<Member>& members) {
+// Why generation G differs from G-1 and the size of G-1, as the decider of G saw it when it published
+// G: every member of G reads the same (GenerationInfo::reason / previous_size).
+struct GenerationChange {
+  ChangeReason reason = ChangeReason::kStart;
+  int previous_size = 0;
+};
+
+// The line that carries a GenerationChange in a members value (worker ids never start with '#').
+inline constexpr char kChangeTag[] = "#change ";
+
+inline std::string format_members(const std::vector<Member>& members,
+                                  const std::optional<GenerationChange>& change = std::nullopt) {
   std::string out;
   for (const auto& m : members) out += m.id + " " + m.host + "\n";
+  if (change) out += kChangeTag + std::string(reason_name(change->reason)) + " " + std::to_string(change->previous_size) + "\n";
   return out;
 }
 
+// The decider's change record of a members value; nullopt when it has none (a value written by hand, or
+// by an EDL that did not publish it) or the record is malformed.
+inline std::optional<GenerationChange> parse_change(const std::string& text) {
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.rfind(kChangeTag, 0) != 0) continue;
+    std::istringstream fields(line.substr(sizeof(kChangeTag) - 1));
+    std::string word;
+    GenerationChange c;
+    if (!(fields >> word >> c.previous_size) || c.previous_size < 0) return std::nullopt;
+    for (auto r : {ChangeReason::kStart, ChangeReason::kJoin, ChangeReason::kLeave, ChangeReason::kFailure,
+                   ChangeReason::kEviction}) {
+      if (word != reason_name(r)) continue;
+      c.reason = r;
+      return c;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// The member lines of a members value, in rank order (the change record is not a member).
 inline std::vector<Member> parse_members(const std::string& text) {
   std::vector<Member> out;
   std::istringstream is(text);
   std::string line;
   while (std::getline(is, line)) {
-    if (line.empty()) continue;
+    if (line.empty() || line[0] == '#') continue;
     auto sp = line.find(' ');
     Member m;
     m.id = line.substr(0, sp);

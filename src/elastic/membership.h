@@ -63,7 +63,10 @@ struct GenerationView {
   int size = 0;
   int local_rank = 0;
   int local_size = 1;
+  // The decider's record of the change from generation id - 1 (member_list.h, GenerationChange): the
+  // same on every member of the generation.
   int previous_size = 0;
+  ChangeReason reason = ChangeReason::kStart;
   std::vector<Member> members;  // rank order
   // Set by the worker when the generation fails while its communicator is being built; a group
   // factory passes it to CommunicatorOptions::cancel so that the build stops at once.

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "edl/error.h"
+#include "elastic/generation_change.h"
 #include "elastic/liveness.h"
 #include "elastic/membership.h"
 
@@ -51,7 +52,12 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
         v.id = round;
         v.rank = static_cast<int>(r);
         v.size = static_cast<int>(members.size());
-        v.previous_size = previous ? previous->size : 0;
+        // The decider's record of the change (the same for every member); a decision without one
+        // (written by an EDL before the record existed) is judged from the store as the decider would.
+        auto change = parse_change(*decided);
+        if (!change) change = decide_change(*store_, keys_, round, members);
+        v.previous_size = change->previous_size;
+        v.reason = change->reason;
         for (size_t i = 0; i < members.size(); ++i) {
           if (members[i].host != opt_.hostname) continue;
           if (i < r) v.local_rank++;
@@ -199,6 +205,11 @@ void Membership::decide_next(uint64_t round) {
   std::set<std::string> expected;
   for (const auto& m : prev)
     if (alive.count(m.id) && !left.count(m.id)) expected.insert(m.id);
+  // A member whose lease is already gone (and that did not leave) is recorded too, so that every
+  // member of G-1 left out without a graceful leave has a reason at g<round>/dropped: edl-run ends a
+  // local process so recorded at once (a stopped worker whose lease expired before this round).
+  for (const auto& m : prev)
+    if (!alive.count(m.id) && !left.count(m.id)) store_->set(keys_.dropped(round, m.id), "dead: its lease is gone");
   auto grace_end = Clock::now() + opt_.rendezvous_grace;
   auto arrived_ids = [&] {
     std::set<std::string> s;
@@ -276,6 +287,9 @@ void Membership::decide_next(uint64_t round) {
       members.push_back(Member{a.id, a.host});
     }
     if (publish_if_decided(round, members, deadline, "left for longer than")) return;
+    // The job failed for good meanwhile (a member's user error, <job>/failed): a lone decider waiting
+    // for EDL_MIN_NP must not wait out the timeout and end with "below the minimum" instead.
+    check_failed();
     EDL_LOG(1) << "edl: generation " << round << ": " << members.size() << " worker(s), waiting for "
                << opt_.min_np << " (EDL_MIN_NP)";
     count = store_->wait_change(keys_.count(round), count, std::min(left_until(deadline), opt_.lease));
@@ -302,7 +316,8 @@ bool Membership::publish_if_decided(uint64_t round, const std::vector<Member>& m
 void Membership::publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error) {
   fault("rendezvous:publish");
   if (latest_generation() >= round) return;  // stale: a newer generation exists
-  std::string value = job_error.empty() ? format_members(members) : format_job_error(job_error);
+  std::string value = job_error.empty() ? format_members(members, decide_change(*store_, keys_, round, members))
+                                         : format_job_error(job_error);
   if (!store_->compare_set(keys_.members(round), std::nullopt, value)) return;  // someone else decided
   if (!job_error.empty()) {
     EDL_LOG(1) << "edl: job error: " << job_error;

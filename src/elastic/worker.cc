@@ -189,11 +189,11 @@ void Worker::finish_generation(bool after_failure) {
   info.generation = view_.id;
   info.rank = view_.rank;
   info.size = view_.size;
-  info.previous_size = view_.previous_size;
+  info.previous_size = view_.previous_size;  // the decider's: the same on every member
   info.after_failure = after_failure;
   info.role = role_of(previous_generation_, view_.id);
   info.previous_generation = previous_generation_;
-  info.reason = change_reason(*store_, membership_.keys(), view_, after_failure);
+  info.reason = view_.reason;  // the decider's: the same on every member
   state_notify_generation(*state_, info);
 }
 
@@ -341,7 +341,7 @@ void Worker::fail_job(std::exception_ptr cause) {
   throw JobFailed(recorded ? *recorded : reason, cause);
 }
 
-void Worker::run(State& state, const std::function<void()>& fn) {
+RunOutcome Worker::run(State& state, const std::function<void()>& fn) {
   EDL_CHECK(!in_run_.exchange(true), InvalidArgument, "edl::elastic::run is already running on this worker");
   struct Reset {
     Worker* w;
@@ -375,7 +375,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
         stats().set_phase(Phase::kDone);
         membership_.announce_finished(view_.id);
         membership_.unwatch();  // no progress deadline or peer checks once training is over
-        return;
+        return RunOutcome::kFinished;
       } catch (const MembershipChanged& e) {
         what = kChanged;
         why = e.what();
@@ -400,7 +400,7 @@ void Worker::run(State& state, const std::function<void()>& fn) {
       }
       if (what == kUser && !opt_.retry_user_errors) fail_job(cause);
       if (what == kChanged) {
-        if (commit_and_leave_if_announced(state)) return;
+        if (commit_and_leave_if_announced(state)) return RunOutcome::kLeft;
         count_reset(why);
         form(false);
       } else {
@@ -422,11 +422,13 @@ void Worker::run(State& state, const std::function<void()>& fn) {
     EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job while waiting to be admitted";
     membership_.unwatch();
     membership_.stop();
+    return RunOutcome::kLeft;
   } catch (const JobFinished&) {
     if (view_.id != 0)  // it trained, was evicted (e.g. stopped too long) and missed the end: stale state
       throw JobError("edl: worker " + opt_.membership.worker_id + " was evicted after generation " +
                      std::to_string(view_.id) + " and the job finished before it could rejoin; its state is stale");
     EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << ": the job finished before it was admitted";
+    return RunOutcome::kLeft;  // never a member (a Worker whose run() made its first join: tests)
   }
 }
 

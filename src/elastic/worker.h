@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "edl/elastic.h"
 #include "edl/export.h"
 #include "edl/state.h"
 #include "edl/store.h"
@@ -51,9 +52,9 @@ class EDL_API Worker {
 
   // First rendezvous and Group (idempotent). Throws JobError / JobFinished / StoreError.
   void join();
-  // The retry loop; see edl::elastic::run. Returns when fn returns, when this worker left after
-  // request_leave(), or (for a late joiner) when the job already finished.
-  void run(State& state, const std::function<void()>& fn);
+  // The retry loop; see edl::elastic::run. Returns kFinished when fn returns, kLeft when this worker
+  // left after request_leave() or, when run() made its first join, found the job already finished.
+  RunOutcome run(State& state, const std::function<void()>& fn);
   // See edl::notify_batch_end.
   void notify_batch_end();
   // Graceful leave at the next batch boundary (async-signal-safe).
@@ -71,7 +72,7 @@ class EDL_API Worker {
   Membership& membership() { return membership_; }
   // Straggler counters and the latest gathered step times (any thread; for a metrics exporter).
   StragglerStats straggler_stats() const { return observer_.stats(); }
-  // Samples per batch of this worker (edl::elastic::set_local_batch_size); 0 = unknown.
+  // Samples per batch of this worker (edl::set_samples_per_batch); 0 = unknown.
   void set_local_batch_size(int64_t samples) { local_batch_.store(samples); }
   // The records of this worker's current step (the shard dispatcher tells it at next()), gathered
   // with the step times at the next batch boundary.

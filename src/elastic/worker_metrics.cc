@@ -132,7 +132,7 @@ void WorkerMetrics::store_op(double seconds) {
 
 void WorkerMetrics::set_samples_per_batch(int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  samples_per_batch_ = std::max<int64_t>(n, 0);
+  samples_per_batch_ = n > 0 ? n : 1;  // 0: not known, a batch counts as one sample (the default)
 }
 
 // Adds the allreduce statistics of the engines of this process (the current one plus the totals

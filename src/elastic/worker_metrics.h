@@ -22,11 +22,12 @@
 #include <thread>
 
 #include "common/config.h"
+#include "edl/export.h"
 #include "elastic/metrics_report.h"
 
 namespace edl::metrics {
 
-class WorkerMetrics {
+class EDL_API WorkerMetrics {  // exported for tests (tests/elastic/api_test.cc)
  public:
   static WorkerMetrics& instance();
   ~WorkerMetrics();
@@ -49,7 +50,7 @@ class WorkerMetrics {
   // A recovery finished: training resumes in `generation` after `seconds`.
   void recovered(uint64_t generation, double seconds, int64_t steps_replayed);
   void store_op(double seconds);
-  // Samples each batch of this worker counts (edl::set_samples_per_batch); default 1.
+  // Samples each batch of this worker counts (edl::set_samples_per_batch); 0 or never set: 1.
   void set_samples_per_batch(int64_t n);
 
   // The report as it would be sent now (tests; the reporter).

@@ -1,7 +1,12 @@
 #include "launcher/store_watcher.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <map>
+#include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "edl/error.h"
 #include "elastic/keys.h"
@@ -24,6 +29,25 @@ std::vector<std::string> member_ids(const std::string& text) {
   std::vector<std::string> ids;
   for (auto& m : elastic::parse_members(text)) ids.push_back(std::move(m.id));
   return ids;
+}
+
+// The workers left out (<job>/g<G>/dropped/<w>) of generation g and of the generations since
+// `reported` that this round skipped (two were decided between two rounds), except those that are
+// members of g again: worker -> the decider's reason. Rank 0 keeps only the last three generations'
+// keys, so no more are read.
+std::map<std::string, std::string> dropped_since(Store& s, const elastic::Keys& keys, uint64_t reported, uint64_t g,
+                                                 const std::vector<std::string>& members) {
+  std::map<std::string, std::string> dropped;
+  const std::set<std::string> now(members.begin(), members.end());
+  for (uint64_t gen = std::max(reported + 1, g >= 2 ? g - 2 : 1); gen <= g; ++gen) {
+    const std::string prefix = keys.dropped(gen, "");
+    for (const auto& k : s.keys(prefix)) {
+      const std::string worker = k.substr(prefix.size());
+      if (now.count(worker)) continue;
+      if (auto why = s.get(k)) dropped[worker] = *why;
+    }
+  }
+  return dropped;
 }
 
 }  // namespace
@@ -126,9 +150,7 @@ void StoreWatcher::poll_once(State& st, std::optional<std::string>* known, uint6
     auto members = s->get(keys.members(g));
     if (members) {
       GenerationEvent e{g, member_ids(*members), {}, std::chrono::steady_clock::now()};
-      const std::string prefix = keys.dropped(g, "");
-      for (const auto& k : s->keys(prefix))
-        if (auto why = s->get(k)) e.dropped[k.substr(prefix.size())] = *why;
+      e.dropped = dropped_since(*s, keys, *reported, g, e.members);
       std::lock_guard<std::mutex> lock(st.mu);
       st.events.push_back(std::move(e));
       *reported = g;

@@ -96,6 +96,7 @@ void DistributedOptimizer::set_step_samples(uint64_t samples) {
                 ") after this step's first bucket was launched: call it before the step's backward pass");
   s.step_samples = samples;
   s.total_samples = static_cast<double>(samples);
+  s.check_batch(samples);
 }
 
 void DistributedOptimizer::discard_step() { impl_->discard(); }

@@ -19,6 +19,7 @@
 #include "common/timeline.h"
 #include "edl/error.h"
 #include "edl/optim.h"
+#include "optim/batch_check.h"
 #include "optim/bucket_reducer.h"
 #include "optim/exact_sum.h"
 #include "optim/update.h"
@@ -107,6 +108,7 @@ struct DistributedOptimizer::Impl {
   std::optional<uint64_t> next_samples;  // set_step_samples() before the step began
   std::optional<uint64_t> step_samples;  // the step in progress: weighted mean when set
   double total_samples = 0;              // sum over the ranks (weighted steps; after the allreduce)
+  optim::detail::BatchCheck batch_check;  // weighted steps' records against the policy's local batch
   OptimizerStepStats stats;
   // Reproducible mode (opt.deterministic; deterministic_step.cc).
   optim::detail::ExactSum exact;         // this step's micro-batch gradients and buffers
@@ -277,6 +279,7 @@ struct DistributedOptimizer::Impl {
     step_samples = next_samples;
     next_samples.reset();
     total_samples = step_samples ? static_cast<double>(*step_samples) : 0.0;
+    if (step_samples) check_batch(*step_samples);
     for (auto& b : buckets) {
       b.pending = b.params.size();
       b.ready = false;
@@ -289,6 +292,14 @@ struct DistributedOptimizer::Impl {
     stats = OptimizerStepStats{};
     step_start = now_s();
     in_step = true;
+  }
+
+  // Logs once when the records of weighted steps do not match the policy's local batch (batch_check.h).
+  void check_batch(uint64_t samples) {
+    const std::string warning = batch_check.observe(samples, rescaler.batch_plan(), rescaler.generation());
+    if (!warning.empty()) {
+      EDL_LOG(1) << warning;
+    }
   }
 
   void take_grad(Param& p) {

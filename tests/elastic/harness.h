@@ -56,6 +56,7 @@ struct Outcome {
   int64_t step = -1;
   int64_t hist = 0;
   bool finished = false;  // run() returned
+  RunOutcome run_outcome = RunOutcome::kFinished;  // what it returned
   bool killed = false;
   bool job_error = false;
   std::string error;
@@ -130,7 +131,7 @@ struct Cluster {
     Outcome out;
     st.on_generation([&out](const GenerationInfo& g) { out.generations.push_back(g); });
     try {
-      w.run(st, [&] {
+      out.run_outcome = w.run(st, [&] {
         while (st.step < total) {
           auto g = w.group();
           for (size_t k = 0; k < kParams; ++k) grad[k] = grad_of(st.step, k);
@@ -172,7 +173,11 @@ struct Cluster {
     const Outcome* first = nullptr;
     for (size_t i = 0; i < outcomes.size(); ++i) {
       const auto& o = outcomes[i];
-      if (!o.finished || std::find(leavers.begin(), leavers.end(), static_cast<int>(i)) != leavers.end()) continue;
+      // A worker whose run() returned kLeft is not a finisher (a leaver, or one that was never admitted
+      // before the job finished, e.g. killed before the first decision).
+      if (!o.finished || o.run_outcome != RunOutcome::kFinished ||
+          std::find(leavers.begin(), leavers.end(), static_cast<int>(i)) != leavers.end())
+        continue;
       ++n;
       INFO("error: " << o.error);
       CHECK(o.step == total);

@@ -141,6 +141,17 @@ class ProcJob {
 
   // The generation lines: worker -> (generation, size) in log order.
   std::vector<std::pair<std::string, std::pair<uint64_t, int>>> gens;
+  struct Gen {
+    std::string worker, role, reason;
+    uint64_t gen = 0;
+    int size = 0, previous_size = 0;
+  };
+  std::vector<Gen> gen_facts;  // the same lines with GenerationInfo's facts
+  struct Outcome {
+    std::string outcome, collective;
+    int rank = 0, size = 0;
+  };
+  std::map<std::string, Outcome> outcomes;  // worker -> what run() returned and rank()/size() after it
   edl::StoreServer& server() { return *server_; }
 
   std::vector<Step> steps;
@@ -154,6 +165,8 @@ class ProcJob {
     done.clear();
     errors.clear();
     gens.clear();
+    gen_facts.clear();
+    outcomes.clear();
     std::string line;
     while (std::getline(f, line)) {
       std::istringstream is(line);
@@ -166,9 +179,16 @@ class ProcJob {
         steps.push_back(s);
       } else if (kind == "gen") {
         uint64_t g = 0;
-        int rank = 0, size = 0;
-        is >> g >> rank >> size;
+        int rank = 0, size = 0, previous_size = 0, after_failure = 0;
+        double t = 0, reform_ms = 0;
+        std::string role, reason;
+        is >> g >> rank >> size >> previous_size >> after_failure >> t >> reform_ms >> role >> reason;
         gens.push_back({worker, {g, size}});
+        gen_facts.push_back(Gen{worker, role, reason, g, size, previous_size});
+      } else if (kind == "outcome") {
+        Outcome o;
+        is >> o.outcome >> o.rank >> o.size >> o.collective;
+        outcomes[worker] = o;
       } else if (kind == "done") {
         Done d;
         is >> d.step >> d.crc >> d.hist;
@@ -205,10 +225,17 @@ TEST_CASE("processes: kill -9 of rank 0 mid-training, the others recover in plac
   CHECK(job.errors.empty());
 }
 
+// Issue 22, item 1: every member of a generation reads the same GenerationInfo::reason and
+// previous_size (the decider's), also the stopped worker that is readmitted after SIGCONT.
 TEST_CASE("processes: a SIGSTOPped worker is evicted, then rejoins after SIGCONT", "[process][stop]") {
   ProcJob job("pstop", 120);
   for (const char* id : {"a", "b", "c"}) job.spawn(id, 2, 3);
-  REQUIRE(job.wait_for([&] { return job.max_step() >= 10; }, 20s));
+  auto b_trains = [&] {  // b is a member (on a loaded machine it may join after the first generation)
+    for (const auto& st : job.steps)
+      if (st.worker == "b" && st.step >= 10) return true;
+    return false;
+  };
+  REQUIRE(job.wait_for(b_trains, 30s));
   REQUIRE(job.signal("b", SIGSTOP) == 0);
   auto t0 = std::chrono::steady_clock::now();
   // The others go on without it: a step completed in a generation of 2.
@@ -217,6 +244,23 @@ TEST_CASE("processes: a SIGSTOPped worker is evicted, then rejoins after SIGCONT
   REQUIRE(job.signal("b", SIGCONT) == 0);
   REQUIRE(job.wait_for([&] { return job.done.size() == 3; }, 40s));
   job.check_done({"a", "b", "c"});
+  std::map<uint64_t, ProcJob::Gen> first;  // generation -> the first member's line
+  bool readmitted = false;
+  for (const auto& g : job.gen_facts) {
+    INFO("worker " << g.worker << " generation " << g.gen << " " << g.role << " " << g.reason << " previous size "
+                   << g.previous_size);
+    readmitted = readmitted || (g.worker == "b" && g.role == "readmitted");
+    auto [it, fresh] = first.emplace(g.gen, g);
+    if (fresh) continue;
+    CHECK(g.reason == it->second.reason);
+    CHECK(g.previous_size == it->second.previous_size);
+  }
+  CHECK(readmitted);  // b came back in the same process, as a readmitted member
+  for (const auto& [id, g] : first) {
+    auto before = first.find(id - 1);
+    if (before != first.end()) CHECK(g.previous_size == before->second.size);
+  }
+  for (const char* id : {"a", "b", "c"}) CHECK(job.outcomes[id].outcome == "finished");
 }
 
 TEST_CASE("processes: a worker joins a running job and a SIGTERM leaves gracefully", "[process][join][leave]") {
@@ -227,13 +271,29 @@ TEST_CASE("processes: a worker joins a running job and a SIGTERM leaves graceful
   job.spawn("c", 2, 3);
   REQUIRE(job.wait_for([&] { return !job.steps.empty() && job.steps.back().size == 3; }, 20s));
   int64_t at = job.max_step();
-  REQUIRE(job.signal("a", SIGTERM) == 0);  // graceful leave at the next batch boundary
-  CHECK(job.exit_status("a", 10s) == 0);
-  REQUIRE(job.wait_for([&] { return job.done.size() == 3; }, 40s));  // a logs done at its last step
-  CHECK(job.done["a"].step < 150);
-  CHECK(job.done["a"].step > at - 1);
-  job.check_done({"b", "c"});
+  // Rank 0 leaves (issue 22, item 3: after run() it must not look like rank 0 of a job it left).
+  const std::string leaver = job.worker_at_rank(0);
+  REQUIRE(!leaver.empty());
+  REQUIRE(job.signal(leaver, SIGTERM) == 0);  // graceful leave at the next batch boundary
+  CHECK(job.exit_status(leaver, 10s) == 0);
+  REQUIRE(job.wait_for([&] { return job.done.size() == 3; }, 40s));  // the leaver logs done at its last step
+  CHECK(job.done[leaver].step < 150);
+  CHECK(job.done[leaver].step > at - 1);
+  std::set<std::string> rest;
+  for (const char* id : {"a", "b", "c"})
+    if (leaver != id) rest.insert(id);
+  job.check_done(rest);
   CHECK(job.steps.back().size == 2);
+  CHECK(job.outcomes[leaver].outcome == "left");
+  CHECK(job.outcomes[leaver].rank == -1);
+  CHECK(job.outcomes[leaver].size == 0);
+  CHECK(job.outcomes[leaver].collective == "InvalidArgument");
+  for (const auto& id : rest) {
+    INFO("worker " << id);
+    CHECK(job.outcomes[id].outcome == "finished");
+    CHECK(job.outcomes[id].size == 2);
+    CHECK(job.outcomes[id].rank >= 0);
+  }
 }
 
 TEST_CASE("processes: a worker with the wrong job secret exits with a clear error", "[process][auth]") {
@@ -273,9 +333,13 @@ TEST_CASE("processes: a user error fails the job with exit code 3 and <job>/fail
   job.spawn("a", 2, 3);
   job.spawn("b", 2, 3);
   job.spawn("c", 2, 3, "process-test-secret", {}, {"--throw-at", "12"});
-  for (const char* id : {"a", "b", "c"}) {
+  std::map<std::string, int> status;
+  for (const char* id : {"a", "b", "c"}) status[id] = job.exit_status(id, 30s);
+  job.wait_for([&] { return job.errors.size() == 3; }, 2s);
+  for (const auto& e : job.errors) UNSCOPED_INFO(e);  // each worker's error line
+  for (const auto& [id, code] : status) {
     INFO("worker " << id);
-    CHECK(job.exit_status(id, 30s) == edl::elastic::kJobFailedExitCode);
+    CHECK(code == edl::elastic::kJobFailedExitCode);
   }
   edl::StoreOptions so;
   so.secret = "process-test-secret";

@@ -115,6 +115,28 @@ TEST_CASE("below the minimum for longer than the timeout is a JobError for every
   CHECK_THROWS_AS(fb.get(), edl::JobError);
 }
 
+// A newcomer that arrives after the job failed (a member's user error marked <job>/failed, the members
+// are gone) decides the next round alone; waiting for EDL_MIN_NP it sees the failure within a lease
+// slice and gets JobFailed (edl-run's "do not restart"), not the "below the minimum" JobError after
+// EDL_RENDEZVOUS_TIMEOUT_MS.
+TEST_CASE("a lone decider waiting for the minimum sees that the job failed", "[rendezvous]") {
+  auto store = edl::make_memory_store();
+  Membership a(store, opts("jf", "a", 2, 0));
+  Membership b(store, opts("jf", "b", 2, 0));
+  auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
+  a.rendezvous(nullptr);
+  fb.get();
+  a.mark_failed("worker a at step 3 of generation 1: bad record");
+  a.stop();  // both members exit (their leases go)
+  b.stop();
+  auto o = opts("jf", "c", 2, 0);
+  o.rendezvous_timeout = 20000ms;
+  Membership c(store, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(c.rendezvous(nullptr), edl::elastic::JobFailed);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10000ms);  // not the rendezvous timeout
+}
+
 TEST_CASE("a join request wakes the running members, max workers is respected", "[rendezvous]") {
   auto store = edl::make_memory_store();
   Membership a(store, opts("j4", "a", 1, 2));

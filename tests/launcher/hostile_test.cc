@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "launcher/run_util.h"
 #include "testing/redis_server.h"
@@ -169,17 +170,31 @@ TEST_CASE("edl-run elastic: a non-retryable worker error fails the job at once w
   CHECK(rr.err.find("restarts=1/1") != std::string::npos);
 }
 
-TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run open after training finished",
-          "[launcher][elastic][hostile]") {
-  Launch l({"--min-np", "1", "--max-np", "3", "-np", "3", "--pid-file", "pids", "--grace-period", "1", kHelper,
-            "elastic-train", "120", "20"},
-           {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
+namespace {
+
+// The stopped-worker jobs: 3 workers of elastic-train STEPS (20 ms each) with --grace-period GRACE.
+std::vector<std::string> stopped_job_args(const std::string& grace, const std::string& steps) {
+  return {"--min-np", "1", "--max-np", "3", "-np", "3", "--pid-file", "pids", "--grace-period", grace, kHelper,
+          "elastic-train", steps, "20"};
+}
+
+// Waits for the generation of 3, then SIGSTOPs the worker of slot 2; returns its pid.
+pid_t stop_slot_2(Launch& l) {
   REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=3") != std::string::npos; },
                      60s));
   const auto pids = l.worker_pids();
   REQUIRE(pids.size() == 3);
   const pid_t victim = pids.at(2);
   REQUIRE(kill(victim, SIGSTOP) == 0);
+  return victim;
+}
+
+}  // namespace
+
+TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run open after training finished",
+          "[launcher][elastic][hostile]") {
+  Launch l(stopped_job_args("1", "120"), {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
+  const pid_t victim = stop_slot_2(l);
   auto r = l.wait(90s);
   INFO(r.err);
   CHECK(r.code == 0);
@@ -188,6 +203,51 @@ TEST_CASE("edl-run elastic: a stopped-then-evicted worker does not hold edl-run 
   // slot may be restarted meanwhile, so the survivors and possibly a replacement finish.
   CHECK(count_of(r.out, "] done 120 ") >= 2);
   CHECK(kill(victim, 0) != 0);  // ended and reaped by edl-run
+}
+
+// Issue 22, item 2: a stopped worker that a generation leaves out is ended as soon as edl-run sees that
+// generation (the decider's reason at <job>/g<G>/dropped/<w>), not after --grace-period; its slot is
+// restarted and the job finishes.
+TEST_CASE("edl-run elastic: a SIGSTOPped worker is ended as soon as a generation leaves it out",
+          "[launcher][elastic][hostile]") {
+  Launch l(stopped_job_args("30", "400"), {"EDL_LEASE_MS=1000", "EDL_HEARTBEAT_MS=200"});
+  const pid_t victim = stop_slot_2(l);
+  // The grace period is 30 s: an eviction within 20 s can only be the at-once one.
+  const bool evicted = l.wait_for(
+      [](const std::string&, const std::string& err) { return err.find("event=evict slot=2") != std::string::npos; },
+      20s);
+  if (!evicted) kill(victim, SIGCONT);  // let the job end normally; the checks below fail
+  CHECK(evicted);
+  auto r = l.wait(120s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.err, m, std::regex("event=evict slot=2 worker=[^ ]+ gen=[0-9]+ reason=\"([^\"]*)\"")));
+  CHECK_THAT(m[1].str(), Catch::StartsWith("dead"));  // the decider's record: its lease or its beats stopped
+  CHECK(r.err.find("still running after --grace-period") == std::string::npos);
+  CHECK(count_of(r.err, "event=started slot=2") == 2);  // the slot was started again
+  CHECK(kill(victim, 0) != 0);                          // ended and reaped by edl-run
+}
+
+// The other side of issue 22, item 2 (docs/elastic.md, SIGSTOP row): a stop shorter than EDL_LEASE_MS
+// (and the collective deadline) is only a pause — no generation leaves the worker out, edl-run ends
+// nothing, and the same three workers finish with the same parameters.
+TEST_CASE("edl-run elastic: a worker SIGSTOPped for less than the lease is only paused",
+          "[launcher][elastic][hostile]") {
+  Launch l(stopped_job_args("5", "200"), {"EDL_LEASE_MS=6000", "EDL_HEARTBEAT_MS=200"});
+  const pid_t victim = stop_slot_2(l);
+  std::this_thread::sleep_for(1s);
+  REQUIRE(kill(victim, SIGCONT) == 0);
+  auto r = l.wait(120s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("event=evict") == std::string::npos);
+  CHECK(r.err.find("event=generation gen=2") == std::string::npos);  // generation 1 trained to the end
+  CHECK(count_of(r.err, "event=started slot=2") == 1);
+  int done = 0;
+  CHECK(finals_of({&r.out}, &done).size() == 1);  // the same parameters on every worker
+  CHECK(done == 3);
+  CHECK(count_of(r.out, "] done 200 ") == 3);
 }
 
 TEST_CASE("edl-run: a worker printing 200 MB while training causes no eviction", "[launcher][elastic][hostile]") {

@@ -354,6 +354,79 @@ TEST_CASE("edl-run elastic: the discovery script adds and removes local slots", 
   }
 }
 
+// Issue 22, item 4 (docs/launcher.md, "Growing a one-host job"): `-np 2 --max-np 3` runs 2 workers;
+// a third comes from a discovery script (with -np, which then only sets --min-np's default) or from
+// a second edl-run on the first one's embedded store.
+TEST_CASE("edl-run elastic: a third worker joins a one-host job started with -np 2 --max-np 3", "[launcher][elastic]") {
+  auto done_lines = [](const std::string& out) {
+    std::set<std::string> finals;
+    for (const auto& line : lines_of(out)) {
+      auto p = line.find("] done ");
+      if (p != std::string::npos) finals.insert(line.substr(p + 2));
+    }
+    return finals;
+  };
+  SECTION("a discovery script") {
+    char tmpl[] = "/tmp/edl-grow-XXXXXX";
+    REQUIRE(mkdtemp(tmpl));
+    const std::string dir = tmpl, slots = dir + "/slots";
+    struct Cleanup {
+      std::string dir;
+      ~Cleanup() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    } cleanup{dir};
+    std::ofstream(slots) << "localhost:2\n";
+    Launch l({"-np", "2", "--max-np", "3", "--host-discovery-script", "cat " + slots, "--discovery-interval-ms", "100",
+              "--grace-period", "3", kHelper, "elastic-train", "400", "20"});
+    REQUIRE(l.wait_for([](const std::string&, const std::string& err) { return err.find("size=2") != std::string::npos; },
+                       60s));
+    CHECK(l.err().find("min_np=2 max_np=3") != std::string::npos);  // -np 2 set --min-np's default
+    std::ofstream(slots + ".tmp") << "localhost:3\n";
+    std::rename((slots + ".tmp").c_str(), slots.c_str());
+    auto r = l.wait(120s);
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK(r.err.find("event=started slot=2") != std::string::npos);
+    CHECK(r.err.find("size=3") != std::string::npos);
+    CHECK(count_of(r.out, "] done 400 ") == 3);
+    CHECK(done_lines(r.out).size() == 1);  // the same parameters on every worker
+  }
+  SECTION("a second edl-run on the first one's embedded store") {
+    const std::vector<std::string> job = {"--secret", "grow-secret", "--job-id", "grow1", "--min-np", "2", "--max-np", "3"};
+    std::vector<std::string> first = job;
+    for (std::string a : {"-np", "2", "--grace-period", "3", kHelper.c_str(), "elastic-train", "400", "20"})
+      first.push_back(a);
+    Launch a(first);
+    std::smatch m;
+    REQUIRE(a.wait_for(
+        [&](const std::string&, const std::string& err) {
+          return std::regex_search(err, m, std::regex("event=job job=grow1 store=(tcp://[^ ]+)")) &&
+                 err.find("size=2") != std::string::npos;
+        },
+        60s));
+    const std::string url = m[1];
+    std::vector<std::string> second = job;
+    for (std::string x : {"--store", url.c_str(), "-np", "1", "--grace-period", "3", kHelper.c_str(), "elastic-train",
+                          "400", "20"})
+      second.push_back(x);
+    Launch b(second);
+    auto rb = b.wait(120s);
+    auto ra = a.wait(120s);
+    INFO(ra.err << rb.err);
+    CHECK(ra.code == 0);
+    CHECK(rb.code == 0);
+    CHECK(ra.err.find("size=3") != std::string::npos);
+    CHECK(rb.err.find(":0.1 pid=") != std::string::npos);  // the same host's slot 0, incarnation 1: a new id
+    CHECK(count_of(ra.out, "] done 400 ") == 2);
+    CHECK(count_of(rb.out, "] done 400 ") == 1);
+    std::set<std::string> all = done_lines(ra.out);
+    for (const auto& d : done_lines(rb.out)) all.insert(d);
+    CHECK(all.size() == 1);
+  }
+}
+
 TEST_CASE("edl-run elastic: fewer than --min-np live workers past the timeout fails the job", "[launcher][elastic]") {
   // The helper never joins the store, so no worker is live from the launcher's point of view.
   auto r = run_edl({"--min-np", "2", "-np", "2", "--rendezvous-timeout", "0.5", "--grace-period", "2", kHelper,

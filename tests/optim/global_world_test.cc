@@ -1,6 +1,9 @@
 // The default setting: DistributedOptimizer on the process-global world of edl::init(), reducing
 // through the generation's collective engine. Two forked worker processes join a job hosted by an
-// in-test StoreServer and must end with the parameters of one worker at twice the batch.
+// in-test StoreServer and must end with the parameters of one worker at twice the batch; and, with
+// weighted steps (one rank's batch short or empty) and the program's own named collectives issued in
+// the same steps as the gradient buckets, with the parameters of one worker on the union of the
+// records (issue 22, item 7: docs/torch.md, "Your own collectives in a step").
 #include <catch2/catch.hpp>
 
 #include <poll.h>
@@ -11,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +29,16 @@ using namespace edl;
 namespace {
 
 constexpr int kDim = 5, kHidden = 8, kSteps = 5, kLocalBatch = 6, kRanks = 2;
+
+// The weighted variant: records per step of rank 0 and rank 1 (a short batch, an empty one on either
+// rank, an empty step everywhere).
+constexpr int kMixed[kSteps][kRanks] = {{6, 6}, {6, 2}, {0, 6}, {0, 0}, {5, 6}};
+
+size_t mixed_offset(int step) {
+  size_t off = 0;
+  for (int s = 0; s < step; ++s) off += static_cast<size_t>(kMixed[s][0] + kMixed[s][1]);
+  return off;
+}
 
 DistributedOptimizerOptions options() {
   DistributedOptimizerOptions o;
@@ -59,8 +73,27 @@ bool read_all(int fd, void* buf, size_t n, std::chrono::steady_clock::time_point
   return true;
 }
 
+// One weighted step of the mixed variant on `rank`, with two collectives of the program's own in it:
+// "user.records" (asynchronous, enqueued before backward, waited after step()) and "user.loss"
+// (blocking, between backward and step()), while the optimizer's buckets are in flight. False when a
+// sum is wrong.
+bool mixed_step(int rank, int s, test::TinyMlp& m, DistributedOptimizer& opt, const test::Dataset& data) {
+  const int n = kMixed[s][rank];
+  int64_t records = n;
+  Handle h = edl::allreduce_async(&records, 1, ReduceOp::kSum, "user.records");
+  opt.set_step_samples(static_cast<uint64_t>(n));  // every rank, every step, before its backward pass
+  m.backward(data, mixed_offset(s) + (rank == 0 ? 0 : kMixed[s][0]), static_cast<size_t>(n),
+             [&](size_t i) { opt.grad_ready(i); });  // n = 0: zero gradients, reported all the same
+  double loss = 0.5 * n;
+  edl::allreduce(&loss, 1, ReduceOp::kSum, "user.loss");
+  opt.step();
+  h.wait();
+  const int total = kMixed[s][0] + kMixed[s][1];
+  return records == total && loss == 0.5 * total;
+}
+
 // Child body: waits for the store URL, joins as rank r, trains, writes its parameters. Never returns.
-[[noreturn]] void worker(int rank, int url_fd, int out_fd, const test::Dataset& data) {
+[[noreturn]] void worker(int rank, int url_fd, int out_fd, const test::Dataset& data, bool mixed) {
   int code = 1;
   try {
     char url[256] = {0};
@@ -75,14 +108,19 @@ bool read_all(int fd, void* buf, size_t n, std::chrono::steady_clock::time_point
     test::TinyMlp m(kDim, kHidden);
     DistributedOptimizer opt(options());
     for (auto& p : m.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+    bool sums_ok = true;
     for (int s = 0; s < kSteps; ++s) {
+      if (mixed) {
+        sums_ok = mixed_step(rank, s, m, opt, data) && sums_ok;
+        continue;
+      }
       size_t begin = static_cast<size_t>(s) * kRanks * kLocalBatch + static_cast<size_t>(rank) * kLocalBatch;
       m.backward(data, begin, kLocalBatch, [&](size_t i) { opt.grad_ready(i); });
       opt.step();
     }
     std::vector<float> flat = flatten(m);
     if (write(out_fd, flat.data(), flat.size() * sizeof(float)) == static_cast<ssize_t>(flat.size() * sizeof(float)))
-      code = 0;
+      code = sums_ok ? 0 : 4;
     edl::shutdown();
   } catch (const std::exception& e) {
     (void)!write(2, e.what(), std::strlen(e.what()));
@@ -91,23 +129,19 @@ bool read_all(int fd, void* buf, size_t n, std::chrono::steady_clock::time_point
   _exit(code);
 }
 
-}  // namespace
-
-TEST_CASE("process-global world: 2 processes through the collective engine == 1 worker at batch 2b") {
-  const auto data = test::make_dataset(kRanks * kLocalBatch * kSteps, kDim);
-  // Reference: one worker, batch 2b.
+// One local worker (the reference): step(s, model, optimizer) trains step s; returns the parameters.
+std::vector<float> train_reference(const std::function<void(int, test::TinyMlp&, DistributedOptimizer&)>& step) {
   test::TinyMlp ref(kDim, kHidden);
   auto lo = options();
   lo.local = true;
-  DistributedOptimizer ref_opt(lo);
-  for (auto& p : ref.parameters()) ref_opt.add_parameter("p", p.data, p.grad, p.count);
-  for (int s = 0; s < kSteps; ++s) {
-    ref.backward(data, static_cast<size_t>(s) * kRanks * kLocalBatch, kRanks * kLocalBatch,
-                 [&](size_t i) { ref_opt.grad_ready(i); });
-    ref_opt.step();
-  }
-  const std::vector<float> expect = flatten(ref);
+  DistributedOptimizer opt(lo);
+  for (auto& p : ref.parameters()) opt.add_parameter("p", p.data, p.grad, p.count);
+  for (int s = 0; s < kSteps; ++s) step(s, ref, opt);
+  return flatten(ref);
+}
 
+// Trains 2 forked workers (the variant `mixed` or not) and checks their parameters against `expect`.
+void run_job(const test::Dataset& data, const std::vector<float>& expect, bool mixed) {
   // Fork before any thread exists in this process (the store server starts afterwards).
   int url_pipe[kRanks][2], out_pipe[kRanks][2];
   pid_t pids[kRanks];
@@ -116,7 +150,7 @@ TEST_CASE("process-global world: 2 processes through the collective engine == 1 
     REQUIRE(pipe(out_pipe[r]) == 0);
     edl::testing::SpawnOptions so;
     so.own_group = false;
-    pids[r] = edl::testing::fork_call([&]() -> int { worker(r, url_pipe[r][0], out_pipe[r][1], data); }, so);
+    pids[r] = edl::testing::fork_call([&]() -> int { worker(r, url_pipe[r][0], out_pipe[r][1], data, mixed); }, so);
     close(url_pipe[r][0]);
     close(out_pipe[r][1]);
   }
@@ -138,11 +172,37 @@ TEST_CASE("process-global world: 2 processes through the collective engine == 1 
     close(url_pipe[r][1]);
     close(out_pipe[r][0]);
     CHECK(ok[r]);
-    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));  // 4: a sum of the user's collectives was wrong
   }
   for (int r = 0; r < kRanks; ++r) {
     if (!ok[r]) continue;
     for (size_t i = 0; i < expect.size(); ++i)
       CHECK(got[r][i] == Catch::Detail::Approx(expect[i]).epsilon(1e-5).margin(1e-6));
   }
+}
+
+}  // namespace
+
+TEST_CASE("process-global world: 2 processes through the collective engine == 1 worker at batch 2b") {
+  const auto data = test::make_dataset(kRanks * kLocalBatch * kSteps, kDim);
+  // Reference: one worker, batch 2b.
+  const auto expect = train_reference([&](int s, test::TinyMlp& ref, DistributedOptimizer& opt) {
+    ref.backward(data, static_cast<size_t>(s) * kRanks * kLocalBatch, kRanks * kLocalBatch,
+                 [&](size_t i) { opt.grad_ready(i); });
+    opt.step();
+  });
+  run_job(data, expect, false);
+}
+
+TEST_CASE("process-global world: weighted short and empty steps with the program's own collectives in them") {
+  const auto data = test::make_dataset(kRanks * kLocalBatch * kSteps, kDim);
+  // Reference: one worker training the union of the two ranks' records of each step (weighted mean).
+  const auto expect = train_reference([&](int s, test::TinyMlp& ref, DistributedOptimizer& opt) {
+    const int n = kMixed[s][0] + kMixed[s][1];
+    opt.set_step_samples(static_cast<uint64_t>(n));
+    ref.backward(data, mixed_offset(s), static_cast<size_t>(n), [&](size_t i) { opt.grad_ready(i); });
+    opt.step();
+  });
+  CHECK(expect != flatten(test::TinyMlp(kDim, kHidden)));  // training moved the parameters
+  run_job(data, expect, true);
 }

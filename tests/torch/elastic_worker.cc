@@ -4,6 +4,9 @@
 // the first layer's weight, whose gradient comes last, so later buckets are already in flight): it
 // writes its pid to D/paused and sleeps until the test kills it (only once: the file marks it done).
 // At the end every worker that trained all steps writes its parameters to D/params.<pid> (raw float32).
+// Every step also runs a collective of the program's own, "user.records" (the step's records summed
+// over the ranks), between backward and step(), while the gradient buckets are in flight; it must
+// equal the optimizer's own count of the step (issue 22, item 7), else the worker fails.
 // Usage: edl_torch_elastic_worker --dir D [--steps 120] [--pause-step 10] [--sleep-ms 20]
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -107,7 +111,12 @@ int main(int argc, char** argv) {
             record(rec.records[i], x.data_ptr<float>() + 16 * i, y.data_ptr<int64_t>() + i);
           torch::nn::functional::cross_entropy(net->forward(x), y).backward();
         }
+        int64_t records = n;  // the program's own collective in the step (docs/torch.md)
+        edl::allreduce(&records, 1, edl::ReduceOp::kSum, "user.records");
         opt.step();
+        if (static_cast<uint64_t>(records) != opt.reducer().last_step_stats().samples)
+          throw std::runtime_error("user.records = " + std::to_string(records) + " but the optimizer's step trained " +
+                                   std::to_string(opt.reducer().last_step_stats().samples) + " records");
         std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));  // leaves time for a join
         edl::notify_batch_end();
       }

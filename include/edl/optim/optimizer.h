@@ -186,6 +186,9 @@ class EDL_API DistributedOptimizer : public elastic::Stateful {
   // (InvalidArgument after the first bucket was launched); every rank must call it in the same
   // steps (MismatchError otherwise). A step in which no rank had a record leaves the parameters and
   // the optimizer slots untouched (the step counter still advances). Without it: the plain mean.
+  // The counts are also checked against the scaling policy's local batch (scaling.batch, default 32):
+  // the first step with more samples than planned, or 8 non-empty steps of one generation none of
+  // which reaches the plan, logs one warning naming both numbers (docs/optim.md, "Weighted mean").
   void set_step_samples(uint64_t samples);
   // Reproducible mode: the next backward pass is one micro-batch of `samples` records (its gradient
   // the mean over them; 0: an empty micro-batch, which contributes nothing). Ends the micro-batch
