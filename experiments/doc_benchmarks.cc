@@ -278,6 +278,31 @@ void elastic_section(std::ostream& md, const DataSet& d, Plots& plots) {
                   "re-rendezvous time vs ranks");
 }
 
+// join_bench: the survivors' extra time around a join, stop vs stop-free (docs/elastic.md,
+// "Stop-free joins"), with the share of a step and the target check per row.
+void join_section(std::ostream& md, const DataSet& d, Plots&) {
+  md << "Target (issue 26): a stop-free join costs the survivors <= 10% of one step, flat in the state size "
+        "(the stop path for comparison, same run). `extra_ms`: the slowest survivor's time across the generation "
+        "change minus as many of its median steps (`step_ms`: the survivors' median step before the joins, which "
+        "includes the commit of the whole state every step), the median over `joins` newcomers joining one after "
+        "the other (min / max: the best and the worst join); `catchup_steps` / `catchup_extra_ms`: stop-free only, "
+        "the steps until the newcomer held the whole state and the slowest survivor's extra time summed over them "
+        "(the servers' sending, beside training).\n";
+  std::vector<std::vector<std::string>> body;
+  for (const Json& r : d.of("join_bench")) {
+    const double step = num(r, "step_ms"), extra = num(r, "extra_ms");
+    const double pct = step > 0 ? 100.0 * extra / step : 0;
+    const bool stopfree = r.value("path", "") == "stopfree";
+    body.push_back({cell(r["state_bytes"]), r.value("path", "?"), cell(r["survivors"]), cell(r["joins"]),
+                    fixed(step, 1), fixed(extra, 1), fixed(num(r, "extra_min_ms"), 1) + " / " + fixed(num(r, "extra_max_ms"), 1),
+                    fixed(pct, 1), cell(r["catchup_steps"]), fixed(num(r, "catchup_extra_ms"), 1),
+                    stopfree ? (pct <= 10 ? "meets" : "misses") : ""});
+  }
+  table(md, {"state_bytes", "path", "survivors", "joins", "step_ms", "extra_ms", "min / max", "extra % of a step",
+             "catchup_steps", "catchup_extra_ms", "<= 10%"},
+        body);
+}
+
 void autoscale_section(std::ostream& md, const DataSet& d, Plots&) {
   const Rows& rows = d.of("autoscale_bench");
   Rows sizes, summary;
@@ -557,6 +582,7 @@ const std::vector<Section>& sections() {
        "with identical parameters.",
        nullptr},
       {"elastic_bench", "Elastic recovery and re-rendezvous", "", elastic_section},
+      {"join_bench", "Stop-free joins (what a join costs the survivors)", "", join_section},
       {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
       {"metrics_timeline", "Job metrics around a kill and a join",
        "A 2-worker job under `edl-run --metrics-file` (scripts/metrics-timeline.sh, docs/observability.md): "

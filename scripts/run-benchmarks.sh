@@ -10,7 +10,7 @@
 #   --only LIST   run only these benches (the others keep their rows and provenance in docs/data/);
 #                 chaos_bench's MTBF runs are the entries chaos_mtbf (10 s) and chaos_mtbf30 (30 s)
 #   --quick       shorter runs of the slow benches (scaling_bench, elastic_bench, convergence_exp,
-#                 chaos_bench, controlplane_bench, slurm_bench, autoscale_bench)
+#                 chaos_bench, controlplane_bench, slurm_bench, autoscale_bench, join_bench)
 #   --doc-only    do not run anything; publish --out (docs/data itself: only regenerate the docs)
 #   --no-publish  do not copy --out into docs/data/ nor write the docs (results stay in --out)
 #
@@ -128,7 +128,9 @@ if [ $DOC_ONLY -eq 0 ]; then
     CONTROLPLANE_ARGS=(--runs 1)
     SLURM_ARGS=(--runs 1)
     AUTOSCALE_ARGS=(--repeats 1)
+    JOIN_ARGS=(--sizes-mb 1,100)
   else
+    JOIN_ARGS=()
     AUTOSCALE_ARGS=()
     CONTROLPLANE_ARGS=()
     SLURM_ARGS=()
@@ -157,6 +159,7 @@ if [ $DOC_ONLY -eq 0 ]; then
   run_bench timeline_bench 900 "$B/timeline_bench"
   run_bench torch_bench 1200 "$B/torch_bench"  # built only with libtorch (edl::torch): skipped otherwise
   run_bench elastic_bench 1800 "$B/elastic_bench" "${ELASTIC_ARGS[@]}"
+  run_bench join_bench 3600 "$B/join_bench" "${JOIN_ARGS[@]}"
   run_bench autoscale_bench 1800 "$B/autoscale_bench" "${AUTOSCALE_ARGS[@]}"
   # Job metrics around a kill and a join (edl-run --metrics-file; docs/observability.md, "Plots").
   if [ -n "$EDL_RUN" ] && [ -x "$BUILD/testing/elastic_worker" ]; then

@@ -13,6 +13,11 @@ bool deps_required() {
   return v != nullptr && *v != '\0' && std::string(v) != "0";
 }
 
+bool gpu_required() {
+  const char* v = std::getenv("EDL_REQUIRE_GPU");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
 std::string missing_dep_message(const std::string& dependency, const std::string& why) {
   std::string m = dependency + " is missing";
   if (!why.empty()) m += ": " + why;

@@ -20,6 +20,11 @@ namespace edl::testing {
 // True when EDL_REQUIRE_DEPS is set to anything but "" or "0".
 bool deps_required();
 
+// True when EDL_REQUIRE_GPU is set to anything but "" or "0": a test labelled `gpu` that finds no
+// usable GPU then fails instead of skipping (scripts/gpu-check.sh sets it on a GPU machine; CI has
+// no GPU and leaves it unset).
+bool gpu_required();
+
 // "<dependency> is missing: <why>" plus how to get it under the policy, e.g. for a skip or failure note.
 std::string missing_dep_message(const std::string& dependency, const std::string& why);
 

@@ -8,12 +8,14 @@
 //   outcome <worker> <finished|left> <rank> <size> <collective>   (after run; collective, after a
 //                                          leave: what an allreduce does then, "ok" or its error class)
 //   done <worker> <step> <params_crc> <hist>
+//   catchup <worker> <0|1> <step> <t>   (a stop-free newcomer started / finished receiving the state)
 //   error <worker> <message>
 // reform_ms: from the start of the last notify_batch_end (the batch boundary that changed
 // membership) or the failure to the end of rendezvous + sync in the new generation.
 //
 //   elastic_worker --steps N --step-ms MS --params P --log PATH [--throw-at STEP] [--stall-at STEP --stall-ms MS]
 //                  [--slow-ms MS [--slow-worker ID]] [--batch N] [--step-ms-by-size K:MS,...] [--records N]
+//                  [--state-mb M]
 // --stall-at: the first time the worker reaches that step it sleeps --stall-ms inside the batch
 // (alive and heartbeating: a rank stuck in user code).
 // --slow-ms MS [--slow-worker ID]: sleep MS more per step before the step's collective (the
@@ -26,6 +28,10 @@
 // 4 per worker per step, one epoch; the run ends with the data, --steps stays a cap): every step
 // sum-allreduces marks of the records it trained into per-record counters in the State, and the
 // worker logs "audit <worker> <records trained exactly once> <N>" at the end (exactly-once data).
+// --state-mb M: a further M MiB float32 tensor "table" in the State, a 1 MiB window of which is
+// updated every step from the averaged gradient (a large state with cheap steps: the join bench).
+// While the worker is a stop-free newcomer catching up (edl::elastic::catching_up()) it trains no
+// records, contributes a zero gradient and skips the step's compute; it logs the catchup lines.
 // --throw-at: the user's function throws at that step (a deterministic user error): the job fails
 // (JobFailed) and the worker exits with edl::elastic::kJobFailedExitCode.
 #include <fcntl.h>
@@ -84,6 +90,7 @@ struct Flags {
   std::string slow_worker;
   int64_t batch = 0;
   uint64_t records = 0;
+  uint64_t state_mb = 0;
   std::map<int, double> step_ms_by_size;
 };
 
@@ -102,6 +109,7 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (a == "--slow-worker") f->slow_worker = argv[i + 1];
     else if (a == "--batch") f->batch = std::stoll(argv[i + 1]);
     else if (a == "--records") f->records = std::stoull(argv[i + 1]);
+    else if (a == "--state-mb") f->state_mb = std::stoull(argv[i + 1]);
     else if (a == "--step-ms-by-size") {
       std::string list = argv[i + 1];
       for (size_t p = 0; p < list.size();) {
@@ -142,6 +150,18 @@ void log_outcome(edl::elastic::RunOutcome outcome) {
            std::to_string(edl::size()) + " " + collective);
 }
 
+// The large state of --state-mb: a window of 2^18 floats per step, from the averaged gradient (the
+// same on every member), so each element evolves from its own value and shared data only.
+void update_table(std::vector<float>& table, const std::vector<float>& grad, int64_t step) {
+  const size_t window = size_t{1} << 18;
+  if (table.empty()) return;
+  const size_t start = (static_cast<size_t>(step) * window) % table.size();
+  for (size_t k = 0; k < window && k < table.size(); ++k) {
+    float& x = table[(start + k) % table.size()];
+    x = 0.5f * x + grad[k % grad.size()];
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,8 +178,10 @@ int main(int argc, char** argv) {
     std::vector<float> w(f.params), grad(f.params);
     for (size_t i = 0; i < f.params; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
     int64_t hist = 0;
+    std::vector<float> table(f.state_mb * (size_t{1} << 18), 0.0f);
     edl::elastic::State state;
     state.register_tensor("w", w.data(), w.size(), edl::DataType::kFloat32);
+    if (!table.empty()) state.register_tensor("table", table.data(), table.size(), edl::DataType::kFloat32);
     state.register_scalar("hist", &hist);
     std::unique_ptr<edl::data::ShardGenerator> shards;
     std::vector<int32_t> counts(f.records, 0), marks(f.records, 0);
@@ -184,8 +206,13 @@ int main(int argc, char** argv) {
                " " + fmt(t) + " " + fmt(t - boundary_t) + " " + edl::elastic::role_name(g.role) + " " +
                edl::elastic::reason_name(g.reason));
     });
+    bool catching = false;
     const edl::elastic::RunOutcome outcome = edl::elastic::run(state, [&] {
       while (state.step < f.steps) {
+        if (edl::elastic::catching_up() != catching) {
+          catching = !catching;
+          log_line("catchup " + g_id + " " + (catching ? "1 " : "0 ") + std::to_string(state.step) + " " + fmt(now_ms()));
+        }
         if (state.step == f.throw_at) throw std::runtime_error("elastic_worker: injected failure at step " + std::to_string(f.throw_at));
         if (state.step == f.stall_at) {
           f.stall_at = -1;
@@ -202,12 +229,13 @@ int main(int argc, char** argv) {
         if (slow) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(f.slow_ms * 1000)));
         int rank = edl::rank();
         for (size_t i = 0; i < f.params; ++i)
-          grad[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(state.step) + 1e-4 * i)) * (rank + 1);
+          grad[i] = catching ? 0.0f : static_cast<float>(std::sin(0.01 * static_cast<double>(state.step) + 1e-4 * i)) * (rank + 1);
         auto by_size = f.step_ms_by_size.find(edl::size());
-        const double this_step_ms = by_size != f.step_ms_by_size.end() ? by_size->second : f.step_ms;
+        const double this_step_ms = catching ? 0.0 : by_size != f.step_ms_by_size.end() ? by_size->second : f.step_ms;
         auto t_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(this_step_ms * 1000));
         edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
         for (size_t i = 0; i < f.params; ++i) w[i] -= 0.01f * grad[i];
+        update_table(table, grad, state.step);
         hist = static_cast<int64_t>(static_cast<uint64_t>(hist) * 1000003u + static_cast<uint64_t>(state.step + 1));
         std::this_thread::sleep_until(t_end);  // the "compute" of a step
         boundary_t = now_ms();

@@ -32,6 +32,15 @@ inline bool require_dep(const std::string& dependency, bool present, const std::
   return false;
 }
 
+// The GPU policy of the tests labelled `gpu`: present -> true; no usable GPU -> EDL_REQUIRE_GPU=1:
+// FAIL; otherwise one WARN line "GPU test skipped: <why>" and false.
+inline bool require_gpu(bool present, const std::string& why) {
+  if (present) return true;
+  if (gpu_required()) FAIL("no usable GPU (EDL_REQUIRE_GPU=1 makes this a failure): " + why);
+  WARN("GPU test skipped: no usable GPU: " + why + " (EDL_REQUIRE_GPU=1 makes this a failure)");
+  return false;
+}
+
 inline bool require_program(const std::string& program) {
   return require_dep(program, !find_program(program).empty(), "Debian package " + program_package(program));
 }

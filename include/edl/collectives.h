@@ -28,6 +28,7 @@ namespace edl {
 
 namespace detail {
 struct HandleState;
+struct HandleAccess;  // collective/handle.h: the state behind a Handle, for edl::cuda
 }
 
 // Completion handle of an asynchronous collective.
@@ -44,6 +45,7 @@ class EDL_API Handle {
   void wait() const;
 
  private:
+  friend struct detail::HandleAccess;
   std::shared_ptr<detail::HandleState> state_;
 };
 

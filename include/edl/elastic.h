@@ -107,6 +107,15 @@ EDL_API RunOutcome run(State& state, const std::function<void()>& fn);
 // Asks this worker to leave at the next batch boundary (what SIGTERM does in an elastic job).
 EDL_API void request_leave();
 
+// True while this worker is a newcomer of a stop-free join (EDL_JOIN=stopfree) that is still
+// receiving the job's state, chunk by chunk at batch boundaries, while the job trains on
+// (docs/elastic.md, "Stop-free joins"). Meanwhile it must train no records and contribute a zero
+// gradient: ShardGenerator::next() gives it empty steps and DistributedOptimizer::set_step_samples(0)
+// weighs its gradient to zero; a loop averaging gradients itself zeroes its own (and may skip the
+// step's compute, which gives it the time to receive the next chunk). False in every other worker,
+// outside run(), and outside elastic mode. Training thread.
+EDL_API bool catching_up();
+
 // Deprecated: edl::set_samples_per_batch(samples) sets the same number (it used to be two setters,
 // one for edl-run's metrics and one for the autoscaling throughput); this forwards to it.
 [[deprecated("use edl::set_samples_per_batch(n): one setter for the samples per batch (metrics and autoscaling)")]]

@@ -29,12 +29,16 @@ std::shared_ptr<detail::Generation> current() {
 
 bool Handle::poll() const {
   EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::poll() on an empty handle");
-  return state_->finished();
+  return state_->finished() && (!state_->device || state_->device->query());
 }
 
 void Handle::wait() const {
   EDL_CHECK(state_ != nullptr, InvalidArgument, "Handle::wait() on an empty handle");
-  if (state_->finished()) return state_->wait();  // rethrows its error; no time blocked
+  if (state_->finished() && (!state_->device || state_->device->query())) {
+    state_->wait();  // rethrows its error; no time blocked
+    if (state_->device) state_->device->wait();
+    return;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   struct Count {  // also when wait() throws
     std::chrono::steady_clock::time_point t0;
@@ -46,6 +50,7 @@ void Handle::wait() const {
     }
   } count{t0};
   state_->wait();
+  if (state_->device) state_->device->wait();  // a device request: until the device work finished
 }
 
 Handle allreduce_async(void* data, size_t count, DataType dtype, ReduceOp op, const std::string& name) {

@@ -21,8 +21,8 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-Engine::Engine(std::shared_ptr<Communicator> comm, EngineOptions options)
-    : comm_(std::move(comm)), options_(options) {
+Engine::Engine(std::shared_ptr<Communicator> comm, EngineOptions options, std::shared_ptr<DeviceBackend> device)
+    : comm_(std::move(comm)), options_(options), device_(std::move(device)) {
   if (!comm_) throw InvalidArgument("Engine needs a communicator");
   if (!options_.tick) tcp_ = dynamic_cast<TcpCommunicator*>(comm_.get());
   next_ = Clock::now();
@@ -318,7 +318,7 @@ void Engine::execute(const std::vector<RequestPtr>& ready) {
     group_bytes.clear();
   };
   for (const RequestPtr& r : ready) {
-    if (r->desc.kind != kAllreduce) {
+    if (!is_allreduce_kind(r->desc.kind)) {
       flush_all();
       run_single(r);
       continue;
@@ -326,7 +326,8 @@ void Engine::execute(const std::vector<RequestPtr>& ready) {
     const size_t bytes = r->desc.count * dtype_size(static_cast<DataType>(r->desc.dtype));
     size_t gi = 0;
     while (gi < groups.size() &&
-           !(groups[gi][0]->desc.dtype == r->desc.dtype && groups[gi][0]->desc.op == r->desc.op))
+           !(groups[gi][0]->desc.kind == r->desc.kind && groups[gi][0]->desc.dtype == r->desc.dtype &&
+             groups[gi][0]->desc.op == r->desc.op))
       ++gi;
     if (gi < groups.size() && group_bytes[gi] + bytes > options_.fusion_threshold_bytes) {
       run_allreduce_group(groups[gi]);
@@ -352,6 +353,7 @@ uint64_t handle_wait_ns_total() { return g_handle_wait_ns.load(std::memory_order
 void add_handle_wait_ns(uint64_t ns) { g_handle_wait_ns.fetch_add(ns, std::memory_order_relaxed); }
 
 void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
+  if (is_device_kind(group[0]->desc.kind)) return run_device(group);
   const DataType dt = static_cast<DataType>(group[0]->desc.dtype);
   const ReduceOp op = static_cast<ReduceOp>(group[0]->desc.op);
   const size_t es = dtype_size(dt);
@@ -401,6 +403,7 @@ void Engine::run_allreduce_group(const std::vector<RequestPtr>& group) {
 }
 
 void Engine::run_single(const RequestPtr& r) {
+  if (is_device_kind(r->desc.kind)) return run_device({r});
   std::exception_ptr err;
   const auto start = Clock::now();
   try {
@@ -439,7 +442,7 @@ void Engine::trace_collective(const std::vector<RequestPtr>& group, Clock::time_
   std::vector<Event> events;
   events.reserve(3 * group.size() + 1);
   for (const RequestPtr& r : group) {
-    const size_t count = kind == kAllgather ? r->local_count : r->desc.count;
+    const size_t count = (kind == kAllgather || kind == kDeviceAllgather) ? r->local_count : r->desc.count;
     const int64_t bytes = static_cast<int64_t>(count * dtype_size(static_cast<DataType>(r->desc.dtype)));
     total += bytes;
     const int64_t t_enq = std::min(timeline::to_us(r->enqueued), t_ready);
@@ -475,6 +478,7 @@ void Engine::fail_all(std::exception_ptr e) {
     for (auto& r : incoming_) victims.push_back(r);
     incoming_.clear();
   }
+  if (device_) abort_device(e);
   for (auto& r : pending_) victims.push_back(r);
   for (auto& r : executing_) victims.push_back(r);
   pending_.clear();

@@ -9,9 +9,13 @@
 // while the engine thread is idle. A request runs once every rank has it; the order is rank 0's
 // message order, so all ranks run the same collectives in the same order whatever order their
 // requests arrived in.
-// Ready allreduces with the same dtype and op are fused into one collective of up to
+// Ready allreduces with the same kind, dtype and op are fused into one collective of up to
 // fusion_threshold_bytes; the fused allreduce reads and writes the user tensors directly (no pack
 // or unpack copies) — see docs/collectives.md.
+//
+// Requests on device memory (libedl_cuda, docs/gpu.md) are negotiated like the others (device kinds,
+// collective/kind.h) and run by the generation's DeviceBackend; their handles finish when the
+// device work does (HandleState::device).
 //
 // Errors: a descriptor mismatch (same name, different count/dtype/op/root) fails that request on
 // every rank with MismatchError; a CommError fails every pending and later request with that error
@@ -36,6 +40,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collective/device.h"
 #include "collective/handle.h"
 #include "collective/kind.h"
 #include "edl/collectives.h"
@@ -91,7 +96,8 @@ void add_handle_wait_ns(uint64_t ns);
 
 class EDL_API Engine {
  public:
-  Engine(std::shared_ptr<Communicator> comm, EngineOptions options);
+  // device: the generation's device backend (null: device requests fail with InvalidArgument).
+  Engine(std::shared_ptr<Communicator> comm, EngineOptions options, std::shared_ptr<DeviceBackend> device = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -108,6 +114,11 @@ class EDL_API Engine {
   Handle allgather(const void* in, size_t count, DataType dtype, std::vector<uint8_t>* out,
                    std::vector<size_t>* counts, const std::string& name, bool will_wait = false);
   Handle barrier(const std::string& name, bool will_wait = false);
+  // A request on device memory: kind is a device kind (collective/kind.h); `request` is what the
+  // device plugin captured; count is this rank's element count (matched across ranks except for
+  // allgather); root only for broadcast (engine_device.cc).
+  Handle device_request(uint8_t kind, std::shared_ptr<DeviceRequest> request, size_t count, DataType dtype,
+                        ReduceOp op, int root, const std::string& name, bool will_wait = false);
 
   void stop();
   EngineStats stats() const;
@@ -138,6 +149,7 @@ class EDL_API Engine {
     std::chrono::steady_clock::time_point enqueued;
     bool stall_warned = false;
     std::shared_ptr<detail::HandleState> state;
+    std::shared_ptr<DeviceRequest> device;  // device kinds only
   };
   using RequestPtr = std::shared_ptr<Request>;
 
@@ -161,6 +173,8 @@ class EDL_API Engine {
   void execute(const std::vector<RequestPtr>& ready);
   void run_allreduce_group(const std::vector<RequestPtr>& group);
   void run_single(const RequestPtr& r);
+  void run_device(const std::vector<RequestPtr>& group);  // a device kind: to the DeviceBackend
+  void abort_device(std::exception_ptr e);                 // the generation broke or stopped
   void complete(const RequestPtr& r, std::exception_ptr e);
   // Timeline (EDL_TIMELINE): per request its negotiation (enqueue .. agreed ready), queue wait
   // (ready .. its collective starts) and the collective (with the fused collective's id), plus the
@@ -175,6 +189,7 @@ class EDL_API Engine {
 
   std::shared_ptr<Communicator> comm_;
   EngineOptions options_;
+  std::shared_ptr<DeviceBackend> device_;
   TcpCommunicator* tcp_ = nullptr;  // comm_ when it is one (event-driven rounds)
 
   // The engine's lock and wake-up, shared with its handles: Handle::wait() rings it and may

@@ -47,7 +47,7 @@ NegotiationMessage::Fresh read_fresh(codec::Reader& rd) {
   f.desc.root = rd.i32("root");
   f.desc.count = rd.u64("count");
   f.name = std::string(rd.str("request name"));
-  if (f.desc.kind < kAllreduce || f.desc.kind > kBarrier || f.desc.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
+  if (f.desc.kind < kAllreduce || f.desc.kind > kLastKind || f.desc.dtype > static_cast<uint8_t>(DataType::kUInt8) ||
       f.desc.op > static_cast<uint8_t>(ReduceOp::kProduct))
     rd.fail("request '" + f.name + "' has unknown kind/dtype/op " + std::to_string(f.desc.kind) + "/" +
             std::to_string(f.desc.dtype) + "/" + std::to_string(f.desc.op));

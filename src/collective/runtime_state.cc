@@ -1,6 +1,7 @@
 // The process-wide runtime state (collective/runtime_state.h); edl::init() is in src/runtime/.
 #include "collective/runtime_state.h"
 
+#include "collective/device.h"
 #include "collective/engine.h"
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
@@ -61,12 +62,35 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   co.host_id = config_.hostname;
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
   g->comm = Communicator::create(store, prefix, rank, size, co);
+  if (auto plugin = collective::device_plugin()) {
+    collective::DeviceGenerationContext dc;
+    dc.id = id;
+    dc.rank = rank;
+    dc.size = size;
+    dc.local_rank = local_rank;
+    dc.local_size = local_size;
+    dc.store = store;
+    dc.prefix = prefix;
+    dc.timeout = co.timeout;
+    dc.connect_timeout = co.connect_timeout;
+    dc.cancel = co.cancel;
+    dc.host = g->comm;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (gen_) dc.previous = gen_->device;
+    }
+    dc.gpu_transport = config_.gpu_transport;
+    dc.nccl_shrink = config_.nccl_shrink;
+    dc.fusion_threshold = config_.fusion_threshold;
+    dc.test_kill_at = config_.test_kill_at;
+    g->device = plugin->make(dc);
+  }
   collective::EngineOptions eo;
   eo.fusion_threshold_bytes = config_.fusion_threshold;
   eo.cycle_time = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000.0));
   eo.tick = config_.engine_tick;
   eo.request_timeout = std::chrono::milliseconds(config_.timeout_ms);  // Handle::wait() gets the collective deadline
-  g->engine = std::make_shared<collective::Engine>(g->comm, eo);
+  g->engine = std::make_shared<collective::Engine>(g->comm, eo, g->device);
   return g;
 }
 

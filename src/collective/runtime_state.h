@@ -21,10 +21,12 @@
 
 #include "common/config.h"
 #include "edl/communicator.h"
+#include "edl/export.h"
 #include "edl/store.h"
 
 namespace edl::collective {
 class Engine;
+class DeviceBackend;
 }
 
 namespace edl::detail {
@@ -39,9 +41,12 @@ struct Generation {
   int local_size = 1;
   std::shared_ptr<Communicator> comm;
   std::shared_ptr<collective::Engine> engine;
+  // The device side (libedl_cuda's backend, collective/device.h); null when no device plugin is
+  // registered in this process.
+  std::shared_ptr<collective::DeviceBackend> device;
 };
 
-class Runtime {
+class EDL_API Runtime {  // exported for libedl_cuda (src/cuda/), which adds the device API
  public:
   static Runtime& instance();
 
@@ -65,7 +70,9 @@ class Runtime {
   // Installs a new generation (elastic runtime); the previous one's engine is stopped.
   void set_generation(std::shared_ptr<Generation> next);
 
-  // Builds a generation: communicator under `prefix` + engine, from the runtime's config.
+  // Builds a generation: communicator under `prefix` + engine, from the runtime's config. With a
+  // device plugin registered (libedl_cuda), also the generation's device backend, built from the
+  // current generation's (collective/device.h): a failure there fails the build like the mesh's.
   // connect_timeout: deadline for the mesh (0 = EDL_CONNECT_TIMEOUT_MS); the elastic runtime passes a
   // shorter one so a member that died right after the rendezvous costs seconds, not 30 s.
   std::shared_ptr<Generation> make_generation(uint64_t id, const std::string& prefix, int rank, int size,

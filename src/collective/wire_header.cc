@@ -29,6 +29,7 @@ std::string header_problem(const TcpCommunicator::Header& h, const TcpCommunicat
     case Kind::kBroadcast: payload_ok = h.payload == (h.root == peer ? bytes : 0); break;
     case Kind::kAllgather: payload_ok = h.payload == bytes; break;
     case Kind::kBarrier: break;
+    default: break;  // device kinds never travel in a TCP header (refused above)
   }
   if (!payload_ok)
     return says("announces " + std::to_string(h.payload) + " payload bytes for " + std::to_string(h.count) + " x " +

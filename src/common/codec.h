@@ -106,7 +106,7 @@ class Writer {
 };
 
 // Reads fields from bytes it does not own (they must outlive the Reader and every view it returns).
-class Reader {
+class EDL_API Reader {  // exported: libedl_cuda decodes its agreement records with it
  public:
   static constexpr size_t kNoLimit = std::numeric_limits<size_t>::max();
 

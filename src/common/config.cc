@@ -111,6 +111,12 @@ Config Config::from_env() {
   c.evict_stragglers = env_bool("EDL_EVICT_STRAGGLERS", false);
   c.rebalance_stragglers = env_bool("EDL_REBALANCE_STRAGGLERS", false);
   c.deterministic = env_bool("EDL_DETERMINISTIC", false);
+  c.join = env_str("EDL_JOIN", c.join);
+  if (c.join != "stop" && c.join != "stopfree")
+    throw InvalidArgument("EDL_JOIN='" + c.join + "' is not one of stop, stopfree");
+  c.join_fetch_share = env_double("EDL_JOIN_FETCH_SHARE", c.join_fetch_share, 0.01, 1.0);
+  c.join_max_chunk_bytes =
+      static_cast<uint64_t>(env_int("EDL_JOIN_MAX_CHUNK_BYTES", 0, 0, 1LL << 50));
   c.test_clock_offset_ms = static_cast<int>(env_int("EDL_TEST_CLOCK_OFFSET_MS", 0, -86400000, 86400000));
   c.test_kill_at = env_str("EDL_TEST_KILL_AT", "");
 
@@ -127,6 +133,10 @@ Config Config::from_env() {
   c.hierarchical = env_str("EDL_HIERARCHICAL", c.hierarchical);
   if (c.hierarchical != "auto" && c.hierarchical != "0" && c.hierarchical != "1")
     throw InvalidArgument("EDL_HIERARCHICAL='" + c.hierarchical + "' is not one of auto, 0, 1");
+  c.gpu_transport = env_str("EDL_GPU_TRANSPORT", c.gpu_transport);
+  if (c.gpu_transport != "nccl" && c.gpu_transport != "host")
+    throw InvalidArgument("EDL_GPU_TRANSPORT='" + c.gpu_transport + "' is not one of nccl, host");
+  c.nccl_shrink = env_bool("EDL_NCCL_SHRINK", c.nccl_shrink);
   if (c.hierarchical == "1" && c.transport != "auto")
     throw InvalidArgument("EDL_HIERARCHICAL=1 needs EDL_TRANSPORT=auto (it is '" + c.transport + "')");
   c.log_level = static_cast<int>(env_int("EDL_LOG_LEVEL", c.log_level, 0, 3));

@@ -53,6 +53,12 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
   bool rebalance_stragglers = false;  // EDL_REBALANCE_STRAGGLERS: the job's shard generator splits the
                                       //   global batch by the ranks' measured speed (docs/data.md)
   bool deterministic = false;       // EDL_DETERMINISTIC: ask for the reproducible mode (edl::deterministic())
+  // How a newcomer gets the job's state (docs/elastic.md, "Stop-free joins").
+  std::string join = "stop";        // EDL_JOIN: stop (the job waits while the best member broadcasts its
+                                    // commit) | stopfree (the newcomer fetches it in the background)
+  double join_fetch_share = 0.5;    // EDL_JOIN_FETCH_SHARE: share of the others' compute per step a
+                                    // stop-free newcomer may spend receiving state, (0, 1]
+  uint64_t join_max_chunk_bytes = 0;  // EDL_JOIN_MAX_CHUNK_BYTES: cap per batch boundary (0 = none)
   int test_clock_offset_ms = 0;     // EDL_TEST_CLOCK_OFFSET_MS: test hook, skews this worker's wall clock
   std::string test_kill_at;         // EDL_TEST_KILL_AT: test hook, SIGKILL self at this elastic protocol
                                     //   point (e.g. "rendezvous:arrived"); "" = never
@@ -68,6 +74,12 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
   std::string transport = "auto";   // EDL_TRANSPORT: auto | tcp | shm (shared memory when all ranks share a host)
   std::string hierarchical = "auto";  // EDL_HIERARCHICAL: auto | 0 | 1 (hierarchical allreduce across hosts;
                                       // needs EDL_TRANSPORT=auto, see docs/collectives.md)
+
+  // --- GPU path (libedl_cuda; docs/gpu.md) --------------------------------------------------------
+  std::string gpu_transport = "nccl";  // EDL_GPU_TRANSPORT: nccl | host (device tensors staged through
+                                       //   pinned host memory and the host collectives)
+  bool nccl_shrink = true;          // EDL_NCCL_SHRINK: build a generation that only lost members with
+                                    //   ncclCommShrink (0 = always a fresh communicator)
 
   // --- diagnostics -----------------------------------------------------------------------------
   int log_level = 1;                // EDL_LOG_LEVEL: 0 quiet, 1 warnings+events, 2 info, 3 debug

@@ -4,13 +4,15 @@
 
 #include <sstream>
 
+#include "edl/export.h"
+
 namespace edl::log {
 
 // Sets the process-wide level (Runtime calls this from Config); default 1.
-void set_level(int level);
-int level();
+EDL_API void set_level(int level);
+EDL_API int level();  // exported (with Line) for libedl_cuda's messages
 
-class Line {
+class EDL_API Line {
  public:
   explicit Line(int lvl);
   ~Line();

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "data/random.h"
 #include "data/shard_generator_impl.h"
+#include "edl/elastic.h"
 #include "edl/error.h"
 
 namespace edl::data {
@@ -163,6 +164,22 @@ bool ShardGenerator::Impl::try_claim(int64_t t) {
   return false;
 }
 
+// A member catching up after a stop-free join (edl::elastic::catching_up) trains no records: it
+// learns the claims in the epoch's order without claiming, so it sees the epoch end at the same
+// step as the others. Stops at the first free shard (someone will claim it).
+void ShardGenerator::Impl::learn_claims() {
+  while (cursor < order.size()) {
+    uint64_t k = order[cursor];
+    if (base[k] < shard_size(k) && !claims[k]) {
+      const std::string key = ns_prefix() + std::to_string(k);
+      auto v = store->get(key);
+      if (!v) return;
+      remember(k, detail::decode_claim(key, *v));
+    }
+    ++cursor;
+  }
+}
+
 bool ShardGenerator::Impl::all_exhausted(int64_t t) const {
   for (uint64_t k = 0; k < shards; ++k)
     if (offset_at(k, t) < shard_size(k)) return false;
@@ -204,7 +221,8 @@ StepRecords ShardGenerator::Impl::claim_next() {
       }
       held = -1;
     }
-    if (try_claim(t)) continue;
+    if (edl::elastic::catching_up()) learn_claims();  // no records until it holds the job's state
+    else if (try_claim(t)) continue;
     if (!all_exhausted(t)) {  // others still hold shards of this epoch: wait for them
       r.epoch = epoch;
       ++step;

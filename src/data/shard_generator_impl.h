@@ -97,6 +97,7 @@ struct ShardGenerator::Impl {
   void reset_to_committed();
   void remember(uint64_t k, Claim c);
   bool try_claim(int64_t t);
+  void learn_claims();  // a stop-free newcomer still catching up: the claims in order, claiming none
   bool all_exhausted(int64_t t) const;
   void refresh_claims();
   uint64_t batch() const;  // records per step of this worker now (rebalanced or o.batch_size)

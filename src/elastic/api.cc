@@ -15,6 +15,7 @@
 #include "collective/runtime_state.h"
 #include "edl/elastic.h"
 #include "edl/error.h"
+#include "elastic/keys.h"
 #include "elastic/launcher_link.h"
 #include "elastic/timed_store.h"
 #include "elastic/worker.h"
@@ -89,6 +90,12 @@ RunOutcome run_elastic(Worker& w, State& state, const std::function<void()>& fn)
   return outcome;
 }
 
+// Whether the job has a generation and has not finished: a worker starting now joins a running job.
+bool job_running(Store& store, const std::string& job) {
+  const Keys k(job);
+  return store.get(k.gen()).has_value() && !store.get(k.finished()).has_value();
+}
+
 bool request_leave_if_running() {
   auto w = worker();
   if (!w || !w->in_run()) return false;
@@ -137,6 +144,11 @@ WorkerOptions worker_options_from(const Config& c) {
   o.stragglers.factor = c.straggler_factor;
   o.stragglers.steps = c.straggler_steps;
   o.stragglers.evict = c.evict_stragglers;
+  o.stop_free.enabled = c.join == "stopfree";
+  o.stop_free.fetch_share = c.join_fetch_share;
+  o.stop_free.max_chunk_bytes = c.join_max_chunk_bytes;
+  o.stop_free.secret = c.secret;
+  o.stop_free.io_timeout = std::chrono::milliseconds(c.timeout_ms);
   return o;
 }
 
@@ -163,7 +175,9 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(stop_elastic_at_exit); });
   try {
-    w->join();
+    // A stop-free newcomer to a running job joins in run(), once its State is registered and
+    // committed: nothing it does before (building its model, its first commit) holds up the job.
+    if (config.join != "stopfree" || !job_running(*w->store(), config.job_id)) w->join();
   } catch (const JobFinished&) {
     stop_elastic();
     throw JobError("edl: job '" + config.job_id + "' has already finished; nothing to join");

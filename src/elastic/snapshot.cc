@@ -78,10 +78,13 @@ std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoc
   return out;
 }
 
-void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
-                     int64_t* step, const std::string& origin, const SnapshotIdentity& expect,
-                     SnapshotIdentity* got) {
-  // Pass 1: validate everything; pass 2: write. A bad snapshot never half-loads.
+namespace {
+
+// Decodes `bytes` into the registered items. Pass 1 validates everything, pass 2 writes: a bad
+// snapshot never half-loads. A skeleton (snapshot_skeleton) carries each tensor's size instead of
+// its bytes: the size is checked and the tensor's memory is left alone.
+void decode_items(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch, int64_t* step,
+                  const std::string& origin, const SnapshotIdentity& expect, SnapshotIdentity* got, bool skeleton) {
   std::vector<std::string_view> spans(items.size());
   Reader r = reader_of(bytes, origin);
   int64_t e = 0, s = 0;
@@ -107,13 +110,19 @@ void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& 
     if (kind != it.kind) throw DataError(origin + ": state item '" + name + "' has a different kind");
     const bool fixed = it.kind == SnapshotItem::kTensor || it.kind == SnapshotItem::kScalar;
     spans[i] = r.blob("item payload");
-    if (fixed && spans[i].size() != it.bytes)
-      throw DataError(origin + ": state item '" + name + "' holds " + std::to_string(spans[i].size()) +
-                      " bytes but " + std::to_string(it.bytes) + " are registered");
+    size_t held = spans[i].size();
+    if (skeleton && it.kind == SnapshotItem::kTensor) {
+      if (held != 8) throw DataError(origin + ": state item '" + name + "' is not a tensor size of a skeleton");
+      held = static_cast<size_t>(codec::load_le<uint64_t>(spans[i].data()));
+    }
+    if (fixed && held != it.bytes)
+      throw DataError(origin + ": state item '" + name + "' holds " + std::to_string(held) + " bytes but " +
+                      std::to_string(it.bytes) + " are registered");
   }
   r.finish();
   for (size_t i = 0; i < items.size(); ++i) {
     const auto& it = items[i];
+    if (it.kind == SnapshotItem::kTensor && skeleton) continue;
     if (it.kind == SnapshotItem::kTensor || it.kind == SnapshotItem::kScalar) {
       if (!spans[i].empty()) std::memcpy(it.data, spans[i].data(), spans[i].size());
     } else if (it.kind == SnapshotItem::kBlob) {
@@ -125,6 +134,54 @@ void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& 
   *epoch = e;
   *step = s;
   if (got) *got = std::move(id);
+}
+
+}  // namespace
+
+void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
+                     int64_t* step, const std::string& origin, const SnapshotIdentity& expect,
+                     SnapshotIdentity* got) {
+  decode_items(bytes, items, epoch, step, origin, expect, got, /*skeleton=*/false);
+}
+
+std::vector<PayloadSpan> snapshot_payloads(const std::string& bytes, const std::string& origin) {
+  Reader r = reader_of(bytes, origin);
+  int64_t epoch = 0, step = 0;
+  read_head(r, origin, &epoch, &step);
+  const uint32_t n = r.count("item count", 13);
+  std::vector<PayloadSpan> out;
+  out.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    r.str("item name");
+    const uint8_t kind = r.u8("item kind");
+    if (kind > SnapshotItem::kComponent) r.fail("item " + std::to_string(i) + " has an unknown kind " + std::to_string(kind));
+    std::string_view payload = r.blob("item payload");
+    out.push_back(PayloadSpan{static_cast<SnapshotItem::Kind>(kind), static_cast<size_t>(payload.data() - bytes.data()),
+                              payload.size()});
+  }
+  r.finish();
+  return out;
+}
+
+std::string snapshot_skeleton(const std::string& bytes, const std::string& origin) {
+  const std::vector<PayloadSpan> spans = snapshot_payloads(bytes, origin);
+  std::string out;
+  size_t at = 0;  // copy everything but the tensor payloads, whose u64 length becomes 8 + the size
+  for (const auto& s : spans) {
+    if (s.kind != SnapshotItem::kTensor) continue;
+    out.append(bytes, at, s.offset - 8 - at);
+    codec::Writer<std::string> w(out);
+    w.u64(8);
+    w.u64(s.size);
+    at = s.offset + s.size;
+  }
+  out.append(bytes, at, std::string::npos);
+  return out;
+}
+
+void decode_skeleton(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch, int64_t* step,
+                     const std::string& origin, const SnapshotIdentity& expect, SnapshotIdentity* got) {
+  decode_items(bytes, items, epoch, step, origin, expect, got, /*skeleton=*/true);
 }
 
 }  // namespace edl::elastic

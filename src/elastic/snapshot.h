@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "edl/export.h"
 #include "edl/state.h"
 
 namespace edl::elastic {
@@ -40,15 +41,34 @@ struct SnapshotIdentity {
   std::string lineage;
 };
 
-std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
+EDL_API std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
                             const SnapshotIdentity& id = {});
 // `got` (optional) receives the snapshot's identity.
-void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
+EDL_API void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
                      int64_t* step, const std::string& origin, const SnapshotIdentity& expect = {},
                      SnapshotIdentity* got = nullptr);
 // The same snapshot with another identity (items untouched).
 std::string restamp_snapshot(const std::string& bytes, const SnapshotIdentity& id, const std::string& origin);
 // The identity and step of a snapshot without decoding its items (DataError when malformed).
 SnapshotIdentity snapshot_identity(const std::string& bytes, const std::string& origin, int64_t* step);
+
+// Where each item's payload lies in an encoded snapshot (byte offset, size), in item order; DataError
+// when malformed. Items are not checked against a registration.
+struct PayloadSpan {
+  SnapshotItem::Kind kind = SnapshotItem::kTensor;
+  size_t offset = 0;
+  size_t size = 0;
+};
+EDL_API std::vector<PayloadSpan> snapshot_payloads(const std::string& bytes, const std::string& origin);
+
+// The skeleton of a snapshot: the same encoding with each tensor payload replaced by its size (u64),
+// what a stop-free newcomer adopts at once; the tensors follow in the background (docs/elastic.md,
+// "Stop-free joins").
+EDL_API std::string snapshot_skeleton(const std::string& bytes, const std::string& origin);
+// Decodes a skeleton like decode_snapshot, checking each tensor's size against the registration
+// and leaving the tensors' memory alone.
+EDL_API void decode_skeleton(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
+                     int64_t* step, const std::string& origin, const SnapshotIdentity& expect = {},
+                     SnapshotIdentity* got = nullptr);
 
 }  // namespace edl::elastic

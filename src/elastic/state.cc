@@ -17,6 +17,7 @@
 #include "elastic/checkpoint.h"
 #include "elastic/group.h"
 #include "elastic/snapshot.h"
+#include "elastic/state_join.h"
 
 namespace edl::elastic {
 
@@ -26,7 +27,9 @@ void Stateful::on_generation(const GenerationInfo&) {}
 struct State::Impl {
   std::vector<SnapshotItem> items;  // registration order
   std::vector<std::function<void(const GenerationInfo&)>> callbacks;
-  std::string committed;            // the last commit ("" = none)
+  // The last commit ("" = none). Shared and never modified: a stop-free join's state server sends
+  // from it while the training thread makes the next commit (state_server.h).
+  std::shared_ptr<const std::string> committed = std::make_shared<const std::string>();
   int64_t committed_step = -1;
   std::string checkpoint_dir;
   bool persist = true;              // only one member of a job writes checkpoint files (rank 0)
@@ -178,14 +181,14 @@ void State::on_generation(std::function<void(const GenerationInfo&)> callback) {
 }
 
 void State::commit() {
-  impl_->committed = encode_snapshot(impl_->items, epoch, step, impl_->ident);
+  impl_->committed = std::make_shared<const std::string>(encode_snapshot(impl_->items, epoch, step, impl_->ident));
   impl_->committed_step = step;
-  if (!impl_->checkpoint_dir.empty() && impl_->persist) impl_->persist_async(impl_->committed, step);
+  if (!impl_->checkpoint_dir.empty() && impl_->persist) impl_->persist_async(*impl_->committed, step);
 }
 
 void State::restore() {
   EDL_CHECK(impl_->committed_step >= 0, InvalidArgument, "State::restore: nothing was committed yet");
-  decode_snapshot(impl_->committed, impl_->items, &epoch, &step, "the last in-memory commit");
+  decode_snapshot(*impl_->committed, impl_->items, &epoch, &step, "the last in-memory commit");
 }
 
 std::string State::checkpoint_error() {
@@ -212,7 +215,7 @@ bool State::load_checkpoint() {
   // A checkpoint of another job, or of an older lineage of this one, is refused (DataError).
   SnapshotIdentity got;
   decode_snapshot(*bytes, impl_->items, &epoch, &step, "checkpoint file " + path, impl_->ident, &got);
-  impl_->committed = std::move(*bytes);
+  impl_->committed = std::make_shared<const std::string>(std::move(*bytes));
   impl_->committed_step = step;
   impl_->ident = got;
   EDL_LOG(1) << "edl: resumed from checkpoint " << path << " at step " << step << " (lineage " << got.lineage << ")";
@@ -233,7 +236,8 @@ void state_set_identity(State& s, const std::string& job, const std::string& lin
   auto& im = s.impl();
   im.ident.job = job;
   im.ident.lineage = lineage;
-  if (im.committed_step >= 0) im.committed = restamp_snapshot(im.committed, im.ident, "the last in-memory commit");
+  if (im.committed_step >= 0)
+    im.committed = std::make_shared<const std::string>(restamp_snapshot(*im.committed, im.ident, "the last in-memory commit"));
 }
 
 const std::string& state_lineage(State& s) { return s.impl().ident.lineage; }
@@ -243,7 +247,7 @@ void state_on_checkpoint_written(State& s, std::function<void(int64_t step, cons
   s.impl().on_written = std::move(cb);
 }
 
-const std::string& state_committed_bytes(State& s) { return s.impl().committed; }
+const std::string& state_committed_bytes(State& s) { return *s.impl().committed; }
 
 const std::string& state_checkpoint_dir(State& s) { return s.impl().checkpoint_dir; }
 
@@ -252,8 +256,30 @@ void state_adopt(State& s, std::string bytes, const std::string& origin) {
   SnapshotIdentity got;
   decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin, SnapshotIdentity{im.ident.job, ""}, &got);
   im.ident.lineage = got.lineage;
-  im.committed = std::move(bytes);
+  im.committed = std::make_shared<const std::string>(std::move(bytes));
   im.committed_step = s.step;
+}
+
+bool state_fresh(State& s) { return !s.impl().synced; }
+
+std::shared_ptr<const std::string> state_commit(State& s) { return s.impl().committed; }
+
+std::vector<iovec> state_tensor_space(State& s) {
+  std::vector<iovec> space;
+  for (const auto& it : s.impl().items)
+    if (it.kind == SnapshotItem::kTensor) space.push_back(iovec{it.data, it.bytes});
+  return space;
+}
+
+void state_adopt_skeleton(State& s, const std::string& skeleton, const std::string& origin, SnapshotIdentity* got) {
+  auto& im = s.impl();
+  decode_skeleton(skeleton, im.items, &s.epoch, &s.step, origin, SnapshotIdentity{im.ident.job, ""}, got);
+}
+
+void state_caught_up(State& s, const SnapshotIdentity& id) {
+  auto& im = s.impl();
+  im.ident.lineage = id.lineage;
+  im.synced = true;
 }
 
 void state_notify_generation(State& s, const GenerationInfo& info) {
@@ -295,10 +321,10 @@ bool sync_state(State& s, Group& g) {
   }
   if (v[2 * best] < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
   if (all_same && !any_fresh) return false;  // every member holds the same commit of the same history
-  int64_t len = g.rank() == best ? static_cast<int64_t>(im.committed.size()) : 0;
+  int64_t len = g.rank() == best ? static_cast<int64_t>(im.committed->size()) : 0;
   g.broadcast(&len, 1, DataType::kInt64, best);
   std::string buf;
-  if (g.rank() == best) buf = im.committed;
+  if (g.rank() == best) buf = *im.committed;
   else buf.resize(static_cast<size_t>(len));
   g.broadcast(buf.data(), buf.size(), DataType::kUInt8, best);
   if (g.rank() != best) {

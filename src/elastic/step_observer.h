@@ -29,6 +29,11 @@ class EDL_API StepObserver {
   // At a batch boundary: the compute part of the step that just ended, in microseconds (>= 1), or
   // 0 at the first boundary of a generation (unknown).
   int64_t measure_compute_us();
+  // Time the training thread spent at a boundary on something that is not its compute (a stop-free
+  // newcomer receiving state): left out of the next step's compute time.
+  void add_waited(std::chrono::steady_clock::duration d) {
+    last_blocked_ns_ -= static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  }
 
   struct Verdict {
     std::vector<StragglerReport> reports;  // ranks that became stragglers at this boundary

@@ -9,6 +9,7 @@
 #include "edl/error.h"
 #include "elastic/worker_metrics.h"
 #include "elastic/generation_change.h"
+#include "elastic/state_join.h"
 
 namespace edl::elastic {
 
@@ -68,6 +69,7 @@ Worker::Worker(std::shared_ptr<Store> store, WorkerOptions options, GroupFactory
       observer_(opt_.stragglers) {
   EDL_CHECK(factory_ != nullptr, InvalidArgument, "elastic: no group factory");
   EDL_CHECK(opt_.commit_every >= 1, InvalidArgument, "elastic: commit_every must be >= 1");
+  start_state_server();
 }
 
 Worker::~Worker() {
@@ -85,6 +87,7 @@ std::shared_ptr<Group> Worker::group() const {
 
 void Worker::simulate_crash() {
   crashed_.store(true);
+  fetch_cancel_.store(true);
   membership_.freeze(/*process_dead=*/true);
   std::shared_ptr<Group> g;
   {
@@ -96,6 +99,7 @@ void Worker::simulate_crash() {
 
 void Worker::on_failure(const std::string& reason) {
   failed_.store(true);
+  fetch_cancel_.store(true);  // a newcomer's state fetch in progress ends
   std::shared_ptr<Group> g;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -127,6 +131,7 @@ void Worker::install(const GenerationView& v) {
     group_.reset();
   }
   if (crashed_) throw AbortedError("simulated crash");
+  if (server_) server_->set_generation(v.id, v.rank, v.size);
   // Watch before connecting: a member that dies during the connect is reported (abort key).
   GenerationView building = v;
   building.cancel = std::make_shared<std::atomic<bool>>(false);
@@ -184,7 +189,7 @@ void Worker::finish_generation(bool after_failure) {
   timeline::Span sync(timeline::Lane::kElastic, "state sync");
   sync.arg("generation", static_cast<int64_t>(view_.id)).arg("rank", view_.rank).arg("size", view_.size);
   state_set_persist(*state_, view_.rank == 0);
-  if (sync_state(*state_, *group())) check_lineage();
+  if (sync_generation_state()) check_lineage();
   GenerationInfo info;
   info.generation = view_.id;
   info.rank = view_.rank;
@@ -353,15 +358,17 @@ RunOutcome Worker::run(State& state, const std::function<void()>& fn) {
       w->in_run_.store(false);
       w->state_ = nullptr;
       set_current_group(nullptr);
+      set_current_worker(nullptr);
     }
   } reset{this};
   state_ = &state;
+  set_current_worker(this);
   if (leave_requested_.load()) membership_.request_leave();  // asked before run() began
   if (!opt_.checkpoint_dir.empty() && state_checkpoint_dir(state).empty()) state.set_checkpoint_dir(opt_.checkpoint_dir);
   state_set_persist(state, false);  // rank 0 of each generation persists, once ranks are known
   try {
+    adopt_state(state);  // first: a newcomer's own first commit never holds up the members it joins
     join();
-    adopt_state(state);
     set_current_group(group().get());
     sync_first_generation();
     for (;;) {
@@ -372,9 +379,11 @@ RunOutcome Worker::run(State& state, const std::function<void()>& fn) {
         membership_.progress();
         training_resumes();
         fn();
+        finish_catch_up();  // a stop-free newcomer still catching up fetches the rest of the last commit
         stats().set_phase(Phase::kDone);
         membership_.announce_finished(view_.id);
         membership_.unwatch();  // no progress deadline or peer checks once training is over
+        if (server_) server_->drain(opt_.stop_free.io_timeout);  // let such a newcomer finish first
         return RunOutcome::kFinished;
       } catch (const MembershipChanged& e) {
         what = kChanged;
@@ -472,6 +481,7 @@ bool Worker::commit_and_leave_if_announced(const State& state) {
   since_commit_ = 0;
   stats().set_phase(leave_announced_ ? Phase::kDone : Phase::kRendezvous);
   if (!leave_announced_) return false;
+  abandon_catch_up(/*restore=*/true);  // a newcomer leaving before it caught up keeps its own state
   EDL_LOG(1) << "edl: worker " << opt_.membership.worker_id << " left the job at step " << state.step
              << (evicted_ ? " (evicted as a straggler)" : "");
   membership_.unwatch();
@@ -539,17 +549,26 @@ void Worker::notify_batch_end() {
   agreement_[1 + view_.size + view_.rank] = static_cast<int64_t>(step_records_.exchange(0));
   flag_wait_ = group()->allreduce_max_async(agreement_.data(), agreement_.size());
   if (view_.rank == 0) publish_throughput();
-  if (++since_commit_ >= opt_.commit_every) {
+  // A stop-free newcomer fetches a chunk of the survivors' commit of this step instead of committing;
+  // while one is connected, the survivors commit every step (the chunks come from these commits).
+  bool committed = false;
+  if (catch_up_) {
+    catch_up_at_boundary(compute_us);
+  } else if (++since_commit_ >= opt_.commit_every || (server_ && server_->has_clients())) {
     commit();
     since_commit_ = 0;
+    committed = true;
   }
+  if (server_ && !committed) server_->boundary(state_->step, nullptr);
 }
 
 void Worker::commit() {
+  if (catch_up_) return;  // a newcomer still catching up holds no state worth committing (restore() returns to its own)
   timeline::Span span(timeline::Lane::kElastic, "commit");
   span.arg("generation", static_cast<int64_t>(view_.id)).arg("step", state_->step).arg("rank", view_.rank);
   state_->commit();
   stats().committed();
+  if (server_) server_->boundary(state_->step, state_commit(*state_));
 }
 
 // The rendezvous, on the timeline with the generation it formed.

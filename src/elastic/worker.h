@@ -21,10 +21,23 @@
 #include "edl/store.h"
 #include "elastic/group.h"
 #include "elastic/membership.h"
+#include "elastic/snapshot.h"
+#include "elastic/state_fetch.h"
+#include "elastic/state_server.h"
 #include "elastic/step_observer.h"
 #include "elastic/straggler.h"
 
 namespace edl::elastic {
+
+// Stop-free joins (docs/elastic.md, "Stop-free joins").
+struct StopFreeOptions {
+  bool enabled = false;                         // EDL_JOIN=stopfree (default stop: newcomers are synced at the join)
+  double fetch_share = 0.5;                     // EDL_JOIN_FETCH_SHARE: the share of the survivors' compute time per
+                                                // step a newcomer may spend receiving state at a boundary
+  uint64_t max_chunk_bytes = 0;                 // EDL_JOIN_MAX_CHUNK_BYTES: at most this much per boundary (0 = no cap)
+  std::string secret;                           // EDL_JOB_SECRET: proved on every state-server connection
+  std::chrono::milliseconds io_timeout{30000};  // EDL_TIMEOUT_MS: a state server silent this long is lost
+};
 
 struct WorkerOptions {
   MembershipOptions membership;
@@ -41,6 +54,7 @@ struct WorkerOptions {
   bool allow_restart_from_scratch = false;
   // EDL_STRAGGLER_FACTOR / EDL_STRAGGLER_STEPS / EDL_EVICT_STRAGGLERS (docs/observability.md).
   StragglerOptions stragglers;
+  StopFreeOptions stop_free;
 };
 
 class EDL_API Worker {
@@ -70,8 +84,13 @@ class EDL_API Worker {
   const GenerationView& view() const { return view_; }
   int resets() const { return resets_; }
   Membership& membership() { return membership_; }
+  const std::shared_ptr<Store>& store() const { return store_; }
   // Straggler counters and the latest gathered step times (any thread; for a metrics exporter).
   StragglerStats straggler_stats() const { return observer_.stats(); }
+  // True while this worker is a newcomer of a stop-free join still receiving the state (edl::elastic::catching_up).
+  bool catching_up() const { return catch_up_ != nullptr; }
+  // This worker's state server (null unless stop-free joins are on).
+  const StateServer* state_server() const { return server_.get(); }
   // Samples per batch of this worker (edl::set_samples_per_batch); 0 = unknown.
   void set_local_batch_size(int64_t samples) { local_batch_.store(samples); }
   // The records of this worker's current step (the shard dispatcher tells it at next()), gathered
@@ -108,6 +127,13 @@ class EDL_API Worker {
   void on_step_times(const std::vector<int64_t>& compute_us);
   void publish_throughput();
   void training_resumes();
+  // Stop-free joins (worker_stopfree.cc).
+  void start_state_server();
+  bool sync_generation_state();
+  void catch_up_at_boundary(int64_t compute_us);
+  void caught_up();
+  void finish_catch_up();
+  void abandon_catch_up(bool restore);
 
   std::shared_ptr<Store> store_;
   WorkerOptions opt_;
@@ -142,6 +168,14 @@ class EDL_API Worker {
   std::atomic<bool> failed_{false};  // the watch saw a failure of the current generation
   std::chrono::steady_clock::time_point recovery_since_{};  // failure seen, training not resumed yet (metrics)
   int64_t replayed_ = 0;                                     // steps rolled back in that recovery
+  std::unique_ptr<StateServer> server_;                      // stop-free joins: this member's commits for newcomers
+  std::unique_ptr<CatchUp> catch_up_;                        // non-null while this newcomer fetches the state
+  SnapshotIdentity catch_identity_;                          // the identity of the state it fetches
+  std::chrono::steady_clock::time_point catch_since_{};
+  std::atomic<bool> fetch_cancel_{false};                    // set when the generation fails: ends a fetch
 };
+
+// The Worker whose run() the calling thread is in (edl::elastic::catching_up()).
+void set_current_worker(const Worker* w);
 
 }  // namespace edl::elastic

@@ -199,6 +199,7 @@ void ElasticLauncher::start_due_slots() {
     add_policy_env(&env);
     if (!metrics_->worker_addr().empty()) env.push_back("EDL_METRICS_ADDR=" + metrics_->worker_addr());
     set_timeline_env(&env, o_, o_.hostname + "-" + std::to_string(s.index) + "-" + std::to_string(s.incarnation));
+    set_gpu_env(&env, o_, s.index);
     std::vector<std::string> argv = o_.command;
     argv[0] = program_;
     const std::vector<int> bound = cpus_for_slot(o_.bind_to, s.index, o_.max_np, cpus_);

@@ -118,6 +118,47 @@ void set_timeline_env(std::vector<std::string>* env, const LaunchOptions& o, con
   env->push_back("EDL_TIMELINE=" + o.timeline_dir + "/worker-" + name + ".json");
 }
 
+void set_gpu_env(std::vector<std::string>* env, const LaunchOptions& o, int slot) {
+  if (!o.one_gpu_test && o.gpus_per_host <= 0) return;
+  auto take = [&](const std::string& name) {  // removes NAME=... and returns its value ("" if absent)
+    std::string value;
+    for (auto it = env->begin(); it != env->end();)
+      if (it->rfind(name + "=", 0) == 0) {
+        value = it->substr(name.size() + 1);
+        it = env->erase(it);
+      } else {
+        ++it;
+      }
+    return value;
+  };
+  const std::string visible = take("CUDA_VISIBLE_DEVICES");
+  if (o.one_gpu_test) {
+    take("NCCL_HOSTID");
+    env->push_back("CUDA_VISIBLE_DEVICES=0");
+    env->push_back("NCCL_HOSTID=" + o.hostname + "-slot" + std::to_string(slot));
+    return;
+  }
+  const int i = slot % o.gpus_per_host;
+  if (visible.empty()) {
+    env->push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(i));
+    return;
+  }
+  std::vector<std::string> devices;  // edl-run's own list (a scheduler's allocation): index into it
+  std::string cur;
+  for (char c : visible + ",") {
+    if (c != ',') {
+      cur += c;
+    } else if (!cur.empty()) {
+      devices.push_back(cur);
+      cur.clear();
+    }
+  }
+  if (static_cast<int>(devices.size()) < o.gpus_per_host)
+    throw UsageError("--gpus-per-host " + std::to_string(o.gpus_per_host) + " but CUDA_VISIBLE_DEVICES='" + visible +
+                     "' lists " + std::to_string(devices.size()) + " device(s)");
+  env->push_back("CUDA_VISIBLE_DEVICES=" + devices[static_cast<size_t>(i)]);
+}
+
 namespace {
 
 // The option table of edl-run (its --help).
@@ -175,6 +216,10 @@ void declare_options(cxxopts::Options& o) {
       ("scaling-interval", "elastic: K, steps between scaling decisions", cxxopts::value<int>()->default_value("50"))
       ("max-global-batch", "elastic: no scale-out past this global batch (workers x local batch)",
        cxxopts::value<long long>()->default_value("0"))
+      ("gpus-per-host", "give local worker slot i the GPU i % N (CUDA_VISIBLE_DEVICES: one device per worker; "
+                        "docs/gpu.md)", cxxopts::value<int>())
+      ("one-gpu-test", "test mode: every local worker on GPU 0 with its own NCCL_HOSTID, so that several NCCL "
+                       "ranks share one GPU (proves behaviour, not speed; docs/gpu.md)")
       ("v,verbose", "log every worker start and exit")
       ("h,help", "print this help");
 }
@@ -265,6 +310,12 @@ void read_core_options(const cxxopts::ParseResult& r, LaunchOptions* out) {
   L.bind_to = r["bind-to"].as<std::string>();
   if (L.bind_to != "none" && L.bind_to != "core" && L.bind_to != "auto")
     throw UsageError("--bind-to must be none, core or auto, got '" + L.bind_to + "'");
+  if (r.count("gpus-per-host")) {
+    L.gpus_per_host = r["gpus-per-host"].as<int>();
+    if (L.gpus_per_host < 1) throw UsageError("--gpus-per-host must be at least 1, got " + std::to_string(L.gpus_per_host));
+  }
+  L.one_gpu_test = r.count("one-gpu-test") > 0;
+  if (L.one_gpu_test && L.gpus_per_host > 0) throw UsageError("--one-gpu-test and --gpus-per-host exclude each other");
 
   parse_cooldown_range(r["blacklist-cooldown-range"].as<std::string>(), &L);
   L.crash_loop_limit = r["crash-loop-limit"].as<int>();

@@ -55,12 +55,22 @@ struct LaunchOptions {
   int scaling_step = 1;              // --scaling-step d >= 1
   int scaling_interval = 50;         // --scaling-interval K >= 1 (steps)
   long long max_global_batch = 0;    // --max-global-batch: cap on workers x local batch (0 = none)
+  // GPUs of the local worker slots (docs/gpu.md, "Elastic jobs on GPUs").
+  int gpus_per_host = 0;             // --gpus-per-host N: slot i gets GPU i % N (0 = devices untouched)
+  bool one_gpu_test = false;         // --one-gpu-test: every slot on GPU 0 with its own NCCL_HOSTID (test mode)
   std::vector<std::string> command;  // PROGRAM ARGS...
 };
 
 // With --timeline: sets EDL_TIMELINE=<timeline_dir>/worker-<name>.json in a worker's environment
 // (replacing an inherited EDL_TIMELINE). Without it the environment is left as it is.
 void set_timeline_env(std::vector<std::string>* env, const LaunchOptions& o, const std::string& name);
+
+// The GPU of local slot `slot`: with --gpus-per-host N, CUDA_VISIBLE_DEVICES = the (slot % N)-th
+// device edl-run itself may use (its own CUDA_VISIBLE_DEVICES list when set, else slot % N); with
+// --one-gpu-test, CUDA_VISIBLE_DEVICES=0 and NCCL_HOSTID=<hostname>-slot<slot> (so that NCCL accepts
+// several ranks on one GPU). Without either flag the environment is left as it is. Throws
+// UsageError when edl-run's CUDA_VISIBLE_DEVICES lists fewer than N devices.
+void set_gpu_env(std::vector<std::string>* env, const LaunchOptions& o, int slot);
 
 // Bad command line: message for the user; edl-run prints it with the usage and exits 2. An
 // edl::InvalidArgument (docs/errors.md), like every other bad value edl-run refuses.

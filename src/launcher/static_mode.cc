@@ -35,6 +35,7 @@ int run_static(const LaunchOptions& o, Job& job) {
          "EDL_LOCAL_SIZE=" + std::to_string(o.np), "EDL_WORKER_ID=" + o.hostname + ":" + std::to_string(r)},
         {"EDL_ELASTIC", "EDL_MIN_NP", "EDL_MAX_NP", "EDL_METRICS_ADDR"});
     set_timeline_env(&env, o, o.hostname + "-" + std::to_string(r));
+    set_gpu_env(&env, o, r);
     if (metrics && !metrics->worker_addr().empty()) env.push_back("EDL_METRICS_ADDR=" + metrics->worker_addr());
     worker_ids.push_back(o.hostname + ":" + std::to_string(r));
     if (metrics) metrics->job().on_worker_started(worker_ids.back(), Clock::now());

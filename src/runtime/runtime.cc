@@ -82,10 +82,24 @@ void shutdown() {
 }
 
 bool initialized() { return detail::Runtime::instance().initialized(); }
-int rank() { return detail::Runtime::instance().generation()->rank; }
-int size() { return detail::Runtime::instance().generation()->size; }
-int local_rank() { return detail::Runtime::instance().generation()->local_rank; }
-int local_size() { return detail::Runtime::instance().generation()->local_size; }
+namespace {
+// The current generation; a clear error for a stop-free newcomer that has not joined yet.
+std::shared_ptr<detail::Generation> joined() {
+  auto& rt = detail::Runtime::instance();
+  try {
+    return rt.generation();
+  } catch (const InvalidArgument&) {
+    if (!rt.initialized()) throw;
+    throw InvalidArgument("edl: this worker has not joined the job yet: with EDL_JOIN=stopfree a worker that "
+                          "starts while the job runs joins in edl::elastic::run(), where rank() and size() are known");
+  }
+}
+}  // namespace
+
+int rank() { return joined()->rank; }
+int size() { return joined()->size; }
+int local_rank() { return joined()->local_rank; }
+int local_size() { return joined()->local_size; }
 
 bool deterministic() {
   auto& rt = detail::Runtime::instance();

@@ -1,6 +1,7 @@
 // Config::from_env: the spelling of EDL_RESET_LIMIT ("Option names" in docs/api.md): the members say
-// unlimited with -1 everywhere; the variable keeps its historic 0 = unlimited and accepts -1 too. And the
-// opt-in switches of the reproducible mode and straggler rebalancing.
+// unlimited with -1 everywhere; the variable keeps its historic 0 = unlimited and accepts -1 too.
+// And the GPU path's variables (EDL_GPU_TRANSPORT, EDL_NCCL_SHRINK, docs/gpu.md), and the opt-in
+// switches of the reproducible mode and straggler rebalancing.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -52,4 +53,24 @@ TEST_CASE("EDL_DETERMINISTIC and EDL_REBALANCE_STRAGGLERS: off by default, 1 tur
   CHECK_THROWS_AS(edl::Config::from_env(), edl::InvalidArgument);
   unsetenv("EDL_DETERMINISTIC");
   unsetenv("EDL_REBALANCE_STRAGGLERS");
+}
+
+TEST_CASE("EDL_GPU_TRANSPORT and EDL_NCCL_SHRINK: defaults, accepted values, refused values named", "[config]") {
+  unsetenv("EDL_GPU_TRANSPORT");
+  unsetenv("EDL_NCCL_SHRINK");
+  auto c = edl::Config::from_env();
+  CHECK(c.gpu_transport == "nccl");
+  CHECK(c.nccl_shrink);
+  setenv("EDL_GPU_TRANSPORT", "host", 1);
+  setenv("EDL_NCCL_SHRINK", "0", 1);
+  c = edl::Config::from_env();
+  CHECK(c.gpu_transport == "host");
+  CHECK_FALSE(c.nccl_shrink);
+  setenv("EDL_GPU_TRANSPORT", "gloo", 1);
+  CHECK_THROWS_WITH(edl::Config::from_env(), Catch::Contains("EDL_GPU_TRANSPORT='gloo'"));
+  setenv("EDL_GPU_TRANSPORT", "nccl", 1);
+  setenv("EDL_NCCL_SHRINK", "maybe", 1);
+  CHECK_THROWS_WITH(edl::Config::from_env(), Catch::Contains("EDL_NCCL_SHRINK"));
+  unsetenv("EDL_GPU_TRANSPORT");
+  unsetenv("EDL_NCCL_SHRINK");
 }

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -513,4 +514,47 @@ TEST_CASE("edl-run: kill -9 of edl-run leaves no shared-memory segment of the jo
   l.kill_launcher();
   CHECK(edl::test::wait_processes_gone({"EDL_JOB_ID=" + job}, 20s));  // the workers notice and exit
   CHECK(shm_names() == before);
+}
+
+TEST_CASE("edl-run --gpus-per-host / --one-gpu-test: parsing and each slot's GPU environment", "[launcher][gpu-slots]") {
+  auto o = parse({"--gpus-per-host", "4", "-np", "2", "prog"});
+  CHECK(o.gpus_per_host == 4);
+  CHECK_FALSE(o.one_gpu_test);
+  CHECK(parse({"--one-gpu-test", "-np", "2", "prog"}).one_gpu_test);
+  CHECK(parse_fails({"--gpus-per-host", "0", "-np", "2", "prog"}));
+  CHECK(parse_fails({"--gpus-per-host", "2", "--one-gpu-test", "-np", "2", "prog"}));
+  auto env_of = [](const edl::launcher::LaunchOptions& opt, int slot, std::vector<std::string> env) {
+    edl::launcher::set_gpu_env(&env, opt, slot);
+    std::sort(env.begin(), env.end());
+    return env;
+  };
+  using V = std::vector<std::string>;
+  edl::launcher::LaunchOptions none;
+  CHECK(env_of(none, 3, {"A=1", "CUDA_VISIBLE_DEVICES=5"}) == V{"A=1", "CUDA_VISIBLE_DEVICES=5"});  // untouched
+  edl::launcher::LaunchOptions per;
+  per.gpus_per_host = 2;
+  CHECK(env_of(per, 3, {"A=1"}) == V{"A=1", "CUDA_VISIBLE_DEVICES=1"});
+  CHECK(env_of(per, 1, {"CUDA_VISIBLE_DEVICES=4,6,7"}) == V{"CUDA_VISIBLE_DEVICES=6"});  // edl-run's own list
+  CHECK_THROWS_AS(env_of(per, 0, {"CUDA_VISIBLE_DEVICES=4"}), edl::launcher::UsageError);
+  edl::launcher::LaunchOptions one;
+  one.one_gpu_test = true;
+  one.hostname = "h1";
+  CHECK(env_of(one, 2, {"CUDA_VISIBLE_DEVICES=3", "NCCL_HOSTID=x"}) ==
+        V{"CUDA_VISIBLE_DEVICES=0", "NCCL_HOSTID=h1-slot2"});
+}
+
+TEST_CASE("edl-run --one-gpu-test / --gpus-per-host: what the workers see", "[launcher][gpu-slots]") {
+  const std::string show = "echo \"gpu=$CUDA_VISIBLE_DEVICES host=$NCCL_HOSTID\"";
+  auto one = run_edl({"--one-gpu-test", "--hostname", "hx", "-np", "2", "sh", "-c", show}, 20s);
+  REQUIRE(one.code == 0);
+  CHECK_THAT(one.out, Catch::Contains("[0] gpu=0 host=hx-slot0\n"));
+  CHECK_THAT(one.out, Catch::Contains("[1] gpu=0 host=hx-slot1\n"));
+  auto per = run_edl({"--gpus-per-host", "2", "-np", "3", "sh", "-c", show}, 20s, {"CUDA_VISIBLE_DEVICES="});
+  REQUIRE(per.code == 0);
+  CHECK_THAT(per.out, Catch::Contains("[1] gpu=1 host="));
+  CHECK_THAT(per.out, Catch::Contains("[2] gpu=0 host="));
+  auto elastic = run_edl({"--one-gpu-test", "--hostname", "hy", "--min-np", "1", "--max-np", "2", "-np", "2", "sh",
+                          "-c", show},
+                         20s);
+  CHECK_THAT(elastic.out, Catch::Contains("gpu=0 host=hy-slot1\n"));
 }

@@ -1,0 +1,42 @@
+# The GPU path (docs/gpu.md): EDL_WITH_CUDA = AUTO (built when nvcc, the CUDA toolkit and NCCL are
+# found), ON (required) or OFF. Sets EDL_HAVE_CUDA. The code lives in its own library, edl_cuda
+# (src/cuda/CMakeLists.txt): libedl never links CUDA.
+# CMAKE_CUDA_ARCHITECTURES defaults to "75-virtual;80-real;90-real" (PTX for every GPU CUDA 13
+# supports, machine code for A100 and H100/H200); pass e.g. -DCMAKE_CUDA_ARCHITECTURES=90 to build
+# for one.
+set(EDL_WITH_CUDA AUTO CACHE STRING "Build edl::cuda, the GPU path (AUTO, ON, OFF)")
+set_property(CACHE EDL_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(EDL_HAVE_CUDA OFF)
+if(NOT EDL_WITH_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  set(_edl_cuda_why "")
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "75-virtual;80-real;90-real")
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit)
+    list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_LIST_DIR})
+    find_package(NCCL)
+    if(CUDAToolkit_FOUND AND NCCL_FOUND)
+      set(EDL_HAVE_CUDA ON)
+      message(STATUS "GPU path: CUDA ${CUDAToolkit_VERSION}, NCCL ${NCCL_VERSION} (${NCCL_LIBRARY}), "
+                     "architectures ${CMAKE_CUDA_ARCHITECTURES}")
+    elseif(NOT CUDAToolkit_FOUND)
+      set(_edl_cuda_why "the CUDA toolkit was not found")
+    else()
+      set(_edl_cuda_why "NCCL was not found (set NCCL_ROOT)")
+    endif()
+  else()
+    set(_edl_cuda_why "no CUDA compiler (nvcc) was found")
+  endif()
+  if(NOT EDL_HAVE_CUDA)
+    if(EDL_WITH_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "EDL_WITH_CUDA=ON but ${_edl_cuda_why}")
+    endif()
+    message(STATUS "GPU path not built: ${_edl_cuda_why}")
+  endif()
+endif()
