@@ -51,6 +51,10 @@ TEST_CASE("EDL_DETERMINISTIC and EDL_REBALANCE_STRAGGLERS: off by default, 1 tur
   CHECK(c.rebalance_stragglers);
   setenv("EDL_DETERMINISTIC", "sometimes", 1);
   CHECK_THROWS_AS(edl::Config::from_env(), edl::InvalidArgument);
+  setenv("EDL_DETERMINISTIC", "1", 1);  // the reproducible mode with stop-free joins is refused, named
+  setenv("EDL_JOIN", "stopfree", 1);
+  CHECK_THROWS_WITH(edl::Config::from_env(), Catch::Contains("EDL_JOIN=stopfree"));
+  unsetenv("EDL_JOIN");
   unsetenv("EDL_DETERMINISTIC");
   unsetenv("EDL_REBALANCE_STRAGGLERS");
 }
