@@ -18,6 +18,13 @@ if(EDL_BUILD_TESTS AND TARGET edl-run)
             --worker $<TARGET_FILE:chaos_worker>)
   set_tests_properties("bench: chaos_bench trials (kill in every phase, kill2, stop, stopforever, join, leave, stuck, flood, hostile)"
     PROPERTIES LABELS bench TIMEOUT 600)
+  # Reproducible mode: kills, joins and leaves, and every trial's final state equals that of the same
+  # job run by one worker without faults (matches_reference).
+  add_test(NAME "bench: chaos_bench reproducible mode, every trial matches the 1-worker reference"
+    COMMAND chaos_bench --trials 3 --seed 11 --faults kill,kill2,join,leave --phases step,commit,sync --deterministic
+            --edl-run $<TARGET_FILE:edl-run> --worker $<TARGET_FILE:chaos_worker>)
+  set_tests_properties("bench: chaos_bench reproducible mode, every trial matches the 1-worker reference"
+    PROPERTIES LABELS bench TIMEOUT 600)
   # Negative control: without the data position in the State a kill breaks the job or the audit.
   add_test(NAME "bench: chaos_bench negative control fails"
     COMMAND chaos_bench --trials 2 --seed 3 --faults kill --phases step --negative-control

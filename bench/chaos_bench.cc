@@ -24,6 +24,9 @@
 //               cut frame, 64 idle connections, a slow dribbler) for the rest of the trial.
 // A trial is ok when edl-run exits 0 within --trial-timeout-s, every worker that finished wrote the
 // same (step, parameters, counters) hashes, and every record of every epoch was trained exactly once.
+// --deterministic runs the workers in the reproducible mode (docs/optim.md; --micro-batches K of
+// --batch records per step) and adds the check matches_reference: the final hashes must equal those
+// of the same job run by one worker without edl-run and without faults (run before each trial).
 // recovery_ms, per kill: the kill (the bench's signal, or the worker's self-kill line) to the first
 // step trained by a newer generation than the newest one formed before the kill.
 //
@@ -32,7 +35,7 @@
 // span) of the faulty run over that of the failure-free run of the same pair (median over pairs).
 //
 // Rows (--json PATH): one per trial {"trial","seed","faults","ok","wall_s","lost_steps",
-// "params_identical","exactly_once","recovery_ms",...}, then {"trial":"summary",...,"recovery_p50_ms",
+// "params_identical","exactly_once","recovery_ms",...; with --deterministic "matches_reference"}, then {"trial":"summary",...,"recovery_p50_ms",
 // "recovery_p99_ms"}; MTBF: one per pair {"mode":"mtbf","pair","mtbf_s","goodput",...} and a summary.
 // Exit code 0 only if every trial (every run) was ok.
 #include <signal.h>
@@ -132,13 +135,16 @@ int run_trials(const TrialConfig& base, const cxxopts::ParseResult& a, JsonRows&
     table.row({std::to_string(i), r.ok ? "yes" : "NO", fmt(r.wall_s, 1), std::to_string(r.faults.size()),
                std::to_string(r.lost_steps), rec});
     std::printf("    faults: %s%s%s\n", faults.c_str(), r.error.empty() ? "" : "\n    FAILED: ", r.error.c_str());
+    if (cfg.deterministic) std::printf("    matches_reference: %s\n", r.matches_reference ? "yes" : "NO");
     std::fflush(stdout);
     Json fj = Json::array();
     for (const auto& f : r.faults) fj.push_back(f.label());
-    json.write({{"bench", "chaos_bench"}, {"trial", i}, {"seed", cfg.seed}, {"faults", fj}, {"ok", r.ok},
+    Json row = {{"bench", "chaos_bench"}, {"trial", i}, {"seed", cfg.seed}, {"faults", fj}, {"ok", r.ok},
                 {"wall_s", r.wall_s}, {"lost_steps", r.lost_steps}, {"params_identical", r.params_identical},
                 {"exactly_once", r.exactly_once}, {"recovery_ms", rj}, {"exit_status", r.exit_status},
-                {"final_workers", r.final_workers}, {"error", r.error}});
+                {"final_workers", r.final_workers}, {"error", r.error}};
+    if (cfg.deterministic) row["matches_reference"] = r.matches_reference;
+    json.write(row);
   }
   Json summary = {{"bench", "chaos_bench"}, {"trial", "summary"}, {"trials", trials}, {"ok", ok},
                   {"kills", recoveries.size()}, {"store", base.job.store.empty() ? "embedded" : base.job.store}};
@@ -244,6 +250,10 @@ int main(int argc, char** argv) {
       cxxopts::value<double>()->default_value("70"))("pairs", "MTBF mode: paired runs",
                                                      cxxopts::value<int>()->default_value("3"))(
       "keep", "keep the work directories of ok trials too")(
+      "deterministic", "reproducible mode: fixed micro-batches summed exactly; every trial must also match the "
+                       "final state of the same job run by one worker without faults (matches_reference)")(
+      "micro-batches", "reproducible mode: micro-batches of --batch records per step",
+      cxxopts::value<int>()->default_value("4"))(
       "negative-control", "the workers do not register their data position in the State: after a kill "
                           "records are trained twice or never, and trials must FAIL (shows what the audit catches)")(
       "json", "append JSON rows to PATH", cxxopts::value<std::string>()->default_value(""))("h,help", "help");
@@ -266,6 +276,7 @@ int main(int argc, char** argv) {
   need(a["step-ms"].as<int>() >= 0, "--step-ms must be >= 0");
   need(a["collective-timeout-ms"].as<int>() >= 100, "--collective-timeout-ms must be >= 100");
   need(a["params"].as<int>() >= 1, "--params must be >= 1");
+  need(a["micro-batches"].as<int>() >= 1, "--micro-batches must be >= 1");
   need(a["flood-mib"].as<int>() >= 1, "--flood-mib must be >= 1");
   need(a["trial-timeout-s"].as<int>() >= 5, "--trial-timeout-s must be >= 5");
   need(a["mtbf-s"].as<double>() >= 0, "--mtbf-s must be >= 0");
@@ -296,6 +307,8 @@ int main(int argc, char** argv) {
   cfg.job.timeout_ms = a["collective-timeout-ms"].as<int>();
   cfg.keep = a.count("keep") > 0;
   cfg.negative_control = a.count("negative-control") > 0;
+  cfg.deterministic = a.count("deterministic") > 0;
+  cfg.micro_batches = a["micro-batches"].as<int>();
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, on_signal);
   ::signal(SIGTERM, on_signal);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/bench_util.h"
+#include "testing/process.h"
 
 namespace edl::bench::chaos {
 
@@ -249,6 +250,7 @@ void audit(const TrialConfig& cfg, const std::string& dir, TrialResult& r) {
     }
   }
   r.params_identical = r.final_workers > 0;
+  r.final_hash = hash;
   if (r.final_workers == 0) {
     r.error = "no worker wrote a final state";
     return;
@@ -269,6 +271,30 @@ void audit(const TrialConfig& cfg, const std::string& dir, TrialResult& r) {
   r.exactly_once = never == 0 && twice == 0;
   if (!r.exactly_once)
     r.error = std::to_string(never) + " records never trained, " + std::to_string(twice) + " trained twice or more";
+}
+
+// Reproducible mode: the final hash ("<step> <params> <counts>") of the same job run by one worker
+// without edl-run, without faults and without the simulated compute; "" when that run failed.
+std::string reference_hash(const TrialConfig& cfg, const std::vector<std::string>& worker_args, std::string* error) {
+  char tmpl[] = "/tmp/edl-chaos-ref-XXXXXX";
+  if (!::mkdtemp(tmpl)) {
+    *error = "mkdtemp failed";
+    return "";
+  }
+  const std::string dir = tmpl;
+  std::vector<std::string> argv = {cfg.job.worker, "--dir", dir};
+  for (size_t i = 0; i < worker_args.size(); ++i)
+    argv.push_back(i > 0 && worker_args[i - 1] == "--step-ms" ? "0" : worker_args[i]);
+  edl::testing::SpawnOptions so;
+  so.log = dir + "/worker.log";
+  edl::testing::Process p(argv, so);
+  const int rc = p.wait(std::chrono::seconds(cfg.timeout_s));
+  std::string hash;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".hash") hash = slurp(e.path().string());
+  if (rc != 0 || hash.empty()) *error = "the 1-worker reference run failed (exit " + std::to_string(rc) + ", " + dir + ")";
+  else fs::remove_all(dir);
+  return rc == 0 ? hash : "";
 }
 
 }  // namespace
@@ -292,6 +318,13 @@ TrialResult run_trial(const TrialConfig& cfg) {
                     "--step-ms", std::to_string(cfg.step_ms), "--params", std::to_string(cfg.params),
                     "--flood-mib", std::to_string(cfg.flood_mib)};
   if (cfg.negative_control) jc.worker_args.push_back("--negative-control");
+  std::string reference, reference_error;
+  if (cfg.deterministic) {
+    for (const std::string& a : {std::string("--deterministic"), std::string("--micro-batches"),
+                                 std::to_string(cfg.micro_batches)})
+      jc.worker_args.push_back(a);
+    reference = reference_hash(cfg, jc.worker_args, &reference_error);
+  }
   const double t0 = now_ms();
   std::vector<Kill> kills;
   {
@@ -357,6 +390,14 @@ TrialResult run_trial(const TrialConfig& cfg) {
   r.final_step = audited.final_step;
   if (r.span_s > 0) r.steps_per_s = static_cast<double>(r.final_step) / r.span_s;
   r.ok = !r.timed_out && r.exit_status == 0 && r.params_identical && r.exactly_once;
+  if (cfg.deterministic) {
+    r.matches_reference = !reference.empty() && audited.final_hash == reference;
+    if (r.ok && !r.matches_reference)
+      r.error = reference.empty() ? reference_error
+                                  : "final state '" + audited.final_hash + "' differs from the 1-worker reference '" +
+                                        reference + "'";
+    r.ok = r.ok && r.matches_reference;
+  }
   if (r.ok && !cfg.keep) {
     std::error_code ec;
     fs::remove_all(jc.dir, ec);

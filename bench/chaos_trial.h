@@ -28,6 +28,10 @@ struct TrialConfig {
   double mtbf_s = 0;                // > 0: MTBF mode (kills at exponential intervals), no drawn faults
   bool keep = false;                // keep the work directory of an ok trial
   bool negative_control = false;    // chaos_worker --negative-control: the audit must fail
+  // Reproducible mode (chaos_worker --deterministic --micro-batches K): the final state must also
+  // equal that of the same job run by one worker without edl-run and without faults.
+  bool deterministic = false;
+  int micro_batches = 4;
 };
 
 struct Fault {
@@ -41,12 +45,14 @@ struct Fault {
 
 struct TrialResult {
   bool ok = false, params_identical = false, exactly_once = false, timed_out = false;
+  bool matches_reference = false;   // reproducible mode: final hash == the 1-worker, fault-free run's
   int exit_status = -1, final_workers = 0;
   double wall_s = 0;
   int64_t lost_steps = 0;
   std::vector<Fault> faults;
   std::vector<double> recovery_ms;  // per kill
   int64_t final_step = 0;           // the step of the final state
+  std::string final_hash;           // "<step> <params fnv64> <counts fnv64>" of the final state
   double span_s = 0, steps_per_s = 0;  // first to last trained step (MTBF mode)
   std::string error;
 };

@@ -26,8 +26,14 @@
 // A worker that finished training writes <dir>/final.<worker>.hash ("<step> <params fnv64> <counts
 // fnv64>") and <dir>/final.<worker>.counts (the committed counters, int32 little-endian).
 //
+// --deterministic: the reproducible mode (docs/optim.md): the shard generator's fixed schedule of
+// --micro-batches micro-batches of --batch records per step, one gradient per micro-batch (a function
+// of its records) summed exactly by a deterministic DistributedOptimizer (SGD), parameters initialised
+// from a constant instead of the pid. The final hash then equals that of the same job run by one
+// worker without edl-run and without faults (chaos_bench's matches_reference).
+//
 //   chaos_worker --dir D [--records N --records-per-shard R --batch B --epochs E --seed S
-//                         --step-ms MS --params P --flood-mib M]
+//                         --step-ms MS --params P --flood-mib M --deterministic --micro-batches K]
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -47,6 +53,7 @@
 #include "common/record_audit.h"
 #include "edl/data.h"
 #include "edl/edl.h"
+#include "edl/optim.h"
 
 namespace {
 
@@ -119,6 +126,18 @@ void write_atomic(const std::string& path, const void* data, size_t n) {
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
+// Reproducible mode: one gradient per micro-batch, a function of its records, summed exactly.
+void train_micro_batches(const edl::data::StepRecords& s, edl::DistributedOptimizer& opt, std::vector<float>& grad) {
+  for (const edl::data::MicroBatch& mb : s.micro_batches) {
+    double key = 0;
+    for (size_t i = mb.begin; i < mb.begin + mb.size; ++i) key += static_cast<double>(s.records[i]);
+    for (size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>(std::sin(1e-3 * key + 1e-4 * static_cast<double>(i)));
+    opt.begin_micro_batch(mb.size);
+    opt.backward_done();
+  }
+  opt.step();
+}
+
 void flood(int mib) {
   std::string line(1023, 'x');
   line += '\n';
@@ -132,7 +151,10 @@ int main(int argc, char** argv) {
   cxxopts::Options opts("chaos_worker", "elastic training worker with fault points (run by chaos_bench)");
   opts.add_options()("dir", "shared directory (log, markers, final files)", cxxopts::value<std::string>())(
       "params", "float32 parameters", cxxopts::value<size_t>()->default_value("4096"))(
-      "flood-mib", "MiB written to stdout when the flood marker appears", cxxopts::value<int>()->default_value("16"));
+      "flood-mib", "MiB written to stdout when the flood marker appears", cxxopts::value<int>()->default_value("16"))(
+      "deterministic", "reproducible mode: fixed micro-batches, summed exactly (the result of one worker)")(
+      "micro-batches", "reproducible mode: micro-batches of --batch records per step",
+      cxxopts::value<uint64_t>()->default_value("4"));
   edl::bench::AuditDefaults audit_defaults;
   audit_defaults.records = 480;
   audit_defaults.records_per_shard = 20;
@@ -156,17 +178,29 @@ int main(int argc, char** argv) {
   const int64_t epochs = args["epochs"].as<int64_t>();
   const int step_ms = args["step-ms"].as<int>();
   const size_t P = args["params"].as<size_t>();
+  const bool deterministic = args.count("deterministic") > 0;
   try {
     edl::init();
-    edl::data::ShardGenerator shards(edl::bench::audit_shard_options(args));
+    edl::data::ShardOptions so = edl::bench::audit_shard_options(args);
+    so.deterministic = deterministic;
+    so.micro_batches = args["micro-batches"].as<uint64_t>();
+    edl::data::ShardGenerator shards(so);
     edl::bench::RecordCounts audit(N, epochs);
     std::vector<int32_t>& counts = audit.counts;
     std::vector<float> w(P), grad(P);
-    for (size_t i = 0; i < P; ++i) w[i] = static_cast<float>(::getpid() % 97) + 0.001f * i;  // differs per process
+    const float w0 = deterministic ? 0.0f : static_cast<float>(::getpid() % 97);  // differs per process
+    for (size_t i = 0; i < P; ++i) w[i] = w0 + 0.001f * i;
+    edl::DistributedOptimizerOptions oo;
+    oo.deterministic = true;
+    oo.optimizer.momentum = 0;
+    oo.scaling.base_lr = 0.01;
+    edl::DistributedOptimizer opt(oo);
+    opt.add_parameter("w", w.data(), grad.data(), P);
     FaultPoints faults;
     edl::elastic::State state;
     state.register_tensor("counts", counts.data(), counts.size(), edl::DataType::kInt32);
     state.register_tensor("w", w.data(), w.size(), edl::DataType::kFloat32);
+    if (deterministic) state.register_component("optimizer", &opt);
     if (!args.count("negative-control")) state.register_component("shards", &shards);
     state.register_component("faults", &faults);
     state.on_generation([&](const edl::elastic::GenerationInfo& g) {
@@ -192,10 +226,14 @@ int main(int argc, char** argv) {
           log_line("flood " + g_id + " " + std::to_string(edl::rank()) + " " + ms(now_ms()));
           flood(args["flood-mib"].as<int>());
         }
-        for (size_t i = 0; i < P; ++i) grad[i] = static_cast<float>(std::sin(1e-3 * key + 1e-4 * static_cast<double>(i)));
         audit.reduce();
-        edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
-        for (size_t i = 0; i < P; ++i) w[i] -= 0.01f * grad[i];
+        if (deterministic) {
+          train_micro_batches(s, opt, grad);
+        } else {
+          for (size_t i = 0; i < P; ++i) grad[i] = static_cast<float>(std::sin(1e-3 * key + 1e-4 * static_cast<double>(i)));
+          edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
+          for (size_t i = 0; i < P; ++i) w[i] -= 0.01f * grad[i];
+        }
         std::this_thread::sleep_until(t_end);
         edl::notify_batch_end();
         log_line("step " + g_id + " " + std::to_string(state.step) + " " + std::to_string(g_generation) + " " +

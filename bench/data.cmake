@@ -15,3 +15,15 @@ if(EDL_BUILD_TESTS AND TARGET edl-run)
   set_tests_properties("bench: shard_audit default run (kills, joins, leaves, a whole-job restart): every record trained once"
     PROPERTIES LABELS "bench;shard_audit" TIMEOUT 600)
 endif()
+# Straggler rebalancing against waiting and eviction (issue 26): 3 workers under edl-run, one slowed.
+edl_add_bench(rebalance_worker rebalance_worker.cc)
+edl_add_bench(rebalance_bench rebalance_bench.cc)
+add_dependencies(rebalance_bench rebalance_worker)
+if(TARGET edl-run)
+  add_dependencies(rebalance_bench edl-run)
+endif()
+if(EDL_BUILD_TESTS)
+  add_test(NAME "bench: rebalance_bench rejects bad flag values"
+    COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rebalance_bench> -P ${PROJECT_SOURCE_DIR}/tests/bench/rebalance_bad_values.cmake)
+  set_tests_properties("bench: rebalance_bench rejects bad flag values" PROPERTIES LABELS bench TIMEOUT 120)
+endif()

@@ -21,3 +21,7 @@ if(EDL_BUILD_TESTS)
     COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:timeline_bench> -P ${PROJECT_SOURCE_DIR}/tests/bench/timeline_bad_values.cmake)
   set_tests_properties("bench: timeline_bench rejects bad flag values" PROPERTIES LABELS bench TIMEOUT 120)
 endif()
+
+# reproducible_bench: the reproducible mode's cost (step time, bytes) next to the normal mode.
+edl_add_bench(reproducible_bench reproducible_bench.cc)
+target_link_libraries(reproducible_bench PRIVATE edl_models)

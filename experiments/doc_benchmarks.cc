@@ -2,6 +2,7 @@
 #include "doc_benchmarks.h"
 #include "doc_chaos.h"
 #include "doc_scale.h"
+#include "doc_modes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -591,11 +592,16 @@ const std::vector<Section>& sections() {
        "one worker killed with SIGKILL (edl-run replaces it), later a third worker joins.",
        metrics_section},
       {"shard_audit", "Exactly-once shard audit", "Every epoch must have trained_once = records.", nullptr},
-      {"chaos_bench", "Chaos trials (random faults under edl-run)", "", chaos_section},
+      {"chaos_bench", "Chaos trials (random faults under edl-run)", "",
+       [](std::ostream& md, const DataSet& d, Plots&) { chaos_section(md, d, "chaos_bench"); }},
+      {"chaos_repro", "Chaos trials in the reproducible mode (kills, joins, leaves)", "",
+       [](std::ostream& md, const DataSet& d, Plots&) { chaos_section(md, d, "chaos_repro"); }},
       {"chaos_mtbf", "Goodput under failures, MTBF 10 s", "",
        [](std::ostream& md, const DataSet& d, Plots&) { chaos_mtbf_section(md, d, "chaos_mtbf"); }},
       {"chaos_mtbf30", "Goodput under failures, MTBF 30 s", "",
        [](std::ostream& md, const DataSet& d, Plots&) { chaos_mtbf_section(md, d, "chaos_mtbf30"); }},
+      {"rebalance_bench", "Straggler rebalancing (one of 3 workers at half speed)", "", rebalance_section},
+      {"reproducible_bench", "Reproducible mode: cost next to the normal mode", "", reproducible_section},
       {"netns_check", "Emulated links (netns + tc)",
        "What the emulated links really carry between two namespaces (TCP throughput, round trip).", nullptr},
       {"slurm_bench", "EDL on Slurm (a real Slurm cluster on emulated nodes)",

@@ -33,17 +33,24 @@ std::string verdict(bool met) { return met ? "met" : "**missed**"; }
 
 }  // namespace
 
-void chaos_section(std::ostream& md, const DataSet& d, Plots&) {
-  const Rows& rows = d.of("chaos_bench");
+void chaos_section(std::ostream& md, const DataSet& d, const std::string& bench) {
+  const Rows& rows = d.of(bench);
   Rows trials;
   const Json* summary = nullptr;
+  int det = 0, matched = 0;
   for (const Json& r : rows) {
     if (is_summary(r, "trial")) summary = &r;
     else if (r.contains("trial")) trials.push_back(r);
+    if (r.contains("matches_reference")) ++det, matched += r.value("matches_reference", false) ? 1 : 0;
   }
   md << "Targets (issue 13 item 7): every trial ok; p99 of kill -9 to the next trained step <= 1000 ms, "
         "decider death included. A trial is ok when edl-run exits 0 within the trial limit, every final state "
         "is bitwise identical and every record of every epoch was trained exactly once (docs/chaos.md).\n";
+  if (det > 0)
+    md << "\nReproducible mode (`chaos_bench --deterministic`, docs/optim.md): a trial is ok only if its final state "
+          "also equals, bit for bit, that of the same job trained by one worker without edl-run and without faults "
+          "(`matches_reference`, issue 26). Trials matching the reference: **"
+       << matched << " / " << det << "**.\n";
   if (summary) {
     const Json& s = *summary;
     const double trials_n = num(s, "trials"), ok_n = num(s, "ok"), p99 = num(s, "recovery_p99_ms", NAN);

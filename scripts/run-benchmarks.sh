@@ -123,6 +123,7 @@ if [ $DOC_ONLY -eq 0 ]; then
     ELASTIC_ARGS=(--kills 2 --stops 1 --joins 2 --reps 1)
     CONVERGENCE_ARGS=(--quick)
     CHAOS_ARGS=(--trials 20)
+    REPRO_ARGS=(--trials 3)
     MTBF_ARGS=(--mtbf-run-s 30 --pairs 1)
     CONTROLPLANE_ARGS=(--runs 1)
     SLURM_ARGS=(--runs 1)
@@ -139,6 +140,7 @@ if [ $DOC_ONLY -eq 0 ]; then
     ELASTIC_ARGS=()
     CONVERGENCE_ARGS=()
     CHAOS_ARGS=(--trials 100)
+    REPRO_ARGS=(--trials 10)
     MTBF_ARGS=(--pairs 3)
     # Issue 25: 16 to 512 processes on the embedded store and etcd (memory: ~10 MiB RSS per worker,
     # most of it shared libraries; run it on a quiet machine).
@@ -176,10 +178,17 @@ if [ $DOC_ONLY -eq 0 ]; then
   fi
   run_bench shard_audit 900 "$B/shard_audit"
   run_bench chaos_bench 3600 "$B/chaos_bench" --faults "$CHAOS_FAULTS" "${CHAOS_ARGS[@]}"
+  # The reproducible mode under kills, joins and leaves: every trial must also match the final state
+  # of the same job trained by one worker without faults (matches_reference; docs/optim.md).
+  run_bench chaos_repro 1800 "$B/chaos_bench" --deterministic --faults kill,kill2,join,leave "${REPRO_ARGS[@]}"
   # Goodput under kill -9 at exponential intervals (MTBF 10 s and 30 s), paired with failure-free runs:
   # select them with --only chaos_mtbf,chaos_mtbf30.
   run_bench chaos_mtbf 1800 "$B/chaos_bench" --mtbf-s 10 "${MTBF_ARGS[@]}"
   run_bench chaos_mtbf30 1800 "$B/chaos_bench" --mtbf-s 30 "${MTBF_ARGS[@]}"
+  # Straggler rebalancing vs waiting and eviction (3 workers under edl-run, one at half speed), and
+  # the reproducible mode's cost next to the normal mode (docs/data.md, docs/optim.md).
+  run_bench rebalance_bench 1800 "$B/rebalance_bench" --rounds 3
+  run_bench reproducible_bench 1200 "$B/reproducible_bench"
   run_bench netns_check 300 "$B/netns_check"
   run_bench controlplane_bench 3600 "$B/controlplane_bench" --store redis,embedded,etcd "${CONTROLPLANE_ARGS[@]}"
   # A real Slurm cluster on emulated nodes (root; Slurm, munge, etcd): node loss and a second allocation.

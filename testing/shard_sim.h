@@ -12,6 +12,10 @@
 //   - graceful leave / join: at a batch boundary everyone commits, the membership changes, a joiner
 //     syncs from the others, everyone gets on_generation (no rollback).
 // The final committed model says how many times each record of each epoch contributed.
+// Modes: `deterministic` runs the generators' fixed schedule (every member the same micro-batch size);
+// `rebalance` gives every member a compute speed (per-record seconds drawn from [1, 3) ms) and feeds
+// each step's (compute, records) of all members to every member (observe_step), as the elastic
+// runtime's batch-boundary agreement does.
 // Thread-safety: a Simulation is driven by one thread (draws may fan out to worker threads).
 #pragma once
 
@@ -40,6 +44,9 @@ struct SimOptions {
   uint64_t min_batch = 3, max_batch = 9;  // each worker's batch size is drawn from this range
   uint64_t seed = 1;
   bool threads = false;       // members call next() concurrently from threads
+  bool deterministic = false; // ShardOptions::deterministic (batch min_batch, micro_batches below)
+  uint64_t micro_batches = 5;
+  bool rebalance = false;     // ShardOptions::rebalance, fed with simulated compute times
   std::shared_ptr<Store> store;  // default: a fresh memory store
 };
 
@@ -147,6 +154,7 @@ class Simulation {
  private:
   struct Worker {
     std::unique_ptr<data::ShardGenerator> gen;
+    double per_record_s = 0.001;  // rebalance: this member's simulated compute time per record
     std::vector<int> model;  // replicated: counts[epoch * records + record]
     std::vector<int> committed_model;
     std::string committed_gen;
@@ -160,6 +168,12 @@ class Simulation {
     so.records = o_.records;
     so.records_per_shard = o_.records_per_shard;
     so.batch_size = o_.min_batch + rng_() % (o_.max_batch - o_.min_batch + 1);
+    if (o_.deterministic) so.batch_size = o_.min_batch;
+    if (o_.rebalance) so.batch_size = o_.min_batch;  // the generation's global batch stays size x min_batch
+    so.deterministic = o_.deterministic;
+    so.micro_batches = o_.micro_batches;
+    so.rebalance = o_.rebalance;
+    w->per_record_s = 0.001 * (1.0 + static_cast<double>(rng_() % 200) / 100.0);
     so.seed = o_.seed * 7919;
     so.epochs = o_.epochs;
     so.worker_id = "w" + std::to_string(next_worker_++);
@@ -199,6 +213,14 @@ class Simulation {
       for (uint64_t r : d.records) ++delta[d.epoch * o_.records + r];
     for (auto& w : members_)
       for (size_t i = 0; i < delta.size(); ++i) w->model[i] += delta[i];
+    if (!o_.rebalance) return;
+    std::vector<double> compute(draws.size());
+    std::vector<uint64_t> records(draws.size());
+    for (size_t i = 0; i < draws.size(); ++i) {
+      records[i] = draws[i].records.size();
+      compute[i] = static_cast<double>(records[i]) * members_[i]->per_record_s;
+    }
+    for (auto& w : members_) w->gen->observe_step(compute, records);
   }
 
   void commit(Worker& w) {

@@ -38,4 +38,9 @@ EDL_API int size();
 EDL_API int local_rank();
 EDL_API int local_size();
 
+// EDL_DETERMINISTIC=1: the job asks for the reproducible mode (docs/optim.md, "Reproducible mode").
+// Programs built for it pass this to DistributedOptimizerOptions::deterministic and
+// data::ShardOptions::deterministic. Any time, any thread (before init() it reads the environment).
+EDL_API bool deterministic();
+
 }  // namespace edl

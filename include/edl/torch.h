@@ -97,6 +97,14 @@ struct DistributedOptimizerOptions {
   // the reduction and step() applies the MEAN over ranks and passes (each pass's loss is a mean, so
   // K passes of batch b equal one pass of batch K*b). Default 1.
   int accumulation_steps = 1;
+  // Reproducible mode (edl::DistributedOptimizerOptions::deterministic, docs/torch.md): every
+  // micro-batch is its own backward pass after begin_micro_batch(); step() applies the exact
+  // weighted mean over all micro-batches of all ranks, and the module's float buffers (batch-norm
+  // statistics; module constructor only) end the step at the exact mean of the micro-batches'
+  // results, its integer buffers (num_batches_tracked) one count further. Use deterministic torch
+  // algorithms and a fixed thread count. Exclusive with fp16_compression and accumulation_steps > 1;
+  // CPU parameters only (CUDA parameters: InvalidArgument).
+  bool deterministic = false;
 };
 
 class DistributedOptimizer : public elastic::Stateful {
@@ -134,6 +142,9 @@ class DistributedOptimizer : public elastic::Stateful {
   // (0 on a rank with nothing to train, which skips backward but still calls step()). Logs one
   // warning when the counts do not fit the policy's local batch (edl::DistributedOptimizer).
   void set_step_samples(uint64_t samples);
+  // Reproducible mode: the next backward pass is one micro-batch of `samples` records (its loss the
+  // mean over them). Clears every p.grad() first; ends the micro-batch before it.
+  void begin_micro_batch(uint64_t samples);
   // Discards the step in progress (after an error or a rollback): pending reductions are awaited,
   // hook counters reset.
   void discard_step();
@@ -169,6 +180,8 @@ class DistributedOptimizer : public elastic::Stateful {
   void compensate_before(int64_t t, int previous_size);
   void compensate_after();
   void reset_step();
+  void add_module_buffers(const ::torch::nn::Module& module);
+  void finish_exact_step(const std::vector<::torch::Tensor>& at_start);
 
   ::torch::optim::Optimizer* optimizer_ = nullptr;
   DistributedOptimizerOptions options_;
@@ -194,6 +207,9 @@ class DistributedOptimizer : public elastic::Stateful {
   double comp_k_ = 1.0;                  // LR factor of that resize
   double comp_scale_ = 1.0;              // current scale of the pre-resize momentum in the buffers
   std::vector<::torch::Tensor> comp_;    // decayed pre-resize buffers s (undefined: no buffer)
+  // Reproducible mode: the module's integer buffers and their values when the step began.
+  std::vector<::torch::Tensor> int_buffers_, int_buffers_at_start_;
+  bool micro_open_ = false;               // a micro-batch's backward pass is open
 };
 
 // Every rank takes root's parameters and buffers. Collective; MismatchError when the module's

@@ -45,13 +45,13 @@ Datasets open_datasets(const TrainerOptions& o) {
 }
 
 double evaluate(models::Model& model, const Datasets& d, const std::vector<models::BufferRef>& buffers,
-                bool bn_trained) {
+                bool bn_trained, bool average_bn) {
   // Batch-norm running statistics differ slightly between workers: evaluate with their average over
   // the workers whose statistics saw training batches (a worker that got no shard yet keeps the
   // initial mean 0 / variance 1, which must not dilute the others').
   double weight = bn_trained ? 1.0 : 0.0;
-  edl::allreduce(&weight, 1, ReduceOp::kSum, "eval.bn_weight");
-  for (const auto& b : buffers) {
+  if (average_bn) edl::allreduce(&weight, 1, ReduceOp::kSum, "eval.bn_weight");
+  for (const auto& b : average_bn ? buffers : std::vector<models::BufferRef>{}) {
     if (weight > 0 && !bn_trained) std::fill(b.data, b.data + b.count, 0.0f);
     edl::allreduce(b.data, b.count, ReduceOp::kSum, "eval." + b.name);
     if (weight > 0) for (size_t i = 0; i < b.count; ++i) b.data[i] /= static_cast<float>(weight);

@@ -30,8 +30,10 @@ struct Datasets {
 Datasets open_datasets(const TrainerOptions& o);
 
 // Evaluates the first test_n test records, split across ranks; returns the world's accuracy.
-// bn_trained: whether this worker's batch-norm statistics saw a training batch.
+// bn_trained: whether this worker's batch-norm statistics saw a training batch. average_bn: first
+// replace every worker's batch-norm statistics by their average over the workers (false in the
+// reproducible mode, where they are identical everywhere already).
 double evaluate(models::Model& model, const Datasets& d, const std::vector<models::BufferRef>& buffers,
-                bool bn_trained);
+                bool bn_trained, bool average_bn = true);
 
 }  // namespace edl::trainer

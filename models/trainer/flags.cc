@@ -1,6 +1,8 @@
 #include <cxxopts.hpp>
 #include <iostream>
 
+#include <edl/edl.h>
+
 #include "trainer.h"
 
 namespace edl::trainer {
@@ -41,6 +43,10 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
                  "world's mean loss of the step), workers, lr, momentum_gamma", cxxopts::value<std::string>()->default_value(""))
     ("run-name", "\"run\" field of the JSON rows", cxxopts::value<std::string>()->default_value("train"))
     ("step-delay-ms", "sleep per step (demos)", cxxopts::value<double>()->default_value("0"))
+    ("deterministic", "reproducible mode: fixed micro-batches summed exactly, bitwise the same result at any world size "
+                      "and after failures (default: EDL_DETERMINISTIC)", cxxopts::value<bool>()->default_value(edl::deterministic() ? "true" : "false"))
+    ("micro-batches", "reproducible mode: micro-batches of --batch-size records per step, over all workers",
+                      cxxopts::value<int>()->default_value(std::to_string(d.micro_batches)))
     ("h,help", "print this help");
   // clang-format on
   try {
@@ -79,6 +85,8 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
     o->loss_log_path = r["loss-log"].as<std::string>();
     o->run_name = r["run-name"].as<std::string>();
     o->step_delay_ms = r["step-delay-ms"].as<double>();
+    o->deterministic = r["deterministic"].as<bool>();
+    o->micro_batches = r["micro-batches"].as<int>();
   } catch (const cxxopts::exceptions::exception& e) {
     std::cerr << argv[0] << ": " << e.what() << "\n(run with --help for usage)" << std::endl;
     *exit_code = 2;
@@ -102,6 +110,7 @@ bool parse_flags(int argc, char** argv, const std::string& default_model, Traine
   else if (o->train_records < 0 || o->test_records < 0) bad = "--train-records / --test-records must be >= 0";
   else if (o->eval_every < 1) bad = "--eval-interval must be >= 1";
   else if (o->warmup_steps < 0) bad = "--warmup-steps must be >= 0";
+  else if (o->micro_batches < 1) bad = "--micro-batches must be >= 1";
   if (!bad.empty()) {
     std::cerr << argv[0] << ": " << bad << "\n(run with --help for usage)" << std::endl;
     *exit_code = 2;

@@ -67,6 +67,7 @@ DistributedOptimizerOptions optimizer_options(const TrainerOptions& o) {
   oo.scaling.compensation_steps = o.compensation_steps;
   oo.scaling.batch.mode = optim::BatchMode::kFixedLocal;
   oo.scaling.batch.local_batch = o.batch;
+  oo.deterministic = o.deterministic;  // the LR is then the base_size one at every world size
   return oo;
 }
 
@@ -79,6 +80,8 @@ data::ShardOptions shard_options(const TrainerOptions& o, uint64_t records) {
   so.seed = o.seed;
   so.epochs = o.epochs;
   so.name = "train-shards";
+  so.deterministic = o.deterministic;  // batch_size is then the micro-batch
+  so.micro_batches = static_cast<uint64_t>(o.micro_batches);
   return so;
 }
 
@@ -97,6 +100,8 @@ class Training {
         progress_(o.epochs, d_.train_n),
         step_log_(o.loss_log_path, o.run_name) {
     for (const auto& p : params_) opt_.add_parameter(p.name, p.data, p.grad, p.count);
+    if (o.deterministic)  // batch-norm statistics: the exact mean over the step's micro-batches
+      for (const auto& b : buffers_) opt_.add_buffer(b.name, b.data, b.count);
     register_state();
   }
 
@@ -119,6 +124,10 @@ class Training {
     if (talk() && final_acc_ >= 0) {
       std::printf("final test accuracy: %.2f%% (%llu test images, %d worker%s at the end)\n", 100.0 * final_acc_,
                   static_cast<unsigned long long>(d_.test_n), edl::size(), edl::size() == 1 ? "" : "s");
+      std::fflush(stdout);
+    }
+    if (talk()) {
+      std::printf("CHECKSUM %016llx\n", static_cast<unsigned long long>(checksum()));
       std::fflush(stdout);
     }
   }
@@ -148,8 +157,23 @@ class Training {
     });
   }
 
+  // FNV-1a 64 over the parameters, then the buffers (their float bytes, registration order).
+  uint64_t checksum() const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](const float* data, size_t count) {
+      const auto* p = reinterpret_cast<const unsigned char*>(data);
+      for (size_t i = 0; i < count * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    };
+    for (const auto& p : params_) mix(p.data, p.count);
+    for (const auto& b : buffers_) mix(b.data, b.count);
+    return h;
+  }
+
   void announce() const {
     if (!talk()) return;
+    if (o_.deterministic)
+      std::printf("reproducible mode: %d micro-batches of %d records per step (global batch %d) at every world size\n",
+                  o_.micro_batches, o_.batch, o_.micro_batches * o_.batch);
     std::printf("%s on %s: %llu training records%s, %llu test records, %d epochs, batch %d per worker, %d thread%s\n",
                 model_->name().c_str(), d_.train->name().c_str(), static_cast<unsigned long long>(d_.train_n),
                 d_.train_n < d_.train->size() ? " (a subset)" : "", static_cast<unsigned long long>(d_.test_n),
@@ -164,19 +188,10 @@ class Training {
     srow.lr = opt_.lr();
     srow.momentum_gamma = opt_.rescaler().step_params().gamma;
     double local[3] = {0, 0, 0};
-    opt_.set_step_samples(rec.records.size());  // weighted mean: short and empty steps count for what they hold
-    if (!rec.records.empty()) {
-      data::assemble_batch(*d_.train, rec.records.data(), rec.records.size(), d_.norm,
-                           static_cast<uint64_t>(rec.epoch), &batch_);
-      auto res = model_->forward(batch_.images.data(), batch_.labels.data(), static_cast<int>(batch_.size), true);
-      model_->backward([&](size_t i) { opt_.grad_ready(i); });
-      bn_trained_ = 1;
-      local[0] = static_cast<double>(batch_.size);
-      local[1] = res.loss * static_cast<double>(batch_.size);
-      local[2] = res.correct;
-    } else {  // nothing left for this worker in this epoch: contribute a zero gradient
-      for (const auto& p : params_) std::fill(p.grad, p.grad + p.count, 0.0f);
-      opt_.backward_done();
+    if (o_.deterministic) {
+      train_micro_batches(rec, local);
+    } else {
+      train_records(rec, local);
     }
     opt_.step();
     edl::allreduce(local, 3, ReduceOp::kSum, "train.stats");
@@ -193,12 +208,44 @@ class Training {
     if (o_.step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o_.step_delay_ms));
   }
 
+  // This worker's records of the step as one backward pass (none: a zero gradient), weighted by
+  // their number in the optimizer's mean.
+  void train_records(const data::StepRecords& rec, double* local) {
+    opt_.set_step_samples(rec.records.size());  // weighted mean: short and empty steps count for what they hold
+    if (rec.records.empty()) {  // nothing left for this worker in this epoch: contribute a zero gradient
+      for (const auto& p : params_) std::fill(p.grad, p.grad + p.count, 0.0f);
+      opt_.backward_done();
+      return;
+    }
+    train_batch(rec.records.data(), rec.records.size(), rec.epoch, local);
+  }
+
+  // Reproducible mode: each of this worker's micro-batches is a backward pass of its own.
+  void train_micro_batches(const data::StepRecords& rec, double* local) {
+    for (const data::MicroBatch& mb : rec.micro_batches) {
+      opt_.begin_micro_batch(mb.size);
+      train_batch(rec.records.data() + mb.begin, mb.size, rec.epoch, local);
+    }
+  }
+
+  // Forward and backward over n records (augmentation salt: the epoch); local += records, loss sum, correct.
+  void train_batch(const uint64_t* records, size_t n, int64_t epoch, double* local) {
+    data::assemble_batch(*d_.train, records, n, d_.norm, static_cast<uint64_t>(epoch), &batch_);
+    auto res = model_->forward(batch_.images.data(), batch_.labels.data(), static_cast<int>(batch_.size), true);
+    model_->backward([&](size_t i) { opt_.grad_ready(i); });
+    bn_trained_ = 1;
+    local[0] += static_cast<double>(batch_.size);
+    local[1] += res.loss * static_cast<double>(batch_.size);
+    local[2] += res.correct;
+  }
+
   // Closes an epoch: evaluation when due, one report per epoch (an epoch redone after a rollback is
   // reported once), and fresh counters.
   void finish_epoch(int64_t epoch) {
     const bool last = epoch + 1 >= o_.epochs;
     double acc = -1.0;
-    if (last || (epoch + 1) % o_.eval_every == 0) acc = evaluate(*model_, d_, buffers_, bn_trained_ != 0);
+    if (last || (epoch + 1) % o_.eval_every == 0)
+      acc = evaluate(*model_, d_, buffers_, bn_trained_ != 0, /*average_bn=*/!o_.deterministic);
     const double loss = stats_[0] > 0 ? stats_[1] / stats_[0] : 0.0;
     const double train_acc = stats_[0] > 0 ? stats_[2] / stats_[0] : 0.0;
     if (epoch > reported_epoch_) {

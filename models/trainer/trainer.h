@@ -9,6 +9,14 @@
 //                                       committed every batch and restored / synced on failures
 //   edl::notify_batch_end()             joins and graceful leaves take effect at batch boundaries
 //
+// Reproducible mode (--deterministic, or EDL_DETERMINISTIC=1): every step trains --micro-batches
+// micro-batches of --batch-size records whatever the world size, each as its own backward pass, and
+// the optimizer sums them exactly (docs/optim.md, "Reproducible mode"); batch-norm statistics are
+// averaged over the micro-batches the same way. The final parameters and statistics are then bitwise
+// the same at any world size and after any failures and joins. At the end rank 0 prints
+// "CHECKSUM <16 hex digits>" (FNV-1a over the parameters, then the buffers) in every mode, so two
+// runs can be compared from outside.
+//
 // Rank 0 prints one progress line per epoch (records done, images/s, loss, accuracy) and the test
 // accuracy; other ranks are quiet unless verbose. With json_path, rank 0 appends one JSON row per
 // epoch: {"run","epoch","test_acc","train_loss","train_acc","images_per_s","workers","lr"}; with
@@ -51,6 +59,8 @@ struct TrainerOptions {
   std::string loss_log_path;             // per-step rows (rank 0), step_log.h
   std::string run_name = "train";        // "run" field of the JSON rows
   double step_delay_ms = 0;              // sleep per step (demos: slows training so events are visible)
+  bool deterministic = false;            // reproducible mode (default: EDL_DETERMINISTIC)
+  int micro_batches = 8;                 // reproducible mode: micro-batches of `batch` per step (the global batch)
 };
 
 // Parses argv (cxxopts; --help prints usage and returns false with *exit_code = 0; bad flags print

@@ -109,9 +109,16 @@ Config Config::from_env() {
                           "' must be greater than 1");
   c.straggler_steps = static_cast<int>(env_int("EDL_STRAGGLER_STEPS", c.straggler_steps, 1, 1 << 30));
   c.evict_stragglers = env_bool("EDL_EVICT_STRAGGLERS", false);
+  c.rebalance_stragglers = env_bool("EDL_REBALANCE_STRAGGLERS", false);
+  c.deterministic = env_bool("EDL_DETERMINISTIC", false);
   c.join = env_str("EDL_JOIN", c.join);
   if (c.join != "stop" && c.join != "stopfree")
     throw InvalidArgument("EDL_JOIN='" + c.join + "' is not one of stop, stopfree");
+  // The reproducible mode's fixed schedule hands micro-batches to every rank, a stop-free newcomer
+  // still catching up included, whose contribution would not be the job's: not supported together.
+  if (c.deterministic && c.join == "stopfree")
+    throw InvalidArgument("EDL_DETERMINISTIC=1 and EDL_JOIN=stopfree cannot be combined: the reproducible mode needs "
+                          "the stop joins (EDL_JOIN=stop, the default)");
   c.join_fetch_share = env_double("EDL_JOIN_FETCH_SHARE", c.join_fetch_share, 0.01, 1.0);
   c.join_max_chunk_bytes =
       static_cast<uint64_t>(env_int("EDL_JOIN_MAX_CHUNK_BYTES", 0, 0, 1LL << 50));

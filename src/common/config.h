@@ -50,6 +50,9 @@ struct EDL_API Config {  // exported for the tests of its validation (tests/coll
   double straggler_factor = 1.5;    // EDL_STRAGGLER_FACTOR: slow = step time > factor x median (> 1)
   int straggler_steps = 20;         // EDL_STRAGGLER_STEPS: slow this many boundaries in a row = straggler
   bool evict_stragglers = false;    // EDL_EVICT_STRAGGLERS: remove stragglers at a batch boundary
+  bool rebalance_stragglers = false;  // EDL_REBALANCE_STRAGGLERS: the job's shard generator splits the
+                                      //   global batch by the ranks' measured speed (docs/data.md)
+  bool deterministic = false;       // EDL_DETERMINISTIC: ask for the reproducible mode (edl::deterministic())
   // How a newcomer gets the job's state (docs/elastic.md, "Stop-free joins").
   std::string join = "stop";        // EDL_JOIN: stop (the job waits while the best member broadcasts its
                                     // commit) | stopfree (the newcomer fetches it in the background)

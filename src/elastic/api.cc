@@ -244,6 +244,22 @@ void request_leave() {
   if (auto w = worker()) w->request_leave();
 }
 
+bool latest_step_times(uint64_t generation, uint64_t* seq, std::vector<double>* compute_s,
+                       std::vector<uint64_t>* records) {
+  auto w = worker();
+  std::vector<int64_t> us, n;
+  if (!w || !w->step_times(generation, seq, &us, &n)) return false;
+  compute_s->assign(us.size(), 0.0);
+  records->assign(n.size(), 0);
+  for (size_t r = 0; r < us.size(); ++r) (*compute_s)[r] = static_cast<double>(us[r]) / 1e6;
+  for (size_t r = 0; r < n.size(); ++r) (*records)[r] = static_cast<uint64_t>(std::max<int64_t>(0, n[r]));
+  return true;
+}
+
+void note_step_records(uint64_t records) {
+  if (auto w = worker()) w->note_step_records(records);
+}
+
 void set_local_batch_size(int64_t samples) { edl::set_samples_per_batch(samples); }
 
 }  // namespace edl::elastic

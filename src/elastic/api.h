@@ -2,7 +2,9 @@
 // Thread-safety: start/stop from edl::init/shutdown only.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/config.h"
 #include "edl/store.h"
@@ -20,5 +22,15 @@ std::shared_ptr<Store> connect_job_store(const Config& config);
 void start_elastic(const Config& config, std::shared_ptr<Store> store);
 // Leaves: stops the lease thread and removes the lease. Idempotent.
 void stop_elastic();
+
+// Straggler rebalancing (src/data, docs/data.md): the latest step times the batch-boundary agreement
+// gathered in `generation` — per rank, compute seconds and records of one step, identical on every
+// member at the same boundary; *seq grows with every boundary. False without an elastic worker or
+// before the generation's first gathered step.
+bool latest_step_times(uint64_t generation, uint64_t* seq, std::vector<double>* compute_s,
+                       std::vector<uint64_t>* records);
+// The records of this worker's current step, gathered at the next batch boundary (no-op without an
+// elastic worker).
+void note_step_records(uint64_t records);
 
 }  // namespace edl::elastic

@@ -525,22 +525,28 @@ void Worker::notify_batch_end() {
     membership_.announce_leave(view_.id);
     leave_announced_ = true;
   }
-  // The same request carries every member's step time (slot 1 + rank): all members then see the same
-  // vector at the same boundary and reach the same straggler verdict.
+  // The same request carries every member's step time (slot 1 + rank) and records (slot 1 + size +
+  // rank): all members then see the same vectors at the same boundary, reach the same straggler
+  // verdict and (rebalancing) the same split of the next steps' records.
   if (flag_wait_) {
     auto wait = std::move(flag_wait_);
     flag_wait_ = nullptr;
     wait();
     const int64_t flag = agreement_[0];
-    step_times_.assign(agreement_.begin() + 1, agreement_.end());
-    on_step_times(step_times_);
+    const auto records = agreement_.begin() + 1 + view_.size;
+    gathered_.compute_us.assign(agreement_.begin() + 1, records);
+    gathered_.records.assign(records, agreement_.end());
+    gathered_.generation = view_.id;
+    ++gathered_.seq;
+    on_step_times(gathered_.compute_us);
     if (flag != 0)
       throw MembershipChanged(std::string("membership change at step ") + std::to_string(state_->step) + ": " +
                               ((flag & 2) ? "a worker leaves" : "a worker joins"));
   }
-  agreement_.assign(1 + static_cast<size_t>(view_.size), 0);
+  agreement_.assign(1 + 2 * static_cast<size_t>(view_.size), 0);
   agreement_[0] = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
   agreement_[1 + view_.rank] = compute_us;
+  agreement_[1 + view_.size + view_.rank] = static_cast<int64_t>(step_records_.exchange(0));
   flag_wait_ = group()->allreduce_max_async(agreement_.data(), agreement_.size());
   if (view_.rank == 0) publish_throughput();
   // A stop-free newcomer fetches a chunk of the survivors' commit of this step instead of committing;

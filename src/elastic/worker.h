@@ -93,6 +93,13 @@ class EDL_API Worker {
   const StateServer* state_server() const { return server_.get(); }
   // Samples per batch of this worker (edl::set_samples_per_batch); 0 = unknown.
   void set_local_batch_size(int64_t samples) { local_batch_.store(samples); }
+  // The records of this worker's current step (the shard dispatcher tells it at next()), gathered
+  // with the step times at the next batch boundary.
+  void note_step_records(uint64_t records) { step_records_.store(records); }
+  // The latest gathered step: every rank's compute time and records (the same on every member at the
+  // same boundary). False before the first one of `generation`. Training thread.
+  bool step_times(uint64_t generation, uint64_t* seq, std::vector<int64_t>* compute_us,
+                  std::vector<int64_t>* records) const;
 
   // Test hook: behave like a process that just died — heartbeats stop (the lease expires), the
   // communicator is aborted, and run() throws AbortedError without rejoining.
@@ -143,8 +150,14 @@ class EDL_API Worker {
   int since_commit_ = 0;
   bool leave_announced_ = false;
   // The batch-boundary agreement in flight (see notify_batch_end): [0] = the pending bits, [1 + r] =
-  // the compute time of rank r's last step in microseconds (max-allreduce of one-hot entries).
+  // the compute time of rank r's last step in microseconds, [1 + size + r] = its records
+  // (max-allreduce of one-hot entries).
   std::vector<int64_t> agreement_;
+  std::atomic<uint64_t> step_records_{0};
+  struct Gathered {  // the latest evaluated agreement's step times (rebalancing, src/data)
+    uint64_t generation = 0, seq = 0;
+    std::vector<int64_t> compute_us, records;
+  } gathered_;
   StepObserver observer_;
   std::atomic<int64_t> local_batch_{0};
   bool evicted_ = false;                 // this worker leaves as a straggler (run() throws StragglerEvicted)
@@ -155,7 +168,6 @@ class EDL_API Worker {
   std::atomic<bool> failed_{false};  // the watch saw a failure of the current generation
   std::chrono::steady_clock::time_point recovery_since_{};  // failure seen, training not resumed yet (metrics)
   int64_t replayed_ = 0;                                     // steps rolled back in that recovery
-  std::vector<int64_t> step_times_;                          // compute times gathered at the last boundary, by rank
   std::unique_ptr<StateServer> server_;                      // stop-free joins: this member's commits for newcomers
   std::unique_ptr<CatchUp> catch_up_;                        // non-null while this newcomer fetches the state
   SnapshotIdentity catch_identity_;                          // the identity of the state it fetches

@@ -52,6 +52,15 @@ void Worker::on_step_times(const std::vector<int64_t>& compute_us) {
   evicted_ = true;
 }
 
+bool Worker::step_times(uint64_t generation, uint64_t* seq, std::vector<int64_t>* compute_us,
+                        std::vector<int64_t>* records) const {
+  if (gathered_.seq == 0 || gathered_.generation != generation) return false;
+  *seq = gathered_.seq;
+  *compute_us = gathered_.compute_us;
+  *records = gathered_.records;
+  return true;
+}
+
 // Rank 0: the throughput of the current generation for edl-run's autoscaling advice.
 void Worker::publish_throughput() {
   auto sample = observer_.throughput_sample(view_.id, view_.size, local_batch_.load());

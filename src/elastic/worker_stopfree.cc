@@ -67,7 +67,7 @@ void Worker::catch_up_at_boundary(int64_t compute_us) {
   timeline::Span span(timeline::Lane::kElastic, "catch-up");
   span.arg("generation", static_cast<int64_t>(view_.id)).arg("step", state_->step);
   const auto t0 = std::chrono::steady_clock::now();
-  const bool done = catch_up_->at_boundary(state_->step, others_compute_us(step_times_, view_.rank), compute_us);
+  const bool done = catch_up_->at_boundary(state_->step, others_compute_us(gathered_.compute_us, view_.rank), compute_us);
   // Waiting for the survivors' bytes is not this worker's compute (straggler detection).
   observer_.add_waited(std::chrono::steady_clock::now() - t0);
   if (done) caught_up();

@@ -227,6 +227,7 @@ std::vector<std::string> ElasticLauncher::worker_env_removals() const {
   if (o_.straggler_factor > 0) r.push_back("EDL_STRAGGLER_FACTOR");  // the flag wins over the environment
   if (o_.straggler_steps > 0) r.push_back("EDL_STRAGGLER_STEPS");
   if (o_.evict_stragglers) r.push_back("EDL_EVICT_STRAGGLERS");
+  if (o_.rebalance_stragglers) r.push_back("EDL_REBALANCE_STRAGGLERS");
   return r;
 }
 
@@ -237,6 +238,7 @@ void ElasticLauncher::add_policy_env(std::vector<std::string>* env) const {
   if (o_.straggler_factor > 0) env->push_back("EDL_STRAGGLER_FACTOR=" + std::to_string(o_.straggler_factor));
   if (o_.straggler_steps > 0) env->push_back("EDL_STRAGGLER_STEPS=" + std::to_string(o_.straggler_steps));
   if (o_.evict_stragglers) env->push_back("EDL_EVICT_STRAGGLERS=1");
+  if (o_.rebalance_stragglers) env->push_back("EDL_REBALANCE_STRAGGLERS=1");
 }
 
 // The slot's next incarnation, unique across restarts of edl-run on this host: a counter in the

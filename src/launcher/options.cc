@@ -69,7 +69,7 @@ void check_timeline_dir(const std::string& dir) {
     throw UsageError("--timeline '" + dir + "': the directory is not writable: " + std::strerror(errno));
 }
 
-// --straggler-*, --evict-stragglers, --autoscale, --scaling-*, --max-global-batch.
+// --straggler-*, --evict-stragglers, --rebalance-stragglers, --autoscale, --scaling-*, --max-global-batch.
 void parse_observability(const cxxopts::ParseResult& r, LaunchOptions* out) {
   LaunchOptions& L = *out;
   if (r.count("straggler-factor")) {
@@ -83,6 +83,7 @@ void parse_observability(const cxxopts::ParseResult& r, LaunchOptions* out) {
       throw UsageError("--straggler-steps must be at least 1, got " + std::to_string(L.straggler_steps));
   }
   L.evict_stragglers = r.count("evict-stragglers") > 0;
+  L.rebalance_stragglers = r.count("rebalance-stragglers") > 0;
   L.autoscale = r.count("autoscale") > 0;
   L.scaling_threshold = r["scaling-threshold"].as<double>();
   if (!(L.scaling_threshold >= 0 && L.scaling_threshold <= 1))
@@ -96,10 +97,11 @@ void parse_observability(const cxxopts::ParseResult& r, LaunchOptions* out) {
   if (L.max_global_batch < 0)
     throw UsageError("--max-global-batch must not be negative, got " + std::to_string(L.max_global_batch));
   const bool elastic_only = r.count("straggler-factor") || r.count("straggler-steps") || L.evict_stragglers ||
-                            L.autoscale || r.count("scaling-threshold") || r.count("scaling-step") ||
+                            L.rebalance_stragglers || L.autoscale || r.count("scaling-threshold") || r.count("scaling-step") ||
                             r.count("scaling-interval") || r.count("max-global-batch");
   if (elastic_only && !L.elastic)
-    throw UsageError("--straggler-*, --evict-stragglers, --autoscale, --scaling-* and --max-global-batch need "
+    throw UsageError("--straggler-*, --evict-stragglers, --rebalance-stragglers, --autoscale, --scaling-* and "
+                     "--max-global-batch need "
                      "elastic mode (--min-np/--max-np/--elastic)");
   if (L.autoscale && r.count("host-discovery-script"))
     throw UsageError("--autoscale sets the local slots itself: use -np with --min-np/--max-np, not "
@@ -206,6 +208,8 @@ void declare_options(cxxopts::Options& o) {
                            "default 1.5)", cxxopts::value<double>())
       ("straggler-steps", "elastic: slow this many batches in a row = straggler (default 20)", cxxopts::value<int>())
       ("evict-stragglers", "elastic: remove stragglers at a batch boundary; their slot cools down as after a failure")
+      ("rebalance-stragglers", "elastic: give slower workers fewer records per step and faster ones more, from "
+                               "their measured speed (the job's shard generator; docs/data.md)")
       ("autoscale", "elastic: apply the recommended world size (s_{k,d} heuristic) to the local slots")
       ("scaling-threshold", "elastic: S, scale while s_{k,d} > S (0..1)", cxxopts::value<double>()->default_value("0.7"))
       ("scaling-step", "elastic: d, workers added or removed per scaling decision", cxxopts::value<int>()->default_value("1"))

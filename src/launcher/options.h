@@ -49,6 +49,7 @@ struct LaunchOptions {
   double straggler_factor = 0;       // --straggler-factor F (> 1; 0 = not given: the workers' default 1.5)
   int straggler_steps = 0;           // --straggler-steps N (>= 1; 0 = not given: default 20)
   bool evict_stragglers = false;     // --evict-stragglers
+  bool rebalance_stragglers = false; // --rebalance-stragglers: workers get EDL_REBALANCE_STRAGGLERS=1
   bool autoscale = false;            // --autoscale: apply the recommended world size to the local slots
   double scaling_threshold = 0.7;    // --scaling-threshold S in [0, 1]
   int scaling_step = 1;              // --scaling-step d >= 1

@@ -71,7 +71,9 @@ void BucketReducer::loop() {
 void BucketReducer::run(ReduceJob* job) {
   double t0 = now_s();
   try {
-    if (job->half != nullptr) {
+    if (job->other != nullptr) {
+      comm_->allreduce(job->other, job->count, job->type, job->op);
+    } else if (job->half != nullptr) {
       to_half(job->data, job->prescale, job->half, job->count);
       comm_->allreduce(job->half, job->count, DataType::kFloat16, ReduceOp::kSum);
       from_half(job->half, job->data, job->count);
@@ -95,7 +97,7 @@ void BucketReducer::trace(const ReduceJob& job) const {
                           timeline::Event(timeline::Lane::kTensor, "allreduce")};
   e[0].span(steady_seconds_to_us(job.launch_s), steady_seconds_to_us(job.start_s)).set_label(job.name);
   e[1].span(steady_seconds_to_us(job.start_s), steady_seconds_to_us(job.end_s)).set_label(job.name);
-  e[1].arg("bytes", static_cast<int64_t>(job.count * (job.half ? 2 : 4)));
+  e[1].arg("bytes", static_cast<int64_t>(job.count * (job.other ? dtype_size(job.type) : job.half ? 2 : 4)));
   e[1].arg("fused_id", static_cast<int64_t>(timeline::next_collective_id())).arg("fused_tensors", 1);
   e[1].arg("rank", comm_->rank());
   timeline::record(e, 2);
@@ -118,7 +120,9 @@ void EngineReducer::launch(ReduceJob* job) {
   double t0 = now_s();
   job->start_s = t0;
   try {
-    if (job->half != nullptr) {
+    if (job->other != nullptr) {
+      job->handle = engine_->allreduce(job->other, job->count, job->type, job->op, job->name);
+    } else if (job->half != nullptr) {
       to_half(job->data, job->prescale, job->half, job->count);
       job->handle = engine_->allreduce(job->half, job->count, DataType::kFloat16, ReduceOp::kSum, job->name);
     } else {

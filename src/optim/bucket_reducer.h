@@ -37,6 +37,11 @@ struct ReduceJob {
   // converted back into data. nullptr: data is summed in float32.
   uint16_t* half = nullptr;
   float prescale = 1.0f;
+  // Another buffer and reduction instead (the reproducible mode's max and int64 sum): `other` holds
+  // `count` elements of `type`, reduced with `op`; data and half are unused.
+  void* other = nullptr;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
   std::string name;  // request name (EngineReducer): identical on every rank
   // Filled by the reducer.
   Handle handle;

@@ -31,6 +31,18 @@ size_t DistributedOptimizer::add_parameter(const std::string& name, float* data,
   return impl_->params.size() - 1;
 }
 
+void DistributedOptimizer::add_buffer(const std::string& name, float* data, size_t count) {
+  EDL_CHECK(!impl_->finalized, InvalidArgument,
+            "DistributedOptimizer::add_buffer('" + name + "') after the buckets were built (first step)");
+  EDL_CHECK(data != nullptr && count > 0, InvalidArgument,
+            "DistributedOptimizer::add_buffer('" + name + "'): null data or count 0");
+  optim::detail::StateBuffer b;
+  b.name = name;
+  b.data = data;
+  b.count = count;
+  impl_->state_buffers.push_back(std::move(b));
+}
+
 size_t DistributedOptimizer::num_parameters() const { return impl_->params.size(); }
 
 float* DistributedOptimizer::grad_slot(size_t index) {
@@ -70,8 +82,11 @@ void DistributedOptimizer::backward_done() {
 
 void DistributedOptimizer::step() { impl_->step(); }
 
+void DistributedOptimizer::begin_micro_batch(uint64_t samples) { impl_->begin_micro_batch(samples); }
+
 void DistributedOptimizer::set_step_samples(uint64_t samples) {
   auto& s = *impl_;
+  if (s.opt.deterministic) return;  // the micro-batches carry their records
   if (!s.in_step) {
     s.next_samples = samples;
     return;
@@ -97,7 +112,9 @@ void DistributedOptimizer::set_communicator(std::shared_ptr<Communicator> comm) 
 
 void DistributedOptimizer::on_generation(const elastic::GenerationInfo& info) {
   impl_->discard();
-  impl_->rescaler.apply_generation(info);
+  elastic::GenerationInfo seen = info;
+  seen.size = impl_->policy_size(info.size);
+  impl_->rescaler.apply_generation(seen);
 }
 
 void DistributedOptimizer::set_epoch(int64_t epoch) { impl_->rescaler.set_epoch(epoch); }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "collective/engine.h"
@@ -20,6 +21,7 @@
 #include "edl/optim.h"
 #include "optim/batch_check.h"
 #include "optim/bucket_reducer.h"
+#include "optim/exact_sum.h"
 #include "optim/update.h"
 
 namespace edl {
@@ -54,6 +56,16 @@ struct Bucket {
   ReduceJob job;
 };
 
+// A buffer the forward pass updates (add_buffer): in the reproducible mode, each micro-batch starts
+// from its value at the start of the step and the step ends with the exact mean of their results.
+struct StateBuffer {
+  std::string name;
+  float* data = nullptr;
+  size_t count = 0;
+  size_t offset = 0;                 // in the flat micro-batch layout (ExactSum)
+  std::vector<float> at_step_start;  // the value when the step began
+};
+
 // Control values appended to the last bucket: accumulation passes, learning rate, the step's sample
 // count and the "weighted" flag (set_step_samples() called on this rank for this step).
 constexpr size_t kControl = 4;
@@ -73,6 +85,7 @@ struct DistributedOptimizer::Impl {
   optim::Rescaler rescaler;
   std::vector<Param> params;
   std::vector<Bucket> buckets;
+  std::vector<optim::detail::StateBuffer> state_buffers;
   bool finalized = false;
 
   std::shared_ptr<Communicator> explicit_comm;  // options.comm or set_communicator()
@@ -97,6 +110,12 @@ struct DistributedOptimizer::Impl {
   double total_samples = 0;              // sum over the ranks (weighted steps; after the allreduce)
   optim::detail::BatchCheck batch_check;  // weighted steps' records against the policy's local batch
   OptimizerStepStats stats;
+  // Reproducible mode (opt.deterministic; deterministic_step.cc).
+  optim::detail::ExactSum exact;         // this step's micro-batch gradients and buffers
+  std::optional<uint64_t> micro_samples; // begin_micro_batch() of the pass in progress
+  std::vector<double> maxima;            // per tensor, then the learning-rate check
+  std::vector<int64_t> sums;             // the step's sum on the grid, then records, micro-batches, ranks
+  std::vector<float> exact_mean;         // the mean in the flat layout
 
   explicit Impl(DistributedOptimizerOptions o) : opt(std::move(o)), rescaler(opt.scaling), explicit_comm(opt.comm) {
     static std::atomic<uint64_t> instances{0};
@@ -117,6 +136,9 @@ struct DistributedOptimizer::Impl {
               "OptimizerOptions.beta1 / beta2 must be in [0, 1)");
     EDL_CHECK(o2.eps > 0, InvalidArgument, "OptimizerOptions.eps must be > 0");
     EDL_CHECK(!o2.nesterov || o2.momentum > 0, InvalidArgument, "OptimizerOptions.nesterov needs momentum > 0");
+    EDL_CHECK(!(opt.deterministic && opt.fp16_compression), InvalidArgument,
+              "DistributedOptimizerOptions: deterministic and fp16_compression are exclusive (the exact sum needs the "
+              "float32 gradients)");
   }
 
   ~Impl() { drain(); }
@@ -142,6 +164,10 @@ struct DistributedOptimizer::Impl {
     // weighted flag) so that ranks whose hyper-parameters diverged fail with MismatchError instead of
     // silently drifting apart, and the weighted mean gets its denominator from the same allreduce.
     buckets.back().buf.resize(buckets.back().count + kControl, 0.0f);
+    if (opt.deterministic) {
+      exact_layout();
+      exact_mean.assign(exact.elements(), 0.0f);
+    }
     for (auto& p : params) {
       if (opt.optimizer.kind == OptimizerKind::kNone) continue;  // reduce only: no slots
       if (is_sgd()) {
@@ -184,14 +210,19 @@ struct DistributedOptimizer::Impl {
       elastic::GenerationInfo info;
       info.generation = comm->generation();
       info.rank = comm->rank();
-      info.size = comm->size();
+      info.size = policy_size(comm->size());
       info.previous_size = rescaler.has_generation() ? rescaler.size() : 0;
       rescaler.apply_generation(info);
     } else if (!rescaler.has_generation()) {
       elastic::GenerationInfo info;  // world of one: generation 0, size 1
+      info.size = policy_size(1);
       rescaler.apply_generation(info);
     }
   }
+
+  // The world size the scaling policy sees: the real one, or in the reproducible mode always
+  // base_size (the global batch is fixed, so the LR is the same at every world size).
+  int policy_size(int size) const { return opt.deterministic ? std::max(1, opt.scaling.base_size) : size; }
 
   // check_layout: one allgather of (parameters, elements, hash of names and counts) per communicator.
   void verify_layout() {
@@ -238,6 +269,12 @@ struct DistributedOptimizer::Impl {
     resolve();
     verify_layout();
     passes = opt.accumulation_steps > 0 ? opt.accumulation_steps : rescaler.batch_plan().accumulation_steps;
+    if (opt.deterministic) {  // any number of micro-batches, each one pass
+      passes = std::numeric_limits<int>::max();
+      exact.clear();
+      micro_samples.reset();
+      for (auto& b : state_buffers) b.at_step_start.assign(b.data, b.data + b.count);
+    }
     step_lr = rescaler.step_params().lr;
     step_samples = next_samples;
     next_samples.reset();
@@ -270,12 +307,12 @@ struct DistributedOptimizer::Impl {
     float* slot = b.buf.data() + p.offset;
     const size_t n = p.count;
     if (p.user_grad != nullptr) {
-      if (pass == 0) {
+      if (pass == 0 || opt.deterministic) {
         std::memcpy(slot, p.user_grad, n * sizeof(float));
       } else {
         for (size_t i = 0; i < n; ++i) slot[i] += p.user_grad[i];
       }
-    } else if (passes > 1) {  // zero-copy: the model overwrote the slot; keep the sum of earlier passes aside
+    } else if (passes > 1 && !opt.deterministic) {  // zero-copy: the model overwrote the slot; keep the sum of earlier passes aside
       if (b.accum.size() != b.count) b.accum.assign(b.count, 0.0f);
       float* acc = b.accum.data() + p.offset;
       if (pass == 0) {
@@ -330,6 +367,7 @@ struct DistributedOptimizer::Impl {
   void end_pass() {
     for (auto& p : params)
       if (!p.reported) take_grad(p);
+    if (opt.deterministic) keep_micro_batch();
     ++pass;
     reported = 0;
     for (auto& p : params) p.reported = false;
@@ -386,6 +424,7 @@ struct DistributedOptimizer::Impl {
   }
 
   void step() {
+    if (opt.deterministic) return exact_step();
     const double t_entry = now_s();
     begin_step();
     if (pass < passes) {
@@ -476,7 +515,8 @@ struct DistributedOptimizer::Impl {
     const optim::StepParams sp = rescaler.step_params();  // lr: step_lr, fixed when the step began
     const bool prescaled = opt.fp16_compression && reducer != nullptr;
     float grad_scale = prescaled ? 1.0f : 1.0f / static_cast<float>(world_size * passes);
-    if (step_samples && reducer) {  // weighted: sum over ranks of samples x mean gradient, / all samples
+    if (opt.deterministic) grad_scale = 1.0f;  // the buckets hold the exact mean already
+    if (step_samples && reducer && !opt.deterministic) {  // weighted: sum over ranks of samples x mean gradient, / all samples
       const double p = prescaled ? wire_prescale() : 1.0;
       grad_scale = static_cast<float>(1.0 / (total_samples * p));
     }
@@ -526,6 +566,16 @@ struct DistributedOptimizer::Impl {
         adam_update(p.data, p.slot1.data(), p.slot2.data(), buckets[p.bucket].buf.data() + p.offset, p.count, s);
     }
   }
+
+  // Reproducible mode (deterministic_step.cc).
+  void exact_layout();
+  void begin_micro_batch(uint64_t samples);
+  void keep_micro_batch();
+  void exact_collective(void* data, size_t count, DataType type, ReduceOp op, const char* tag);
+  void agree_maxima();
+  uint64_t exact_sum();
+  void exact_step();
+  void restore_buffers();
 };
 
 }  // namespace edl

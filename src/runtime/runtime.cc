@@ -91,4 +91,9 @@ int size() { return joined()->size; }
 int local_rank() { return joined()->local_rank; }
 int local_size() { return joined()->local_size; }
 
+bool deterministic() {
+  auto& rt = detail::Runtime::instance();
+  return rt.initialized() ? rt.config().deterministic : Config::from_env().deterministic;
+}
+
 }  // namespace edl

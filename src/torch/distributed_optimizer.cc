@@ -94,6 +94,23 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
     }
   }
   init(std::move(named), std::move(options));
+  if (options_.deterministic) add_module_buffers(module);
+}
+
+// Reproducible mode: float buffers are averaged exactly by EDL's optimizer; integer buffers
+// (num_batches_tracked) advance once per step.
+void DistributedOptimizer::add_module_buffers(const ::torch::nn::Module& module) {
+  for (const auto& item : module.named_buffers(true)) {
+    ::torch::Tensor b = item.value();
+    if (!b.defined() || b.numel() == 0) continue;
+    EDL_CHECK(b.is_cpu() && b.is_contiguous(), InvalidArgument,
+              "edl::torch::DistributedOptimizer: buffer '" + item.key() + "' is not a contiguous CPU tensor");
+    if (b.scalar_type() == ::torch::kFloat32) {
+      reducer_->add_buffer(item.key(), b.data_ptr<float>(), static_cast<size_t>(b.numel()));
+    } else {
+      int_buffers_.push_back(b);
+    }
+  }
 }
 
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
@@ -126,6 +143,10 @@ void DistributedOptimizer::init(std::vector<std::pair<std::string, ::torch::Tens
   o.fp16_compression = options_.fp16_compression && !options_.bf16_compression;
   o.accumulation_steps = 1;  // passes are summed by libtorch into p.grad(); we launch on the last one
   o.check_layout = true;
+  o.deterministic = options_.deterministic;
+  EDL_CHECK(!options_.deterministic || options_.accumulation_steps == 1, InvalidArgument,
+            "edl::torch::DistributedOptimizerOptions: deterministic needs accumulation_steps = 1 (each micro-batch "
+            "is its own pass)");
   reducer_ = std::make_unique<edl::DistributedOptimizer>(o);
 
   for (auto& [name, p] : named) {
@@ -146,6 +167,9 @@ void DistributedOptimizer::init(std::vector<std::pair<std::string, ::torch::Tens
     params_.push_back(p);
   }
   EDL_CHECK(!params_.empty(), InvalidArgument, "edl::torch::DistributedOptimizer: no parameter requires a gradient");
+  EDL_CHECK(!options_.deterministic || !cuda_, InvalidArgument,
+            "edl::torch::DistributedOptimizerOptions: deterministic (the reproducible mode) needs CPU parameters; "
+            "parameter '" + names_[0] + "' is a CUDA tensor");
   EDL_CHECK(!options_.bf16_compression || cuda_, InvalidArgument,
             "edl::torch::DistributedOptimizerOptions.bf16_compression needs CUDA parameters");
   if (cuda_) {
@@ -188,7 +212,7 @@ void DistributedOptimizer::on_gradient(size_t index) {
                   std::to_string(options_.accumulation_steps) +
                   " backward passes of one step (call step() after accumulation_steps passes)");
     if (step_size_ == 0) step_size_ = reducer_->begin_step();  // pins this step's communicator
-    if (step_size_ == 1) {  // a world of one: step() uses p.grad() in place
+    if (step_size_ == 1 && !options_.deterministic) {  // a world of one: step() uses p.grad() in place
       reported_[index] = true;
       return;
     }
@@ -293,6 +317,32 @@ void DistributedOptimizer::reset_step() {
   hook_error_ = nullptr;
   step_size_ = 0;
   weighted_ = false;
+  micro_open_ = false;
+  int_buffers_at_start_.clear();
+}
+
+void DistributedOptimizer::begin_micro_batch(uint64_t samples) {
+  EDL_CHECK(options_.deterministic, InvalidArgument,
+            "edl::torch::DistributedOptimizer::begin_micro_batch needs DistributedOptimizerOptions::deterministic");
+  if (hook_error_) return;  // step() rethrows it
+  ::torch::NoGradGuard no_grad;
+  if (step_size_ == 0) {
+    step_size_ = reducer_->begin_step();
+    for (const auto& b : int_buffers_) int_buffers_at_start_.push_back(b.clone());
+  }
+  if (micro_open_) fill_missing();  // the previous micro-batch: parameters without a gradient count as zeros
+  reducer_->begin_micro_batch(samples);
+  for (auto& p : params_) p.mutable_grad() = ::torch::Tensor();  // this pass's gradient only
+  std::fill(passes_seen_.begin(), passes_seen_.end(), 0);
+  std::fill(reported_.begin(), reported_.end(), false);
+  micro_open_ = true;
+}
+
+// Reproducible mode, after EDL's step: integer buffers one count past their value at the start
+// (every rank alike, whichever micro-batches it ran).
+void DistributedOptimizer::finish_exact_step(const std::vector<::torch::Tensor>& at_start) {
+  ::torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < int_buffers_.size() && i < at_start.size(); ++i) int_buffers_[i].copy_(at_start[i] + 1);
 }
 
 void DistributedOptimizer::zero_grad() { optimizer_->zero_grad(); }
@@ -318,14 +368,17 @@ void DistributedOptimizer::step() {
   bool in_place = false;
   try {
     if (step_size_ == 0) step_size_ = reducer_->begin_step();  // no hook ran (e.g. no backward)
-    in_place = step_size_ == 1;
-    if (!in_place) fill_missing();
+    in_place = step_size_ == 1 && !options_.deterministic;
+    if (options_.deterministic ? micro_open_ : !in_place) fill_missing();
   } catch (...) {
     discard_step();
     throw;
   }
   const double lr = reducer_->lr();  // this step's LR (its generation was applied by begin_step)
   const int64_t t = reducer_->step_count();
+  std::vector<::torch::Tensor> int_start = std::move(int_buffers_at_start_);
+  if (options_.deterministic && int_start.empty())  // no micro-batch here: nothing ran forward
+    for (const auto& b : int_buffers_) int_start.push_back(b.clone());
   try {
     reducer_->step();
     if (cuda_ && !in_place) wait_device();
@@ -337,7 +390,8 @@ void DistributedOptimizer::step() {
   const int previous_size = last_size_;
   last_size_ = reducer_->rescaler().size();
   // A weighted step in which no rank had a record (an epoch's tail) changes nothing, as in EDL.
-  if (weighted && reducer_->last_step_stats().samples == 0) return;
+  if ((weighted || options_.deterministic) && reducer_->last_step_stats().samples == 0) return;
+  if (options_.deterministic) finish_exact_step(int_start);
   write_back(!in_place);
   if (options_.rescale) {
     apply_lrs(lr);

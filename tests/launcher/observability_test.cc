@@ -220,19 +220,21 @@ TEST_CASE("autoscaler: --max-global-batch keeps the local batch fixed up to that
 TEST_CASE("edl-run observability flags: parsing and bad values", "[launcher][autoscale]") {
   auto parsed = edl::test::parse_launch_options(
       {"--min-np", "1", "--max-np", "4", "-np", "1", "--straggler-factor", "2.5", "--straggler-steps", "7",
-       "--evict-stragglers", "--autoscale", "--scaling-threshold", "0.5", "--scaling-step", "2",
-       "--scaling-interval", "30", "--max-global-batch", "256", "prog"});
+       "--evict-stragglers", "--rebalance-stragglers", "--autoscale", "--scaling-threshold", "0.5", "--scaling-step",
+       "2", "--scaling-interval", "30", "--max-global-batch", "256", "prog"});
   REQUIRE(parsed);
   const edl::launcher::LaunchOptions& o = *parsed;
   CHECK(o.straggler_factor == 2.5);
   CHECK(o.straggler_steps == 7);
   CHECK(o.evict_stragglers);
+  CHECK(o.rebalance_stragglers);
   CHECK(o.autoscale);
   CHECK(o.scaling_threshold == 0.5);
   CHECK(o.scaling_step == 2);
   CHECK(o.scaling_interval == 30);
   CHECK(o.max_global_batch == 256);
   CHECK(parse_fails({"-np", "2", "--autoscale", "p"}));  // elastic only
+  CHECK(parse_fails({"-np", "2", "--rebalance-stragglers", "p"}));
   CHECK(parse_fails({"--min-np", "1", "--host-discovery-script", "x", "--autoscale", "p"}));
 }
 
@@ -247,7 +249,8 @@ TEST_CASE("edl-run: bad values of the observability flags and variables exit 2 n
     CHECK(r.code == 2);
     CHECK(r.err.find(flag) != std::string::npos);
   }
-  for (const std::string var : {"EDL_STRAGGLER_FACTOR=0.9", "EDL_STRAGGLER_STEPS=0", "EDL_EVICT_STRAGGLERS=maybe"}) {
+  for (const std::string var : {"EDL_STRAGGLER_FACTOR=0.9", "EDL_STRAGGLER_STEPS=0", "EDL_EVICT_STRAGGLERS=maybe",
+                                "EDL_REBALANCE_STRAGGLERS=maybe", "EDL_DETERMINISTIC=2"}) {
     auto r = run_edl({"--min-np", "1", "-np", "1", kHelper, "env"}, 10s, {var});
     INFO(var << ": " << r.err);
     CHECK(r.code == 2);
@@ -289,6 +292,20 @@ TEST_CASE("edl-run elastic: --evict-stragglers removes a slowed worker, its slot
   auto done = done_lines(r.err);
   CHECK(done.count("t:2.0") == 0);  // the straggler did not finish
   check_exactly_once(r.err, 2, 1200);
+}
+
+TEST_CASE("edl-run elastic: --rebalance-stragglers moves records away from a slowed worker, every record once",
+          "[launcher][straggler]") {
+  // The slowed worker's step takes 40 ms more whatever its records: the rebalancer gives it fewer
+  // (the job's shard generator logs each new split); the data audit still counts every record once.
+  auto r = run_edl({"--hostname", "t", "--min-np", "2", "--max-np", "3", "-np", "3", "--rebalance-stragglers", kWorker,
+                    "--steps", "100000", "--step-ms", "10", "--params", "1024", "--records", "720", "--slow-worker",
+                    "t:2.0", "--slow-ms", "40"},
+                   120s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("edl data: rebalanced at step") != std::string::npos);
+  check_exactly_once(r.err, 3, 720);
 }
 
 TEST_CASE("edl-run elastic: --autoscale follows the scripted throughput, out to a probe and back in",

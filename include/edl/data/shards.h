@@ -24,6 +24,16 @@
 // Contract: synchronous data-parallel training — every member calls next() exactly once per training
 // step (the step's records are then trained, or the whole step is rolled back by a failure).
 //
+// Reproducible mode (options.deterministic, docs/data.md "Reproducible mode"): no claims; a step is
+// micro_batches fixed micro-batches of batch_size records, which records depending only on (seed,
+// epoch, step) — never on the world size, which only decides which rank trains which micro-batches.
+// With DistributedOptimizerOptions::deterministic the trained parameters then do not depend on the
+// world size, on failures or on joins (docs/optim.md, "Reproducible mode").
+//
+// Straggler rebalancing (options.rebalance, edl-run --rebalance-stragglers): slower ranks get fewer
+// records per step and faster ones more, from the measured compute time per record; the global batch
+// (and exactly-once) stays as it is (docs/data.md, "Straggler rebalancing").
+//
 // Thread-safety: one ShardGenerator per worker, used from the training thread. The store may be
 // shared by any number of workers (memory://, tcp://, redis://).
 #pragma once
@@ -54,16 +64,37 @@ struct ShardOptions {
   int64_t epochs = 0;                // > 0: next() reports end_of_data once this many epochs are done; 0 = endless
   std::string name = "shards";       // store namespace (several datasets may share a store)
   std::string worker_id;             // who holds a claim (diagnostics); "" = "rank<r>" at on_generation
+  // Reproducible mode: every step trains `micro_batches` micro-batches of batch_size records over the
+  // whole job, whatever its size (batch_for_size must be empty). Default off; programs built for it
+  // set it from edl::deterministic() (EDL_DETERMINISTIC=1). Needs micro_batches > 0.
+  bool deterministic = false;
+  uint64_t micro_batches = 0;        // reproducible mode: micro-batches per step (global batch / batch_size)
+  // Straggler rebalancing: split the generation's global batch (batch_size x size, or micro_batches
+  // in the reproducible mode) by the measured speed of the ranks. Default off; the constructor on the
+  // job's store turns it on under EDL_REBALANCE_STRAGGLERS=1 (edl-run --rebalance-stragglers). Takes
+  // effect in elastic jobs (the elastic runtime measures the steps) or through observe_step().
+  bool rebalance = false;
+};
+
+// Reproducible mode: one micro-batch of a step, records[begin, begin + size) of StepRecords::records.
+struct MicroBatch {
+  uint64_t index = 0;  // its place in the step, 0 .. micro_batches - 1 (the same at every world size)
+  size_t begin = 0;
+  size_t size = 0;
 };
 
 // What one worker trains at one step.
 struct StepRecords {
   int64_t step = 0;               // the generator's step counter (steps drawn since the start)
   int64_t epoch = 0;              // epoch these records belong to
-  int64_t shard = -1;             // shard they come from; -1 when the worker has nothing this step
-  uint64_t offset = 0;            // position of records[0] inside the shard
+  int64_t shard = -1;             // shard they come from (0 in the reproducible mode); -1 when the
+                                  // worker has nothing this step
+  uint64_t offset = 0;            // position of records[0] inside the shard (reproducible mode: the epoch)
   std::vector<uint64_t> records;  // dataset record indices; empty = wait for the epoch to end
   bool end_of_data = false;       // options.epochs are done: stop training
+  // Reproducible mode: this worker's micro-batches of the step (records is their concatenation), in
+  // index order; train each as its own backward pass (DistributedOptimizer::begin_micro_batch).
+  std::vector<MicroBatch> micro_batches;
 };
 
 class EDL_API ShardGenerator : public elastic::Stateful {
@@ -100,6 +131,15 @@ class EDL_API ShardGenerator : public elastic::Stateful {
   std::vector<uint64_t> shard_order(int64_t epoch) const;
   // Record indices of a shard in the order they are trained in that epoch.
   std::vector<uint64_t> shard_records(int64_t epoch, uint64_t shard) const;
+
+  // Rebalancing: the records (reproducible mode: micro-batches) of each rank per step now; empty
+  // without options.rebalance.
+  std::vector<uint64_t> rebalanced_batches() const;
+  // Rebalancing input for a generator on an explicit store: every rank's compute seconds and records
+  // of one step (indexed by rank, identical on every member), given on every member between the same
+  // two steps. The job's generator (ShardGenerator(options) in an elastic job) gets them from the
+  // elastic runtime by itself.
+  void observe_step(const std::vector<double>& compute_s, const std::vector<uint64_t>& records);
 
   // Stateful: the committed table of shard offsets; restores it; starts a new claim namespace.
   std::string save() override;

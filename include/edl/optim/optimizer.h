@@ -38,6 +38,16 @@
 //   - local = true: a world of size 1 with no communication at all.
 // In a world of size 1 no collective is issued whichever way it was reached.
 //
+// Reproducible mode (DistributedOptimizerOptions::deterministic, docs/optim.md "Reproducible mode"):
+// a step is a set of fixed micro-batches (ShardOptions::deterministic hands them out), each trained
+// as its own backward pass after begin_micro_batch(records). step() sums their gradients exactly
+// (per-tensor fixed point, int64 allreduce) into the weighted mean over all records, so the result
+// does not depend on how many ranks trained the micro-batches, in which order, or on a rollback and
+// replay; the learning rate is the base_size one at every world size. Buffers registered with
+// add_buffer() (batch-norm statistics) end the step at the exact mean of the micro-batches' results.
+// Costs: no overlap (everything is reduced in step()), 8 bytes per element on the wire, and one
+// gradient copy per micro-batch this rank trains.
+//
 // Contracts: a gradient handed to grad_ready() is read at once (it may be overwritten afterwards).
 // Parameters and gradients stay owned by the caller and must outlive the optimizer.
 // Errors: InvalidArgument for misuse (unknown index, double report, step() before all accumulation
@@ -110,6 +120,9 @@ struct DistributedOptimizerOptions {
   // first rank that differs, instead of a hang or a silent mix-up when bucket sizes happen to
   // agree. Encode shapes in the names to check shapes. Default off (edl::torch turns it on).
   bool check_layout = false;
+  // Reproducible mode (see the header comment). Default off; programs built for it set it from
+  // edl::deterministic() (EDL_DETERMINISTIC=1). Exclusive with fp16_compression.
+  bool deterministic = false;
 };
 
 // Timing of the last completed step (seconds), for benchmarks and logs.
@@ -138,6 +151,11 @@ class EDL_API DistributedOptimizer : public elastic::Stateful {
   // grad == nullptr: the gradient lives in the optimizer (write it to grad_slot(index)).
   size_t add_parameter(const std::string& name, float* data, float* grad, size_t count);
   size_t num_parameters() const;
+  // Registers a float32 buffer that the forward pass updates (batch-norm running statistics). In the
+  // reproducible mode every micro-batch starts from the buffer's value at the start of the step, and
+  // step() sets it to the exact mean of the micro-batches' results weighted by their records (the
+  // same on every rank). Outside that mode the optimizer leaves it alone. Before the first step.
+  void add_buffer(const std::string& name, float* data, size_t count);
   // Where parameter `index`'s gradient lives inside its bucket (valid for the optimizer's life).
   float* grad_slot(size_t index);
   // Number of buckets and the bucket of a parameter (bucket 0 holds the LAST registered ones).
@@ -172,6 +190,11 @@ class EDL_API DistributedOptimizer : public elastic::Stateful {
   // the first step with more samples than planned, or 8 non-empty steps of one generation none of
   // which reaches the plan, logs one warning naming both numbers (docs/optim.md, "Weighted mean").
   void set_step_samples(uint64_t samples);
+  // Reproducible mode: the next backward pass is one micro-batch of `samples` records (its gradient
+  // the mean over them; 0: an empty micro-batch, which contributes nothing). Ends the micro-batch
+  // before it if that one's pass is still open. InvalidArgument outside the reproducible mode; a
+  // backward pass there without it is InvalidArgument too. set_step_samples() is ignored in the mode.
+  void begin_micro_batch(uint64_t samples);
   // Drops the gradients of the step in progress (after an error or a rollback).
   void discard_step();
 
