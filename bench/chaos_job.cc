@@ -34,10 +34,6 @@ void on_signal(int sig) {
   ::raise(sig);
 }
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // --- EventLog -------------------------------------------------------------------------------------
 
 void EventLog::poll() {

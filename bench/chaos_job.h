@@ -15,28 +15,14 @@
 #include <vector>
 
 #include "common/bench_util.h"
+#include "common/elastic_job.h"  // StepLine, GenLine, now_ms (the workers' log lines)
 
 namespace edl::bench::chaos {
-
-double now_ms();  // CLOCK_MONOTONIC milliseconds (the workers' log uses the same clock)
 
 // SIGINT / SIGTERM handler of chaos_bench: SIGKILL to the running job's edl-run, then the default
 // action (the workers die with edl-run: PR_SET_PDEATHSIG).
 void on_signal(int sig);
 
-struct StepLine {
-  std::string worker;
-  int64_t step = 0;
-  uint64_t gen = 0;
-  int rank = 0, size = 0;
-  double t = 0;
-};
-struct GenLine {
-  std::string worker;
-  uint64_t gen = 0;
-  int rank = 0, size = 0;
-  double t = 0;
-};
 struct SelfKill {
   std::string worker, phase;
   int rank = 0;

@@ -247,16 +247,24 @@ def command_programs(words, functions):
             if w not in ("exec", "if", "then", "else", "elif", "while", "until", "do", "!", "{", "time"):
                 out.append((w, None))
             k += 1
-            # the prefix's own options and arguments (nice -n 10, timeout --kill-after=20 600, env A=b)
+            # the prefix's own options and arguments (nice -n 10, timeout --kill-after=20 600, env A=b);
+            # a "$..." word is an argument only where a duration stands (timeout's first operand):
+            # elsewhere it is the program itself, which cannot be known ("timeout 60 "$BIN/x" yes")
+            duration_left = w == "timeout"
             while k < len(words):
                 a = words[k][0]
+                if a.startswith("$") and not duration_left:
+                    if w == "sudo":  # sudo's own "$..." argument (sudo -u "$USER" cmd)
+                        k += 1
+                        break
+                    return out
                 if a.startswith("-") or ASSIGN_RE.match(a) or re.match(r"^[0-9.]+[smhd]?$", a) or a.startswith("$"):
                     # options with a separate argument: nice -n 10, env -u NAME, timeout -k 5 / -s KILL, sudo -u USER
                     if a in ("-n", "-u", "-k", "-s") and k + 1 < len(words):
                         k += 1
+                    elif not a.startswith("-") and not ASSIGN_RE.match(a):
+                        duration_left = False  # timeout's duration: the next word is the program
                     k += 1
-                    if a.startswith("$") and w in ("sudo",):
-                        break
                     continue
                 break
             continue

@@ -153,9 +153,10 @@ bool Membership::round_over(uint64_t round, std::optional<std::string>* decision
   const uint64_t latest = latest_generation();
   if (latest < round) return false;  // not over: keep waiting
   *decision = latest == round ? store_->get(keys_.members(round)) : std::nullopt;
-  if (*decision)
+  if (*decision) {
     EDL_LOG(3) << "edl: worker " << opt_.worker_id << ": the decision of generation " << round
                << " landed right after an empty wait slice; taking it";
+  }
   return true;
 }
 

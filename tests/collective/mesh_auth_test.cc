@@ -247,7 +247,7 @@ TEST_CASE("mesh: strangers at a rank's listener are refused while the genuine me
   for (double v : got) CHECK(v == 6);
 }
 
-TEST_CASE("mesh: a peer that closes after our proof is lost (PeerLostError); only an explicit Reject is an AuthError",
+TEST_CASE("mesh: a peer that closes after our proof is lost (PeerLostError), only an explicit Reject is an AuthError",
           "[collective][mesh]") {
   for (bool reject : {false, true}) {
     INFO((reject ? "the fake acceptor sends a Reject" : "the fake acceptor closes (it died)"));

@@ -190,7 +190,7 @@ TEST_CASE("sparse mesh, processes: a rank killed during the handshakes of 64 ran
   CHECK(lost == n - 1);
 }
 
-TEST_CASE("descriptors: a limit too low for the mesh is an InvalidArgument naming RLIMIT_NOFILE; workers raise it",
+TEST_CASE("descriptors: a limit too low for the mesh is an InvalidArgument naming RLIMIT_NOFILE, and workers raise it",
           "[collective][sparse]") {
   ProcessRanks ranks;
   ranks.start(2, [](int which) -> std::string {

@@ -171,14 +171,14 @@ TEST_CASE("generation facts: decide_change reads the round's record in the store
   using edl::elastic::Member;
   auto store = edl::make_memory_store();
   Keys k("gi_reason");
-  store->set(k.members(4), format_members({{"a", "h"}, {"b", "h"}, {"c", "h"}}));
-  std::vector<Member> next = {{"a", "h"}, {"b", "h"}, {"c", "h"}, {"d", "h"}};
+  store->set(k.members(4), format_members({{"a", "h", ""}, {"b", "h", ""}, {"c", "h", ""}}));
+  std::vector<Member> next = {{"a", "h", ""}, {"b", "h", ""}, {"c", "h", ""}, {"d", "h", ""}};
   CHECK(decide_change(*store, k, 5, next).reason == ChangeReason::kJoin);
   CHECK(decide_change(*store, k, 5, next).previous_size == 3);
   store->set(k.abort(4), "peer lost");  // G-1 was aborted: a failure, whoever joined
   CHECK(decide_change(*store, k, 5, next).reason == ChangeReason::kFailure);
   store->del(k.abort(4));
-  next = {{"a", "h"}, {"b", "h"}};
+  next = {{"a", "h", ""}, {"b", "h", ""}};
   store->set(k.left(4, "c"), "");
   CHECK(decide_change(*store, k, 5, next).reason == ChangeReason::kLeave);
   store->del(k.left(4, "c"));
