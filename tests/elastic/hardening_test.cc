@@ -32,7 +32,13 @@ TEST_CASE("a rank stuck inside a batch (lease alive) is evicted by the progress 
   c.on_step = [&](int i, Worker& w, int64_t step) {
     if (i == 1 && step == 10 && !stuck.exchange(true)) {
       stuck_gen = w.view().id;
-      std::this_thread::sleep_for(4000ms);  // heartbeats go on
+      // Stuck (heartbeats go on) until the others have formed the next generation without it, however
+      // long a loaded machine takes for the deadline, the abort and the rendezvous grace: a fixed sleep
+      // ended before that under load and w1 arrived in time to be a member again. Bounded, so a job
+      // that never moves on fails the checks below instead of hanging.
+      const std::string next = "h_stuck/g" + std::to_string(stuck_gen.load() + 1) + "/members";
+      const auto give_up = std::chrono::steady_clock::now() + 120s;
+      while (!c.store->get(next) && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
     }
     // Worker 0's first step in a generation after the one w1 got stuck in: what the store says.
     if (i == 0 && stuck_gen.load() != 0 && w.view().id > stuck_gen.load() && !captured.exchange(true)) {
