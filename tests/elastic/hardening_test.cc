@@ -23,7 +23,10 @@ TEST_CASE("a rank stuck inside a batch (lease alive) is evicted by the progress 
   Cluster c("h_stuck", 2, 3);
   c.comm_timeout = 60000ms;  // the collective deadline alone would hold everyone for a minute
   c.base.membership.progress_timeout = 1000ms;
-  c.base.membership.lease = 1000ms;
+  // A lease far beyond the deadline: the stuck rank's beat thread goes on, but on a machine at load
+  // 130 it was left unscheduled for over a second and the 1 s lease expired, so it was dropped as dead
+  // (lease gone) instead of as stuck. The progress deadline is what this test is about.
+  c.base.membership.lease = 10000ms;
   c.base.membership.rendezvous_grace = 1000ms;
   std::atomic<bool> stuck{false};
   std::atomic<uint64_t> stuck_gen{0};
