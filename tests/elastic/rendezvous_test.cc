@@ -217,7 +217,9 @@ TEST_CASE("a dead process is dropped at once through its liveness probe, a stopp
     o.start_window = 60000ms;
     o.heartbeat = 1000ms;  // the heartbeat rule alone would need > 1.2 s
     o.lease = 5000ms;
-    o.rendezvous_grace = 1500ms;
+    // Long: a and b are waited for however late a loaded machine starts their threads (at load ~90 a
+    // 1.5 s grace ran out before a arrived: a was left out as stuck and waited for a next round forever).
+    o.rendezvous_grace = 30000ms;
     return o;
   };
   std::vector<std::unique_ptr<Membership>> ms;
@@ -230,9 +232,9 @@ TEST_CASE("a dead process is dropped at once through its liveness probe, a stopp
 
   // How c was left out is what tells the rules apart (g2/dropped/c, written by the decider), not a
   // wall-clock bound, which a loaded machine can exceed: killed, c is dropped as dead by the probe
-  // at the decider's first look; stopped, its probe still accepts and its lease lives, so it counts
-  // as alive and is left out only when the rendezvous grace (1.5 s) ends, or by the heartbeat rule
-  // (its beat unchanged for a whole lease, 5 s) or the store's expiry of its lease.
+  // at the decider's first look; stopped, its probe still accepts, so only the heartbeat rule (its
+  // beat unchanged for a whole lease, 5 s, as the decider watched it) or the store's expiry of its
+  // lease can drop it.
   SECTION("killed: probe refused") {
     ms[2]->freeze(/*process_dead=*/true);
     auto f0 = std::async(std::launch::async, [&] { return ms[0]->rendezvous(&g1[0]); });
@@ -242,7 +244,7 @@ TEST_CASE("a dead process is dropped at once through its liveness probe, a stopp
     CHECK(v1.size == 2);
     CHECK(store->get("j7/g2/dropped/c") == std::optional<std::string>("dead: its liveness probe was refused"));
   }
-  SECTION("stopped: probe still accepts, the grace or the heartbeat rule decides") {
+  SECTION("stopped: probe still accepts, the heartbeat rule decides") {
     ms[2]->freeze(/*process_dead=*/false);
     auto f0 = std::async(std::launch::async, [&] { return ms[0]->rendezvous(&g1[0]); });
     auto v1 = ms[1]->rendezvous(&g1[1]);
@@ -252,8 +254,7 @@ TEST_CASE("a dead process is dropped at once through its liveness probe, a stopp
     REQUIRE(why.has_value());
     INFO(*why);
     CHECK(why->find("probe") == std::string::npos);
-    CHECK((*why == "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)" ||
-           *why == "dead or stopped: not heartbeating" || *why == "dead: its lease is gone"));
+    CHECK((*why == "dead or stopped: not heartbeating" || *why == "dead: its lease is gone"));
   }
 }
 
