@@ -106,53 +106,28 @@ class EtcdStore final : public Store {
     return out;
   }
 
-  // One txn per add however many workers add at once (a thousand arrivals at a rendezvous): a
-  // compare-and-swap on the value read would let one adder in each round trip win and make the others
-  // retry — O(n^2) txns, each a raft write, and n round trips in a row. The txn instead guesses the
-  // value it will meet: the one read (by mod_revision) or any of the kAddWindow - 1 next integers
-  // (others' adds of 1), as a cascade of nested txns whose first matching level applies the add.
-  // Only when even the last guess misses does the add run again, on the value the cascade read last.
   int64_t add(const std::string& key, int64_t delta) override {
     const std::string marker = new_marker();
     Kv cur = first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "add to key '" + key + "'"));
     for (int races = 0;;) {
-      int64_t v = 0;
+      int64_t v = 0, next = 0;
       if (cur.value) {
         const std::string& s = *cur.value;
         auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
         if (s.empty() || ec != std::errc() || end != s.data() + s.size())
           throw InvalidArgument("store add: value of key '" + key + "' is not an integer");
       }
-      std::vector<int64_t> sums;  // sums[i]: the new value when the key holds guess i (v + i)
-      for (int64_t i = 0, sum = 0; i < kAddWindow; ++i) {
-        if (__builtin_add_overflow(v, i, &sum) || __builtin_add_overflow(sum, delta, &sum)) break;
-        sums.push_back(sum);
-      }
-      if (sums.empty()) throw InvalidArgument("store add: key '" + key + "' would overflow int64");
+      if (__builtin_add_overflow(v, delta, &next))
+        throw InvalidArgument("store add: key '" + key + "' would overflow int64");
       Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
-        Json failure = Json::array({range_op(key)});  // past the last guess: read the value met
-        for (size_t i = sums.size(); i-- > 0;) {
-          Json cmp = i == 0 ? compare(key, "MOD", std::to_string(cur.mod_revision))
-                            : compare(key, "VALUE", b64(std::to_string(v + static_cast<int64_t>(i))));
-          const std::string sum = std::to_string(sums[i]);
-          failure = Json::array({Json{{"request_txn", {{"compare", {cmp}},
-                                                       {"success", {put_op(key, sum), put_op(marker, sum, lease)}},
-                                                       {"failure", failure}}}}});
-        }
-        return Json{{"compare", {compare(marker, "VERSION", "0")}}, {"success", failure}, {"failure", {range_op(marker)}}};
+        return Json{{"compare", {compare(key, "MOD", std::to_string(cur.mod_revision)), compare(marker, "VERSION", "0")}},
+                    {"success", {put_op(key, std::to_string(next)), put_op(marker, std::to_string(next), lease)}},
+                    {"failure", {range_op(key), range_op(marker)}}};
       });
-      if (!r.value("succeeded", false))  // the marker exists: an earlier attempt whose answer was lost
-        return std::stoll(first_kv(r["responses"][0]["response_range"]).value.value_or("0"));
-      const Json* level = &r["responses"][0]["response_txn"];
-      for (size_t i = 0;; ++i) {
-        if (level->value("succeeded", false)) return sums[i];
-        const Json& next = (*level)["responses"][0];
-        if (!next.contains("response_txn")) {
-          cur = first_kv(next["response_range"]);
-          break;
-        }
-        level = &next["response_txn"];
-      }
+      if (r.value("succeeded", false)) return next;
+      Kv mark = first_kv(r["responses"][1]["response_range"]);
+      if (mark.value) return std::stoll(*mark.value);  // an earlier attempt whose answer was lost
+      cur = first_kv(r["responses"][0]["response_range"]);  // lost a race: retry on the new value
       after_lost_race(++races);
     }
   }
@@ -176,7 +151,7 @@ class EtcdStore final : public Store {
     auto deadline = Clock::now() + timeout;
     // One key (the common case: a peer's address, polled in short slices by the mesh bootstrap):
     // its watch stream says when it exists, confirmed by a read; no request while it does not.
-    if (keys.size() == 1) return watches_.wait_change(keys[0], std::nullopt, deadline).has_value();
+    if (keys.size() == 1) return watches_.wait_exists(keys[0], deadline);
     Json snapshot = {{"success", Json::array()}};
     for (const auto& k : keys) snapshot["success"].push_back(range_op(k, true));
     for (;;) {
@@ -214,15 +189,12 @@ class EtcdStore final : public Store {
   }
 
  private:
-  // Guesses of add()'s txn: nested txns, within etcd's default limit of 128 operations per txn
-  // (each level counts 2: its two puts).
-  static constexpr int64_t kAddWindow = 32;
-
-  // An add whose every guess missed (more than kAddWindow - 1 adds landed between its read and its
-  // txn) runs again after a random delay that doubles with each miss (up to 2, 4, ... 64 ms).
+  // A burst of adds to one counter (a thousand workers arriving at a rendezvous) costs etcd O(n^2)
+  // txns — each a raft write, applied or not — if every loser of a race retries at once: the losers
+  // spread out over a random delay that doubles with each race lost (up to 2, 4, 8, 16 ms).
   static void after_lost_race(int races) {
     thread_local std::minstd_rand rng(std::random_device{}());
-    const int cap = 1 << std::min(races, 6);
+    const int cap = 1 << std::min(races, 4);
     std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, cap)(rng)));
   }
 
