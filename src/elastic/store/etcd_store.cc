@@ -151,7 +151,6 @@ class EtcdStore final : public Store {
     auto deadline = Clock::now() + timeout;
     // One key (the common case: a peer's address, polled in short slices by the mesh bootstrap):
     // its watch stream says when it exists, confirmed by a read; no request while it does not.
-    if (keys.size() == 1) return watches_.wait_exists(keys[0], deadline);
     Json snapshot = {{"success", Json::array()}};
     for (const auto& k : keys) snapshot["success"].push_back(range_op(k, true));
     for (;;) {
@@ -162,7 +161,15 @@ class EtcdStore final : public Store {
         if (etcd_int(r["responses"][i]["response_range"], "count") == 0) missing = &keys[i];
       if (!missing) return true;
       if (Clock::now() >= deadline) return false;
-      if (!watches_.wait_change(*missing, std::nullopt, deadline)) return false;
+      const std::string& k = *missing;
+      bool appeared = client_.watch(
+          k, deadline, [&] { return get(k).has_value(); },
+          [](const Json& events) {
+            for (const auto& ev : events)
+              if (ev.value("type", std::string("PUT")) != "DELETE") return true;
+            return false;
+          });
+      if (!appeared) return false;
     }
   }
 

@@ -109,17 +109,10 @@ std::shared_ptr<EtcdWatchCache::Entry> EtcdWatchCache::acquire(const std::string
   return e;
 }
 
-void EtcdWatchCache::release(const std::string& key, const std::shared_ptr<Entry>& e, bool close_when_present) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    e->waiters--;
-    e->last_wait = Clock::now();
-    auto it = entries_.find(key);
-    if (!close_when_present || e->waiters > 0 || !e->value || it == entries_.end() || it->second != e) return;
-    entries_.erase(it);
-    retired_.push_back(e);
-  }
-  e->stop.stop();
+void EtcdWatchCache::release(const std::shared_ptr<Entry>& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  e->waiters--;
+  e->last_wait = Clock::now();
 }
 
 // Joins the retired streams that have ended (a stopped stream ends within a read; one still reading
@@ -143,20 +136,13 @@ void EtcdWatchCache::join_retired() {
 
 std::optional<std::string> EtcdWatchCache::wait_change(const std::string& key, const std::optional<std::string>& known,
                                                        Clock::time_point deadline) {
-  return wait(key, known, deadline, false);
-}
-
-std::optional<std::string> EtcdWatchCache::wait(const std::string& key, const std::optional<std::string>& known,
-                                                Clock::time_point deadline, bool close_when_present) {
   if (Clock::now() >= deadline) return read(key).first;
   std::shared_ptr<Entry> e = acquire(key);
   struct Release {
     EtcdWatchCache* cache;
-    const std::string& key;
     const std::shared_ptr<Entry>& e;
-    bool close;
-    ~Release() { cache->release(key, e, close); }
-  } release{this, key, e, close_when_present};
+    ~Release() { cache->release(e); }
+  } release{this, e};
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (e->error) throw StoreError(*e->error);

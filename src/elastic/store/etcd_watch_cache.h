@@ -42,12 +42,6 @@ class EtcdWatchCache {
   std::optional<std::string> wait_change(const std::string& key, const std::optional<std::string>& known,
                                          Clock::time_point deadline);
 
-  // Store::wait on one key: whether it exists by `deadline`. Its stream is closed as soon as the key
-  // exists (a key awaited to appear, such as a peer's address, is not waited on again).
-  bool wait_exists(const std::string& key, Clock::time_point deadline) {
-    return wait(key, std::nullopt, deadline, true).has_value();
-  }
-
   // The value of key by a linearizable read, and the revision of the store it reflects.
   std::pair<std::optional<std::string>, int64_t> read(const std::string& key);
 
@@ -67,10 +61,8 @@ class EtcdWatchCache {
     std::thread thread;
   };
 
-  std::optional<std::string> wait(const std::string& key, const std::optional<std::string>& known,
-                                  Clock::time_point deadline, bool close_when_present);
   std::shared_ptr<Entry> acquire(const std::string& key);
-  void release(const std::string& key, const std::shared_ptr<Entry>& e, bool close_when_present);
+  void release(const std::shared_ptr<Entry>& e);
   // Newer value of key at `revision` (ignored unless newer than what the entry holds). Caller holds mu_.
   void update(Entry& e, std::optional<std::string> value, int64_t revision);
   void stream(const std::string& key, const std::shared_ptr<Entry>& e);
