@@ -8,10 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <catch2/catch.hpp>
 #include <mutex>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -372,4 +374,126 @@ TEST_CASE("etcd store: leases revoked behind the client's back are granted again
   CHECK_FALSE(s->get("w").has_value());
   s->set_lease("w", "b", 5s);
   CHECK(s->get("w") == std::optional<std::string>("b"));
+}
+
+namespace {
+
+// Messages of one gRPC method the whole cluster received so far (grpc_server_msg_received_total: the
+// JSON gateway forwards every HTTP request, and every watch or keepalive stream's messages, to it).
+double served(const EtcdCluster& c, const std::string& method) {
+  double n = 0;
+  for (int i = 0; i < c.size(); ++i) {
+    std::istringstream m(c.metrics(i));
+    for (std::string line; std::getline(m, line);)
+      if (line.rfind("grpc_server_msg_received_total{", 0) == 0 &&
+          line.find("grpc_method=\"" + method + "\"") != std::string::npos)
+        n += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("etcd store: waits on one key share one watch stream and never return an older value", "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  auto s = edl::connect_store(c.url(0), opts(20s));
+  auto other = edl::connect_store(c.url(1), opts(20s));
+  s->set("ev", "0");
+  CHECK(s->wait_change("ev", std::string("0"), 100ms) == std::optional<std::string>("0"));  // opens the stream
+  // Twenty slices of waiting (as a worker's watch thread, once per heartbeat): no read and no new
+  // stream, but for at most one renewal of the stream (every 5 s).
+  const double ranges = served(c, "Range"), watches = served(c, "Watch");
+  for (int i = 0; i < 20; ++i) CHECK(s->wait_change("ev", std::string("0"), 50ms) == std::optional<std::string>("0"));
+  CHECK(served(c, "Range") - ranges <= 1);
+  CHECK(served(c, "Watch") - watches <= 1);
+  // A change by another client ends a wait with the new value.
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    other->set("ev", "1");
+  });
+  CHECK(s->wait_change("ev", std::string("0"), 20s) == std::optional<std::string>("1"));
+  setter.join();
+  // A value the caller read itself, newer than the stream's last event: the wait goes on with it and
+  // never returns the older value the stream still held.
+  for (int i = 2; i < 30; ++i) {
+    other->set("ev", std::to_string(i));
+    auto now = s->get("ev");
+    REQUIRE(now == std::optional<std::string>(std::to_string(i)));
+    CHECK(s->wait_change("ev", now, 20ms) == now);
+  }
+  other->del("ev");
+  CHECK_FALSE(s->wait_change("ev", std::string("29"), 20s).has_value());
+  // Waiters of one key in many threads, one stream: each sees the change.
+  std::vector<std::thread> waiters;
+  std::atomic<int> woken{0};
+  for (int i = 0; i < 8; ++i)
+    waiters.emplace_back([&] {
+      if (s->wait_change("ev", std::nullopt, 20s) == std::optional<std::string>("x")) ++woken;
+    });
+  std::this_thread::sleep_for(200ms);
+  other->set("ev", "x");
+  for (auto& t : waiters) t.join();
+  CHECK(woken == 8);
+}
+
+TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most once a second", "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  auto s = edl::connect_store(c.url(0), opts(20s));
+  s->set_lease("beat", "0", 3s);  // the grant
+  const double keepalives = served(c, "LeaseKeepAlive");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 1; i <= 15; ++i) {
+    std::this_thread::sleep_for(100ms);
+    s->set_lease("beat", std::to_string(i), 3s);
+    CHECK(s->get("beat") == std::optional<std::string>(std::to_string(i)));
+  }
+  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double sent = served(c, "LeaseKeepAlive") - keepalives;
+  CHECK(sent >= 1);  // 1.5 s or more of refreshes
+  CHECK(sent <= 1 + elapsed_s);
+  // The lease is granted a second longer than asked: a refresh without a keepalive still leaves 3 s.
+  httplib::Client h("127.0.0.1", c.client_port(1));
+  auto r = h.Post("/v3/kv/range", nlohmann::json{{"key", "YmVhdA=="}}.dump(), "application/json");  // "beat"
+  REQUIRE(r);
+  auto kv = nlohmann::json::parse(r->body)["kvs"][0];
+  auto t = h.Post("/v3/lease/timetolive", nlohmann::json{{"ID", kv["lease"]}}.dump(), "application/json");
+  REQUIRE(t);
+  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 4);
+  s->del("beat");
+}
+
+TEST_CASE("etcd store: concurrent adds to one counter are exact and back off after a lost race", "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  constexpr int kThreads = 16, kAdds = 20;
+  std::vector<std::shared_ptr<edl::Store>> clients;
+  for (int t = 0; t < kThreads; ++t) clients.push_back(edl::connect_store(c.url(t % c.size()), opts(20s)));
+  clients[0]->set("hot", "100");
+  const double txns = served(c, "Txn");
+  std::vector<std::vector<int64_t>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kAdds; ++i) got[t].push_back(clients[t]->add("hot", 1));
+    });
+  for (auto& t : threads) t.join();
+  std::vector<int64_t> all;
+  for (const auto& g : got) all.insert(all.end(), g.begin(), g.end());
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> want(kThreads * kAdds);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = 101 + static_cast<int64_t>(i);
+  CHECK(all == want);  // every add applied once, each saw its own value
+  CHECK(clients[0]->get("hot") == std::optional<std::string>(std::to_string(100 + kThreads * kAdds)));
+  // The losers of a race retry after a random delay (not all at once): fewer txns than the about
+  // kThreads / 2 per add of losers that all retry at once.
+  CHECK(served(c, "Txn") - txns < kThreads / 2.0 * kThreads * kAdds);
+  // Non-canonical integers (written by set) add too.
+  clients[0]->set("odd", "07");
+  CHECK(clients[1]->add("odd", 2) == 9);
+  CHECK_THROWS_AS(clients[0]->add("hot", INT64_MAX), edl::InvalidArgument);
 }

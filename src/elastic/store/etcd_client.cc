@@ -57,6 +57,12 @@ std::string unb64(const std::string& text) {
   return out;
 }
 
+int64_t etcd_int(const Json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end()) return 0;  // proto3 JSON omits zeros
+  return it->is_string() ? std::stoll(it->get<std::string>()) : it->get<int64_t>();
+}
+
 int EtcdReply::code() const {
   const Json& e = body.contains("error") && body["error"].is_object() ? body["error"] : body;
   auto it = e.find("code");
@@ -267,12 +273,36 @@ Json EtcdClient::call_ok(const std::string& path, const Json& body, const std::s
   return std::move(r.body);
 }
 
+void EtcdWatchStop::stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  if (stream_) stream_->stop();  // shuts the socket down: the blocked read of the stream returns
+}
+
+bool EtcdWatchStop::stopped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopped_;
+}
+
 int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_point deadline,
                            const std::function<bool()>& check, const std::function<bool(const Json&)>& on_events,
-                           std::string* why) {
+                           EtcdWatchStop* stop, std::string* why) {
   if (Clock::now() >= deadline) return 0;
   const EtcdEndpoint& ep = endpoints_[member];
   httplib::Client cli(ep.host, ep.port);  // a connection of its own: the stream blocks it
+  if (stop) {
+    std::lock_guard<std::mutex> lock(stop->mu_);
+    if (stop->stopped_) return 0;
+    stop->stream_ = &cli;
+  }
+  struct Unregister {
+    EtcdWatchStop* stop;
+    ~Unregister() {
+      if (!stop) return;
+      std::lock_guard<std::mutex> lock(stop->mu_);
+      stop->stream_ = nullptr;
+    }
+  } unregister{stop};
   cli.set_tcp_nodelay(true);
   milliseconds limit = ms_until(deadline);
   cli.set_connection_timeout(std::min({limit, connect_timeout_, kAttemptConnectLimit}));
@@ -317,7 +347,12 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
         }
       }
       if (!r.contains("events")) continue;
-      outcome = on_events(r["events"]) ? 1 : 2;
+      if (on_events(r["events"])) {
+        outcome = 1;
+        return false;
+      }
+      if (stop) continue;  // a long-lived stream: its owner ends it
+      outcome = 2;  // reopen: the read timeout (the deadline) starts again with every read
       return false;
     }
     return true;
@@ -326,6 +361,7 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   httplib::Error err = httplib::Error::Success;
   bool ok = cli.send(req, res, err);
   if (failure) std::rethrow_exception(failure);
+  if (stop && stop->stopped()) return 0;
   if (outcome == 0 && !buf.empty()) {  // an error answer (not newline-terminated) instead of a stream
     Json msg = Json::parse(buf, nullptr, false);
     if (msg.is_object() && msg.contains("error")) {
@@ -346,13 +382,14 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
 }
 
 bool EtcdClient::watch(const std::string& key, Clock::time_point deadline, const std::function<bool()>& check,
-                       const std::function<bool(const Json& events)>& on_events) {
+                       const std::function<bool(const Json& events)>& on_events, EtcdWatchStop* stop) {
   int failures = 0;
   Clock::time_point give_up;
   for (;;) {
+    if (stop && stop->stopped()) return false;
     size_t m = current();
     std::string why;
-    int r = watch_once(m, key, deadline, check, on_events, &why);
+    int r = watch_once(m, key, deadline, check, on_events, stop, &why);
     if (r == 1) return true;
     if (r == 0) return false;
     if (r == 2) {

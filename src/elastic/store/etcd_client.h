@@ -39,6 +39,8 @@ using Json = nlohmann::json;
 
 std::string b64(const std::string& raw);
 std::string unb64(const std::string& text);  // throws StoreError on malformed input
+// An int64 field of an answer (proto3 JSON writes them as strings and omits zeros).
+int64_t etcd_int(const Json& j, const char* field);
 
 struct EtcdEndpoint {
   std::string host;
@@ -58,6 +60,20 @@ struct EtcdReply {
   // "error" in a stream).
   int code() const;
   std::string message() const;
+};
+
+// Ends a watch() from another thread at once (shuts its stream's socket down): for a long-lived
+// stream whose owner no longer needs it (EtcdWatchCache). Thread-safe.
+class EtcdWatchStop {
+ public:
+  void stop();
+  bool stopped() const;
+
+ private:
+  friend class EtcdClient;
+  mutable std::mutex mu_;
+  bool stopped_ = false;
+  httplib::Client* stream_ = nullptr;  // the open stream's connection, while there is one
 };
 
 class EtcdClient {
@@ -97,8 +113,10 @@ class EtcdClient {
   // slip between check and the stream (the stream exists before the read). A broken stream is
   // reopened — and check() repeated — on the next member; throws StoreError when no member can be
   // reached for retry_window() (or what check() throws).
+  // With `stop`: events that do not end the wait keep the same stream (the stream is not renewed to
+  // keep the deadline exact: its owner ends it with stop(), and watch() then returns false).
   bool watch(const std::string& key, Clock::time_point deadline, const std::function<bool()>& check,
-             const std::function<bool(const Json& events)>& on_events);
+             const std::function<bool(const Json& events)>& on_events, EtcdWatchStop* stop = nullptr);
 
  private:
   struct Conn;
@@ -114,7 +132,7 @@ class EtcdClient {
   // wait: reopen to renew the read timeout), -1 (stream lost: *why set).
   int watch_once(size_t member, const std::string& key, Clock::time_point deadline,
                  const std::function<bool()>& check, const std::function<bool(const Json&)>& on_events,
-                 std::string* why);
+                 EtcdWatchStop* stop, std::string* why);
 
   const std::string url_;
   const std::vector<EtcdEndpoint> endpoints_;

@@ -6,9 +6,11 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "common/logging.h"
 #include "edl/error.h"
+#include "elastic/store/etcd_watch_cache.h"
 
 namespace edl::store {
 namespace {
@@ -17,12 +19,6 @@ using std::chrono::milliseconds;
 
 // Keys under this prefix belong to the backend (request markers); keys() never lists them.
 constexpr const char* kReserved = "__edl_etcd/";
-
-int64_t num(const Json& j, const char* field) {
-  if (!j.contains(field)) return 0;  // proto3 JSON omits zeros
-  const Json& v = j[field];
-  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
-}
 
 struct Kv {
   std::optional<std::string> value;  // nullopt: absent
@@ -35,7 +31,7 @@ Kv first_kv(const Json& range) {
   if (!range.contains("kvs") || range["kvs"].empty()) return kv;
   const Json& k = range["kvs"][0];
   kv.value = unb64(k.value("value", std::string()));
-  kv.mod_revision = num(k, "mod_revision");
+  kv.mod_revision = etcd_int(k, "mod_revision");
   return kv;
 }
 
@@ -87,14 +83,12 @@ class EtcdStore final : public Store {
     client_.call_ok("/v3/kv/put", put_op(key, value)["request_put"], "put of key '" + key + "'");
   }
 
-  std::optional<std::string> get(const std::string& key) override {
-    return first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "get of key '" + key + "'")).value;
-  }
+  std::optional<std::string> get(const std::string& key) override { return watches_.read(key).first; }
 
   bool del(const std::string& key) override {
     // A retried delete whose first answer was lost reports false: the key did not exist any more.
     Json r = client_.call_ok("/v3/kv/deleterange", Json{{"key", b64(key)}}, "delete of key '" + key + "'");
-    return num(r, "deleted") > 0;
+    return etcd_int(r, "deleted") > 0;
   }
 
   std::vector<std::string> keys(const std::string& prefix) override {
@@ -115,7 +109,7 @@ class EtcdStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override {
     const std::string marker = new_marker();
     Kv cur = first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "add to key '" + key + "'"));
-    for (;;) {
+    for (int races = 0;;) {
       int64_t v = 0, next = 0;
       if (cur.value) {
         const std::string& s = *cur.value;
@@ -134,6 +128,7 @@ class EtcdStore final : public Store {
       Kv mark = first_kv(r["responses"][1]["response_range"]);
       if (mark.value) return std::stoll(*mark.value);  // an earlier attempt whose answer was lost
       cur = first_kv(r["responses"][0]["response_range"]);  // lost a race: retry on the new value
+      after_lost_race(++races);
     }
   }
 
@@ -154,19 +149,21 @@ class EtcdStore final : public Store {
   bool wait(const std::vector<std::string>& keys, milliseconds timeout) override {
     if (keys.empty()) return true;
     auto deadline = Clock::now() + timeout;
+    // One key (the common case: a peer's address, polled in short slices by the mesh bootstrap):
+    // its watch stream says when it exists, confirmed by a read; no request while it does not.
     Json snapshot = {{"success", Json::array()}};
     for (const auto& k : keys) snapshot["success"].push_back(range_op(k, true));
     for (;;) {
-      // One txn = one revision for all keys; then watch the first missing one until it exists.
+      // One txn = one revision for all keys; then wait for the first missing one to exist.
       Json r = client_.call_ok("/v3/kv/txn", snapshot, "wait for keys");
       const std::string* missing = nullptr;
       for (size_t i = 0; i < keys.size() && !missing; ++i)
-        if (num(r["responses"][i]["response_range"], "count") == 0) missing = &keys[i];
+        if (etcd_int(r["responses"][i]["response_range"], "count") == 0) missing = &keys[i];
       if (!missing) return true;
       if (Clock::now() >= deadline) return false;
       const std::string& k = *missing;
       bool appeared = client_.watch(
-          k, deadline, [&] { return exists(k); },
+          k, deadline, [&] { return get(k).has_value(); },
           [](const Json& events) {
             for (const auto& ev : events)
               if (ev.value("type", std::string("PUT")) != "DELETE") return true;
@@ -178,22 +175,7 @@ class EtcdStore final : public Store {
 
   std::optional<std::string> wait_change(const std::string& key, const std::optional<std::string>& known,
                                          milliseconds timeout) override {
-    auto deadline = Clock::now() + timeout;
-    for (;;) {
-      std::optional<std::string> cur = get(key);
-      if (cur != known || Clock::now() >= deadline) return cur;
-      bool changed = client_.watch(
-          key, deadline, [&] { return get(key) != known; },
-          [&](const Json& events) {
-            for (const auto& ev : events) {
-              std::optional<std::string> v;
-              if (ev.value("type", std::string("PUT")) != "DELETE") v = unb64(ev["kv"].value("value", std::string()));
-              if (v != known) return true;
-            }
-            return false;
-          });
-      if (!changed) return known;  // the stream saw no change up to the deadline
-    }
+    return watches_.wait_change(key, known, Clock::now() + timeout);
   }
 
   void set_lease(const std::string& key, const std::string& value, milliseconds ttl) override {
@@ -206,9 +188,7 @@ class EtcdStore final : public Store {
       EtcdReply r = client_.call("/v3/kv/put", put_op(key, value, lease)["request_put"], deadline);
       if (r.kind == EtcdReply::kOk) return;
       if (tries == 0 && r.message().find("lease not found") != std::string::npos) {
-        lease = grant(ttl_s, "lease of key '" + key + "'");  // expired between the keepalive and the put
-        std::lock_guard<std::mutex> lock(mu_);
-        key_leases_[key] = {lease, ttl_s};
+        lease = new_key_lease(key, ttl_s);  // expired or revoked since the last keepalive
         continue;
       }
       throw StoreError("store " + client_.url() + ": set_lease of key '" + key + "' failed: " + r.message());
@@ -216,15 +196,24 @@ class EtcdStore final : public Store {
   }
 
  private:
-  bool exists(const std::string& key) {
-    Json r = client_.call_ok("/v3/kv/range", range_op(key, true)["request_range"], "wait for key '" + key + "'");
-    return num(r, "count") > 0;
+  // A burst of adds to one counter (a thousand workers arriving at a rendezvous) costs etcd O(n^2)
+  // txns — each a raft write, applied or not — if every loser of a race retries at once: the losers
+  // spread out over a random delay that doubles with each race lost (up to 2, 4, 8, 16 ms).
+  static void after_lost_race(int races) {
+    thread_local std::minstd_rand rng(std::random_device{}());
+    const int cap = 1 << std::min(races, 4);
+    std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, cap)(rng)));
   }
 
   struct KeyLease {
     int64_t id = 0;
-    int64_t ttl_s = 0;
+    int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted kSpareSecond longer
+    Clock::time_point renewed;     // when the last grant or keepalive was sent
   };
+  // A key lease is granted one second longer than asked and kept alive only when a second has passed
+  // since its last keepalive: every set_lease still leaves the key at least its ttl to live (at most
+  // a second more), at half the keepalives of a refresh every 500 ms (the worker's heartbeat).
+  static constexpr std::chrono::seconds kSpareSecond{1};
 
   std::string new_marker() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -233,15 +222,16 @@ class EtcdStore final : public Store {
 
   int64_t grant(int64_t ttl_s, const std::string& what) {
     Json r = client_.call_ok("/v3/lease/grant", Json{{"TTL", std::to_string(ttl_s)}}, "grant of a " + what);
-    int64_t granted = num(r, "TTL");
+    int64_t granted = etcd_int(r, "TTL");
     if (granted > ttl_s) {
       EDL_LOG(3) << "store " << client_.url() << ": etcd raised the " << what << " from " << ttl_s << " s to its minimum "
                  << granted << " s";
     }
-    return num(r, "ID");
+    return etcd_int(r, "ID");
   }
 
-  // The lease of a set_lease key, refreshed (keepalive) or granted anew when absent, expired or of another TTL.
+  // The lease of a set_lease key, refreshed (keepalive, at most once per kSpareSecond) or granted anew
+  // when absent, expired or of another TTL.
   int64_t key_lease(const std::string& key, int64_t ttl_s) {
     KeyLease kl;
     {
@@ -250,10 +240,21 @@ class EtcdStore final : public Store {
       if (it != key_leases_.end()) kl = it->second;
     }
     if (kl.id != 0 && kl.ttl_s == ttl_s) {
+      const auto sent = Clock::now();
+      if (sent - kl.renewed < kSpareSecond) return kl.id;  // still at least ttl_s to live
       Json r = client_.call_ok("/v3/lease/keepalive", Json{{"ID", std::to_string(kl.id)}}, "keepalive of key '" + key + "'");
-      if (r.contains("result") && num(r["result"], "TTL") > 0) return kl.id;  // TTL 0: the lease expired
+      if (r.contains("result") && etcd_int(r["result"], "TTL") > 0) {  // TTL 0: the lease expired
+        std::lock_guard<std::mutex> lock(mu_);
+        key_leases_[key].renewed = sent;
+        return kl.id;
+      }
     }
-    kl = {grant(ttl_s, "lease of key '" + key + "'"), ttl_s};
+    return new_key_lease(key, ttl_s);
+  }
+
+  int64_t new_key_lease(const std::string& key, int64_t ttl_s) {
+    const auto sent = Clock::now();
+    KeyLease kl{grant(ttl_s + kSpareSecond.count(), "lease of key '" + key + "'"), ttl_s, sent};
     std::lock_guard<std::mutex> lock(mu_);
     key_leases_[key] = kl;
     return kl.id;
@@ -293,6 +294,7 @@ class EtcdStore final : public Store {
   }
 
   EtcdClient client_;
+  EtcdWatchCache watches_{&client_};  // wait_change's streams (destroyed before client_)
   const std::string id_;  // this client's part of the marker keys
   std::mutex mu_;
   uint64_t seq_ = 0;

@@ -1,0 +1,78 @@
+// EtcdWatchCache: the etcd store's wait_change() served from long-lived watch streams, one per key
+// a Store waits on, shared by every waiter of that key in the process (docs/store.md, "etcd").
+//
+// The elastic runtime waits on the same few keys over and over in short slices (a worker's watch
+// thread waits on its generation's event key once per heartbeat, edl-run on <job>/gen every 500 ms,
+// a rendezvous waiter on the round's decision in slices). Opening a watch per wait would cost etcd
+// a new HTTP connection, a new watch stream and two reads per slice per worker; here the first wait on
+// a key opens a stream (watch, then one read once etcd confirms it) and keeps the key's value up to
+// date from its events; later waits cost etcd nothing until the value changes. A value the stream
+// reports as changed is read once more (a linearizable range) before it is returned, so a waiter
+// never gets a value older than one it has read itself. The stream is renewed (a new watch and
+// read) every kRenew, which also moves it off a member that stopped answering without closing the
+// connection; a stream nobody waited on for kIdle is closed.
+//
+// Errors: a stream that cannot reach any member for the client's retry window makes its waiters
+// throw StoreError; the next wait opens a new stream.
+// Thread-safety: every method may be called concurrently. The destructor ends every stream.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "elastic/store/etcd_client.h"
+
+namespace edl::store {
+
+class EtcdWatchCache {
+ public:
+  explicit EtcdWatchCache(EtcdClient* client) : client_(client) {}
+  ~EtcdWatchCache();
+  EtcdWatchCache(const EtcdWatchCache&) = delete;
+  EtcdWatchCache& operator=(const EtcdWatchCache&) = delete;
+
+  // Store::wait_change on `key` until `deadline`.
+  std::optional<std::string> wait_change(const std::string& key, const std::optional<std::string>& known,
+                                         Clock::time_point deadline);
+
+  // The value of key by a linearizable read, and the revision of the store it reflects.
+  std::pair<std::optional<std::string>, int64_t> read(const std::string& key);
+
+  static constexpr std::chrono::seconds kRenew{5};
+  static constexpr std::chrono::seconds kIdle{2};
+
+ private:
+  struct Entry {
+    bool synced = false;           // value is the key's value since the stream's last read
+    std::optional<std::string> value;
+    int64_t revision = 0;          // store revision `value` reflects (events at or below it are old)
+    std::optional<std::string> error;  // the stream gave up (StoreError text)
+    bool done = false;             // the stream thread has ended
+    int waiters = 0;
+    Clock::time_point last_wait;
+    EtcdWatchStop stop;
+    std::thread thread;
+  };
+
+  std::shared_ptr<Entry> acquire(const std::string& key);
+  void release(const std::shared_ptr<Entry>& e);
+  // Newer value of key at `revision` (ignored unless newer than what the entry holds). Caller holds mu_.
+  void update(Entry& e, std::optional<std::string> value, int64_t revision);
+  void stream(const std::string& key, const std::shared_ptr<Entry>& e);
+  void join_retired();
+
+  EtcdClient* const client_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<Entry>> entries_;
+  std::vector<std::shared_ptr<Entry>> retired_;  // stopped, not yet joined
+};
+
+}  // namespace edl::store
