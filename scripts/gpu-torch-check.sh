@@ -31,7 +31,8 @@
 #     --rehearse    a machine without a GPU (this project's CI machines): checks the bundle (size with
 #                   the checkout under the device tool's 64 MiB, the dataset, torch-kit/), builds the
 #                   kit against the CPU libtorch CMake finds (device_none.cc: CUDA tensors refused)
-#                   and runs every phase, which must then skip or refuse --device cuda
+#                   and runs every phase, which must then skip or refuse --device cuda; every time
+#                   limit x6
 #     --only LIST   comma-separated phases (build,tests,kill-join,doubled,bench,job; default all)
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,7 +55,9 @@ KB=${EDL_TORCH_KIT_BUILD:-/tmp/edl-torch-kit}
 W="$OUT/torch"
 mkdir -p "$W" "$KB"
 T0=$(date +%s)
-END=$(( T0 + ${EDL_TORCH_CHECK_S:-480} ))
+SCALE=1  # a rehearsal on a 2-core machine without a GPU: every limit x6 (the kit's build alone takes minutes)
+[ $REHEARSE = 1 ] && SCALE=6
+END=$(( T0 + ${EDL_TORCH_CHECK_S:-480} * SCALE ))
 : > "$W/torch_env.txt"
 rm -f "$W/torch_gpu_bench.jsonl" "$W/torch_check.jsonl"
 say() { echo "gpu-torch-check: $*" | tee -a "$W/torch_env.txt"; }
@@ -107,7 +110,7 @@ fi
 # --- phases -----------------------------------------------------------------------------------------
 B_RC=- T_RC=- K_RC=- D_RC=- BENCH_RC=- BENCH50_RC=- J_RC=- ROWS=0 ACC=- BASE_ACC=-
 run_phase() {  # NAME CAP MIN LOG COMMAND...: appends to LOG, sets PHASE_RC
-  local name=$1 cap=$2 min=$3 log=$4 t
+  local name=$1 cap=$(( $2 * SCALE )) min=$3 log=$4 t
   shift 4
   t=$(budget "$cap" "$min")
   if [ "$t" -eq 0 ]; then PHASE_RC=not-run; say "$name: not run (under $min s left)"; return; fi

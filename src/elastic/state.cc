@@ -34,6 +34,9 @@ struct State::Impl {
   int64_t committed_step = -1;
   // The last commit holds staged blobs' copies, not their bytes (empty payloads): whole() fills them.
   bool staged_pending = false;
+  // The staged blobs' copies are the last commit (until a sync or a checkpoint replaces it): restore()
+  // takes them back without host bytes, whether or not whole() made the bytes meanwhile.
+  bool staged_current = false;
   std::string checkpoint_dir;
   bool persist = true;              // only one member of a job writes checkpoint files (rank 0)
   bool synced = false;              // false until the first sync: a fresh member never wins a tie
@@ -209,6 +212,7 @@ void State::commit() {
   auto& im = *impl_;
   im.committed = std::make_shared<const std::string>(encode_snapshot(im.items, epoch, step, im.ident));
   im.staged_pending = std::any_of(im.items.begin(), im.items.end(), [](const SnapshotItem& it) { return it.staged(); });
+  im.staged_current = im.staged_pending;
   im.committed_step = step;
   if (!im.checkpoint_dir.empty() && im.persist) im.persist_async(*im.whole(), step);
 }
@@ -216,7 +220,7 @@ void State::commit() {
 void State::restore() {
   auto& im = *impl_;
   EDL_CHECK(im.committed_step >= 0, InvalidArgument, "State::restore: nothing was committed yet");
-  if (!im.staged_pending) {
+  if (!im.staged_current) {
     decode_snapshot(*im.committed, im.items, &epoch, &step, "the last in-memory commit");
     return;
   }
@@ -251,7 +255,7 @@ bool State::load_checkpoint() {
   SnapshotIdentity got;
   decode_snapshot(*bytes, impl_->items, &epoch, &step, "checkpoint file " + path, impl_->ident, &got);
   impl_->committed = std::make_shared<const std::string>(std::move(*bytes));
-  impl_->staged_pending = false;
+  impl_->staged_pending = impl_->staged_current = false;
   impl_->committed_step = step;
   impl_->ident = got;
   EDL_LOG(1) << "edl: resumed from checkpoint " << path << " at step " << step << " (lineage " << got.lineage << ")";
@@ -293,7 +297,7 @@ void state_adopt(State& s, std::string bytes, const std::string& origin) {
   decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin, SnapshotIdentity{im.ident.job, ""}, &got);
   im.ident.lineage = got.lineage;
   im.committed = std::make_shared<const std::string>(std::move(bytes));
-  im.staged_pending = false;
+  im.staged_pending = im.staged_current = false;
   im.committed_step = s.step;
 }
 

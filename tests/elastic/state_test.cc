@@ -138,14 +138,16 @@ TEST_CASE("a staged blob commits and restores without host bytes; they are made 
   CHECK(n == 1);
   CHECK(a.copied_back == 1);
   CHECK(a.to_host == 0);  // commit and restore stayed "on the device"
-  // A stop-free state server (or sync) asks for the bytes: made once, then restore loads them.
+  // A stop-free state server (or sync) asks for the bytes: made once; restore still takes the copy.
   const auto bytes = edl::elastic::state_commit(s);
   CHECK(a.to_host == 1);
   CHECK(edl::elastic::state_commit(s) == bytes);
+  CHECK(bytes->find("committed") != std::string::npos);
   a.live = "later";
   s.restore();
   CHECK(a.live == "committed");
-  CHECK(a.loaded == 1);
+  CHECK(a.copied_back == 2);
+  CHECK(a.loaded == 0);
   CHECK(a.to_host == 1);
 
   // A checkpoint file holds the bytes (made at commit on the writing member) and resumes a new State.
@@ -167,6 +169,11 @@ TEST_CASE("a staged blob commits and restores without host bytes; they are made 
   r.set_checkpoint_dir(dir);
   REQUIRE(r.load_checkpoint());
   CHECK(c.live == "on disk");
+  CHECK(c.loaded == 1);
+  c.live = "later";
+  r.restore();  // the last commit came from the file: its bytes, not a copy
+  CHECK(c.live == "on disk");
+  CHECK(c.copied_back == 0);
   CHECK(r.step == 5);
   std::remove(edl::elastic::checkpoint_path(dir).c_str());
   std::remove((edl::elastic::checkpoint_path(dir) + ".lock").c_str());
