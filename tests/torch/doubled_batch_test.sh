@@ -10,12 +10,8 @@
 # (exit 77, one line), fails then with EDL_REQUIRE_GPU=1.
 # Usage: doubled_batch_test.sh EDL_RUN WORKER [--device cpu|cuda]
 set -euo pipefail
-RUN=$1
-WORKER=$2
-DEVICE=cpu
-[ "${3:-}" = --device ] && DEVICE=${4:?--device needs cpu or cuda}
 . "$(dirname "$0")/gpu_probe.sh"
-gpu_probe "$WORKER" "$DEVICE"
+process_test_args "$@"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "doubled_batch_test FAILED: $*" >&2; for l in "$work"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; exit 1; }

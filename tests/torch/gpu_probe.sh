@@ -1,4 +1,6 @@
 # Sourced by the edl::torch process tests (kill_join_test.sh, doubled_batch_test.sh):
+#   process_test_args "$@"    their arguments, EDL_RUN WORKER [--device cpu|cuda]: sets RUN, WORKER,
+#                             DEVICE, then gpu_probe
 #   gpu_probe WORKER DEVICE   sets RUN_ARGS (edl-run's arguments for DEVICE: --one-gpu-test on cuda,
 #                             one NCCL_HOSTID per slot) or, without a usable GPU, skips with one line
 #                             (exit 77) — or fails with EDL_REQUIRE_GPU=1.
@@ -20,4 +22,12 @@ gpu_probe() {
   fi
   [ $probe -eq 0 ] || { echo "$(basename "$0") FAILED: the worker's CUDA probe exited $probe: $why" >&2; exit 1; }
   RUN_ARGS=(--one-gpu-test)
+}
+
+process_test_args() {
+  RUN=$1
+  WORKER=$2
+  DEVICE=cpu
+  [ "${3:-}" = --device ] && DEVICE=${4:?--device needs cpu or cuda}
+  gpu_probe "$WORKER" "$DEVICE"
 }

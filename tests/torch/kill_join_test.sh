@@ -9,12 +9,8 @@
 # per slot); without a usable GPU it skips (exit 77) with one line, or fails with EDL_REQUIRE_GPU=1.
 # Usage: kill_join_test.sh EDL_RUN WORKER [--device cpu|cuda]
 set -euo pipefail
-RUN=$1
-WORKER=$2
-DEVICE=cpu
-[ "${3:-}" = --device ] && DEVICE=${4:?--device needs cpu or cuda}
 . "$(dirname "$0")/gpu_probe.sh"
-gpu_probe "$WORKER" "$DEVICE"
+process_test_args "$@"
 work=$(mktemp -d)
 job=""
 cleanup() { [ -n "$job" ] && kill "$job" 2>/dev/null; rm -rf "$work"; }
