@@ -36,42 +36,28 @@ void on_signal(int sig) {
 
 // --- EventLog -------------------------------------------------------------------------------------
 
-void EventLog::poll() {
-  for (const auto& line : tail_.new_lines()) parse(line);
-}
-
-void EventLog::parse(const std::string& line) {
+bool EventLog::parse_own(const std::string& kind, const std::string& line) {
   std::istringstream is(line);
-  std::string kind;
-  is >> kind;
-  if (kind == "step") {
-    StepLine s;
-    is >> s.worker >> s.step >> s.gen >> s.rank >> s.size >> s.t;
-    if (is) {
-      steps.push_back(s);
-      max_step = std::max(max_step, s.step);
-    }
-  } else if (kind == "gen") {
+  std::string skip;
+  is >> skip;
+  if (kind == "gen") {
     GenLine g;
     is >> g.worker >> g.gen >> g.rank >> g.size >> g.t;
     if (is) gens.push_back(g);
-  } else if (kind == "start") {
-    std::string w, url;
-    long p = 0;
-    double t = 0;
-    is >> w >> p >> t >> url;
-    pid[w] = static_cast<pid_t>(p);
-    start_t[w] = t;
-    if (store_url.empty() && url != "-") store_url = url;
-  } else if (kind == "selfkill") {
+    return true;
+  }
+  if (kind == "selfkill") {
     SelfKill k;
     is >> k.worker >> k.phase >> k.rank >> k.t;
     selfkills.push_back(k);
-  } else if (kind == "error") {
-    errors.push_back(line);
-  } else if (kind == "done") {
-    done.push_back(line);
+    return true;
   }
+  if (kind == "start" && store_url.empty()) {  // "start <worker> <pid> <t> <store url or ->"
+    std::string w, p, t, url;
+    is >> w >> p >> t >> url;
+    if (!url.empty() && url != "-") store_url = url;
+  }
+  return false;  // the common reader takes the rest of a start line, and the other kinds
 }
 
 // --- ChaosJob -------------------------------------------------------------------------------------

@@ -29,23 +29,17 @@ struct SelfKill {
   double t = 0;
 };
 
-// Incremental reader of <dir>/log.
-class EventLog {
+// Incremental reader of <dir>/log: WorkerLog's common lines (steps, starts, errors, done) and
+// chaos_worker's own: "gen <worker> <gen> <rank> <size> <t>", "selfkill ...", and the store URL the
+// first "start" line names.
+class EventLog : public WorkerLog {
  public:
-  explicit EventLog(std::string path) : tail_(std::move(path)) {}
-  void poll();
-  std::vector<StepLine> steps;
-  std::vector<GenLine> gens;
+  using WorkerLog::WorkerLog;
   std::vector<SelfKill> selfkills;
-  std::map<std::string, pid_t> pid;  // worker -> pid
-  std::map<std::string, double> start_t;
-  std::vector<std::string> errors, done;
   std::string store_url;  // from the first start line
-  int64_t max_step = -1;
 
- private:
-  void parse(const std::string& line);
-  LineTail tail_;
+ protected:
+  bool parse_own(const std::string& kind, const std::string& line) override;
 };
 
 struct Member {

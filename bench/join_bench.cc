@@ -3,11 +3,14 @@
 // joins (EDL_JOIN=stopfree: the newcomer receives the tensors in the background, docs/elastic.md).
 //
 // For each state size in --sizes-mb and each path in --paths, in one run: --survivors processes of
-// the synthetic worker (testing/elastic_worker.cc: a 65,536-float model with one averaged gradient
-// allreduce and --step-ms of compute per step, a further --state-mb M tensor of which a 1 MiB window
-// changes every step, a commit every step) train against an in-process store. From step --join-at
-// on, --joins newcomers come one after the other: each joins, trains --after steps once it holds
-// the state, and leaves gracefully (SIGTERM) before the next one starts.
+// the synthetic worker (testing/elastic_worker.cc: a 65,536-float model, --step-ms of compute per
+// step then one averaged gradient allreduce (--compute-first: the survivors' boundaries line up as
+// in real training, instead of keeping the phase offset they started with), a further --state-mb M
+// tensor of which a 1 MiB window changes every step, a commit every step) train against an
+// in-process store. From step --join-at
+// on, --joins newcomers come one after the other (--large-joins at sizes of --large-mb and more,
+// whose steps commit that much state each: a 1 GiB trial takes minutes per join): each joins, trains
+// --after steps once it holds the state, and leaves gracefully (SIGTERM) before the next one starts.
 // From the workers' step log (CLOCK_MONOTONIC times):
 //   step_ms          the survivors' median step time before the first join (median over survivors)
 //   extra_ms         around a join: for each survivor the time between its last step line before
@@ -17,8 +20,14 @@
 //   catchup_steps    stop-free: steps from the join to the newcomer's "caught up" boundary (0 for stop)
 //   catchup_extra_ms stop-free: the slowest survivor's extra time summed over those steps (the
 //                    background serving's cost, spread over the catch-up); medians over the joins
+//   noise_ms         the same measure as extra_ms over two-step windows without a membership change
+//                    (first generation, after the warm-up steps): the median over those windows, and
+//   noise_p90_ms     their 90th percentile — what extra_ms would read if a join cost nothing (a
+//                    loaded machine delays steps by itself)
+//   peak_rss_mb      the largest sum of the workers' resident memory, sampled every 20 ms
 // Rows (--json PATH): {"bench":"join","state_bytes","path","survivors","step_ms","extra_ms",
-//                      "extra_min_ms","extra_max_ms","joins","catchup_steps","catchup_extra_ms"}
+//                      "extra_min_ms","extra_max_ms","joins","catchup_steps","catchup_extra_ms",
+//                      "noise_ms","noise_p90_ms","peak_rss_mb"}
 #include <signal.h>
 #include <unistd.h>
 
@@ -54,7 +63,9 @@ struct Options {
   double step_ms = 100;
   int join_at = 15;
   int after = 10;
-  int joins = 3;
+  int joins = 5;
+  uint64_t large_mb = 512;
+  int large_joins = 1;
   double trial_timeout_s = 1800;
   std::string worker = EDL_ELASTIC_WORKER_PATH;
   std::string dir;
@@ -106,7 +117,8 @@ struct JoinCost {
 };
 
 struct Row {
-  double step_ms = 0, extra_ms = 0, extra_min = 0, extra_max = 0, catchup_extra_ms = 0;
+  double step_ms = 0, extra_ms = 0, extra_min = 0, extra_max = 0, catchup_extra_ms = 0, noise_ms = 0, noise_p90 = 0;
+  double peak_rss_mb = 0;
   int64_t catchup_steps = 0;
   int joins = 0;
 };
@@ -117,12 +129,51 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+constexpr size_t kWarmup = 4;  // step lines of the first generation left out of the medians
+
 // A survivor's median step before the first join (first generation, warm-up steps left out).
 double median_step(const std::vector<Step>& s) {
   std::vector<double> d;
-  for (size_t i = 4; i < s.size() && s[i].gen == s.front().gen; ++i)
+  for (size_t i = kWarmup; i < s.size() && s[i].gen == s.front().gen; ++i)
     if (s[i].step == s[i - 1].step + 1) d.push_back(s[i].t - s[i - 1].t);
   return median_of(d);
+}
+
+// extra_ms's measure over the two-step windows of the first generation (no membership change): for
+// each step, the largest over the survivors of (its time two steps back to it) minus two medians.
+std::vector<double> quiet_windows(const std::vector<const std::vector<Step>*>& survivors, const std::vector<double>& medians) {
+  std::map<int64_t, double> worst;
+  std::map<int64_t, size_t> seen;
+  for (size_t k = 0; k < survivors.size(); ++k) {
+    const auto& s = *survivors[k];
+    for (size_t i = kWarmup + 2; i < s.size() && s[i].gen == s.front().gen; ++i) {
+      if (s[i].step != s[i - 2].step + 2) continue;
+      const double x = s[i].t - s[i - 2].t - 2 * medians[k];
+      auto it = worst.find(s[i].step);
+      worst[s[i].step] = it == worst.end() ? x : std::max(it->second, x);
+      ++seen[s[i].step];
+    }
+  }
+  std::vector<double> v;
+  for (const auto& [step, x] : worst)
+    if (seen[step] == survivors.size()) v.push_back(x);
+  return v;
+}
+
+// The resident memory of a process in MiB (0 when it is gone).
+double rss_mb(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/statm").c_str(), "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20) : 0;
 }
 
 // Survivor s's extra time across the change into generation g (its last step line before g to
@@ -157,16 +208,21 @@ Row run_trial(const Options& o, uint64_t mb, const std::string& path, const std:
     sp.log = o.dir + "/" + tag + "." + id + ".out";
     sp.die_with_parent = true;
     procs[id] = edl::testing::Process({o.worker, "--steps", "100000000", "--step-ms", std::to_string(o.step_ms), "--params",
-                                       "65536", "--state-mb", std::to_string(mb), "--log", log_path},
+                                       "65536", "--state-mb", std::to_string(mb), "--compute-first", "1", "--log", log_path},
                                       sp);
   };
   for (int i = 0; i < o.survivors; ++i) spawn("s" + std::to_string(i));
   LineTail tail(log_path);
   Log log;
   const double t_end = now_s() + o.trial_timeout_s;
+  const int joins = mb >= o.large_mb ? o.large_joins : o.joins;
+  double peak_rss = 0;
   int j = 0;             // the newcomer in the job or next to come
   int64_t next_at = o.join_at;
-  while (j < o.joins) {
+  while (j < joins) {
+    double rss = 0;
+    for (const auto& [id, p] : procs) rss += rss_mb(p.pid());
+    peak_rss = std::max(peak_rss, rss);
     for (const auto& line : tail.new_lines()) log.parse_line(line);
     if (!log.errors.empty()) throw std::runtime_error("join_bench: a worker failed: " + log.errors.front());
     if (now_s() > t_end) throw std::runtime_error("join_bench: trial " + tag + " did not finish in time");
@@ -187,12 +243,14 @@ Row run_trial(const Options& o, uint64_t mb, const std::string& path, const std:
   for (auto& [id, p] : procs) p.stop(std::chrono::milliseconds(0));
   Row row;
   std::vector<double> medians, extras, catchups;
-  std::vector<JoinCost> costs(o.joins);
+  std::vector<JoinCost> costs(joins);
+  std::vector<const std::vector<Step>*> survivors;
   for (int i = 0; i < o.survivors; ++i) {
     const auto& s = log.steps["s" + std::to_string(i)];
     const double m = median_step(s);
     medians.push_back(m);
-    for (int k = 0; k < o.joins; ++k) {
+    survivors.push_back(&s);
+    for (int k = 0; k < joins; ++k) {
       const std::string id = "new" + std::to_string(k);
       const auto c = log.caught_at.find(id);
       add_survivor(s, m, log.joined_gen[id], c == log.caught_at.end() ? -1 : c->second, &costs[k]);
@@ -210,7 +268,11 @@ Row run_trial(const Options& o, uint64_t mb, const std::string& path, const std:
   row.extra_max = *std::max_element(extras.begin(), extras.end());
   row.catchup_extra_ms = median_of(catchups);
   row.catchup_steps = path == "stopfree" ? static_cast<int64_t>(median_of(steps)) : 0;
-  row.joins = o.joins;
+  row.joins = joins;
+  const std::vector<double> quiet = quiet_windows(survivors, medians);
+  row.noise_ms = median_of(quiet);
+  row.noise_p90 = percentile(quiet, 0.9);
+  row.peak_rss_mb = peak_rss;
   return row;
 }
 
@@ -224,7 +286,9 @@ int main(int argc, char** argv) {
       "step-ms", "compute per step (ms)", cxxopts::value<double>()->default_value("100"))(
       "join-at", "the newcomer starts when the job reaches this step", cxxopts::value<int>()->default_value("15"))(
       "after", "steps each newcomer trains (after catching up) before it leaves", cxxopts::value<int>()->default_value("10"))(
-      "joins", "joins per trial (one newcomer after the other; the median is reported)", cxxopts::value<int>()->default_value("3"))(
+      "joins", "joins per trial (one newcomer after the other; the median is reported)", cxxopts::value<int>()->default_value("5"))(
+      "large-mb", "sizes of this many MiB and more are large (--large-joins)", cxxopts::value<uint64_t>()->default_value("512"))(
+      "large-joins", "joins per trial at the large sizes", cxxopts::value<int>()->default_value("1"))(
       "trial-timeout-s", "give up on a trial after this long", cxxopts::value<double>()->default_value("1800"))(
       "worker", "path of the synthetic worker", cxxopts::value<std::string>()->default_value(EDL_ELASTIC_WORKER_PATH))(
       "timeline", "write each worker's timeline (EDL_TIMELINE) into this directory", cxxopts::value<std::string>()->default_value(""))(
@@ -256,11 +320,15 @@ int main(int argc, char** argv) {
   o.join_at = r["join-at"].as<int>();
   o.after = r["after"].as<int>();
   o.joins = r["joins"].as<int>();
+  o.large_mb = r["large-mb"].as<uint64_t>();
+  o.large_joins = r["large-joins"].as<int>();
   o.worker = r["worker"].as<std::string>();
   o.trial_timeout_s = r["trial-timeout-s"].as<double>();
   o.timeline_dir = r["timeline"].as<std::string>();
-  if (o.survivors < 1 || o.sizes_mb.empty() || o.paths.empty() || o.join_at < 5 || o.after < 1 || o.joins < 1) {
-    std::fprintf(stderr, "join_bench: needs --survivors >= 1, --join-at >= 5, --after >= 1, --joins >= 1, sizes and paths\n");
+  if (o.survivors < 1 || o.sizes_mb.empty() || o.paths.empty() || o.join_at < 5 || o.after < 1 || o.joins < 1 || o.large_joins < 1) {
+    std::fprintf(stderr,
+                 "join_bench: needs --survivors >= 1, --join-at >= 5, --after >= 1, --joins >= 1, --large-joins >= 1, "
+                 "sizes and paths\n");
     return 2;
   }
   char tmpl[] = "/tmp/edl_join_bench_XXXXXX";
@@ -268,7 +336,7 @@ int main(int argc, char** argv) {
   o.dir = tmpl;
   JsonRows json(r["json"].as<std::string>());
   Table table({"state_MiB", "path", "step_ms", "extra_ms", "extra_%", "extra_min", "extra_max", "catchup_steps",
-               "catchup_extra"});
+               "catchup_extra", "noise", "noise_p90", "peak_rss_MiB"});
   table.header();
   int trial = 0;
   for (uint64_t mb : o.sizes_mb)
@@ -282,7 +350,8 @@ int main(int argc, char** argv) {
       }
       const double pct = row.step_ms > 0 ? 100.0 * row.extra_ms / row.step_ms : 0;
       table.row({std::to_string(mb), path, fmt(row.step_ms, 1), fmt(row.extra_ms, 1), fmt(pct, 1), fmt(row.extra_min, 1),
-                 fmt(row.extra_max, 1), std::to_string(row.catchup_steps), fmt(row.catchup_extra_ms, 1)});
+                 fmt(row.extra_max, 1), std::to_string(row.catchup_steps), fmt(row.catchup_extra_ms, 1), fmt(row.noise_ms, 1), fmt(row.noise_p90, 1),
+                 fmt(row.peak_rss_mb, 0)});
       Json j;
       j["bench"] = "join";
       j["state_bytes"] = mb << 20;
@@ -295,6 +364,9 @@ int main(int argc, char** argv) {
       j["joins"] = row.joins;
       j["catchup_steps"] = row.catchup_steps;
       j["catchup_extra_ms"] = row.catchup_extra_ms;
+      j["noise_ms"] = row.noise_ms;
+      j["noise_p90_ms"] = row.noise_p90;
+      j["peak_rss_mb"] = row.peak_rss_mb;
       json.write(j);
     }
   std::filesystem::remove_all(o.dir);  // the workers' logs; kept when a trial fails

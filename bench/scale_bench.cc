@@ -238,7 +238,9 @@ std::map<std::string, std::vector<Event>> run_job(const Settings& s, StoreUnderT
   events["start"].push_back(e);
   for (int k = 0; k < s.kills; ++k) {
     uint64_t g0 = job.wait_stable(n, 3, s.phase_timeout_ms);
+    first.update(job.log());  // wait_stable read lines that `first` has not seen yet
     auto members = first.members(g0);
+    if (members.empty()) throw std::runtime_error("no member of generation " + std::to_string(g0) + " in the log");
     std::string victim = members[rng() % members.size()];
     killed.insert(victim);
     size_t starts_before = job.log().starts.size();

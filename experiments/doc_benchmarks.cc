@@ -288,7 +288,9 @@ void join_section(std::ostream& md, const DataSet& d, Plots&) {
         "includes the commit of the whole state every step), the median over `joins` newcomers joining one after "
         "the other (min / max: the best and the worst join); `catchup_steps` / `catchup_extra_ms`: stop-free only, "
         "the steps until the newcomer held the whole state and the slowest survivor's extra time summed over them "
-        "(the servers' sending, beside training).\n";
+        "(the servers' sending, beside training); `noise_ms`: the same measure over two-step windows without a "
+        "membership change in the same run (median / 90th percentile: what `extra_ms` reads when a join costs "
+        "nothing, on a loaded machine); `peak_rss_mb`: the workers' resident memory together at its largest.\n";
   std::vector<std::vector<std::string>> body;
   for (const Json& r : d.of("join_bench")) {
     const double step = num(r, "step_ms"), extra = num(r, "extra_ms");
@@ -297,10 +299,12 @@ void join_section(std::ostream& md, const DataSet& d, Plots&) {
     body.push_back({cell(r["state_bytes"]), r.value("path", "?"), cell(r["survivors"]), cell(r["joins"]),
                     fixed(step, 1), fixed(extra, 1), fixed(num(r, "extra_min_ms"), 1) + " / " + fixed(num(r, "extra_max_ms"), 1),
                     fixed(pct, 1), cell(r["catchup_steps"]), fixed(num(r, "catchup_extra_ms"), 1),
+                    r.contains("noise_ms") ? fixed(num(r, "noise_ms"), 1) + " / " + fixed(num(r, "noise_p90_ms"), 1) : "",
+                    r.contains("peak_rss_mb") ? fixed(num(r, "peak_rss_mb"), 0) : "",
                     stopfree ? (pct <= 10 ? "meets" : "misses") : ""});
   }
   table(md, {"state_bytes", "path", "survivors", "joins", "step_ms", "extra_ms", "min / max", "extra % of a step",
-             "catchup_steps", "catchup_extra_ms", "<= 10%"},
+             "catchup_steps", "catchup_extra_ms", "noise_ms (median / p90)", "peak_rss_mb", "<= 10%"},
         body);
 }
 

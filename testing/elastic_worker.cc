@@ -15,7 +15,7 @@
 //
 //   elastic_worker --steps N --step-ms MS --params P --log PATH [--throw-at STEP] [--stall-at STEP --stall-ms MS]
 //                  [--slow-ms MS [--slow-worker ID]] [--batch N] [--step-ms-by-size K:MS,...] [--records N]
-//                  [--state-mb M]
+//                  [--state-mb M] [--compute-first 1]
 // --stall-at: the first time the worker reaches that step it sleeps --stall-ms inside the batch
 // (alive and heartbeating: a rank stuck in user code).
 // --slow-ms MS [--slow-worker ID]: sleep MS more per step before the step's collective (the
@@ -30,6 +30,11 @@
 // worker logs "audit <worker> <records trained exactly once> <N>" at the end (exactly-once data).
 // --state-mb M: a further M MiB float32 tensor "table" in the State, a 1 MiB window of which is
 // updated every step from the averaged gradient (a large state with cheap steps: the join bench).
+// --compute-first 1: the step's compute (--step-ms) comes before its gradient allreduce, as in a
+// real training step (forward and backward, then the reduction): every rank leaves the allreduce at
+// the same time, so the ranks' boundaries line up. By default the compute is timed from before the
+// allreduce and overlaps it (a rank that waits there does not wait again), so ranks keep whatever
+// phase offset they started with.
 // While the worker is a stop-free newcomer catching up (edl::elastic::catching_up()) it trains no
 // records, contributes a zero gradient and skips the step's compute; it logs the catchup lines.
 // --throw-at: the user's function throws at that step (a deterministic user error): the job fails
@@ -91,6 +96,7 @@ struct Flags {
   int64_t batch = 0;
   uint64_t records = 0;
   uint64_t state_mb = 0;
+  bool compute_first = false;
   std::map<int, double> step_ms_by_size;
 };
 
@@ -110,6 +116,7 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (a == "--batch") f->batch = std::stoll(argv[i + 1]);
     else if (a == "--records") f->records = std::stoull(argv[i + 1]);
     else if (a == "--state-mb") f->state_mb = std::stoull(argv[i + 1]);
+    else if (a == "--compute-first") f->compute_first = std::stoi(argv[i + 1]) != 0;
     else if (a == "--step-ms-by-size") {
       std::string list = argv[i + 1];
       for (size_t p = 0; p < list.size();) {
@@ -233,6 +240,7 @@ int main(int argc, char** argv) {
         auto by_size = f.step_ms_by_size.find(edl::size());
         const double this_step_ms = catching ? 0.0 : by_size != f.step_ms_by_size.end() ? by_size->second : f.step_ms;
         auto t_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(this_step_ms * 1000));
+        if (f.compute_first) std::this_thread::sleep_until(t_end);
         edl::allreduce(grad.data(), grad.size(), edl::DataType::kFloat32, edl::ReduceOp::kAverage, "grad");
         for (size_t i = 0; i < f.params; ++i) w[i] -= 0.01f * grad[i];
         update_table(table, grad, state.step);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -60,10 +61,14 @@ void WorkerLog::parse(const std::string& line) {
   std::istringstream is(line);
   std::string kind;
   is >> kind;
+  if (parse_own(kind, line)) return;
   if (kind == "step") {
     StepLine s;
     is >> s.worker >> s.step >> s.gen >> s.rank >> s.size >> s.t;
-    steps.push_back(s);
+    if (is) {
+      steps.push_back(s);
+      max_step = std::max(max_step, s.step);
+    }
   } else if (kind == "gen") {
     GenLine g;
     int after_failure = 0;
@@ -71,10 +76,10 @@ void WorkerLog::parse(const std::string& line) {
     gens.push_back(g);
   } else if (kind == "start") {
     std::string w;
-    int p = 0;
+    long p = 0;
     double t = 0;
     is >> w >> p >> t;
-    pid[w] = p;
+    pid[w] = static_cast<pid_t>(p);
     starts.emplace_back(w, t);
   } else if (kind == "error") {
     errors.push_back(line);

@@ -41,18 +41,28 @@ struct GenLine {
   std::string role;  // GenerationInfo's role: "newcomer", "survivor", "readmitted"
 };
 
-// Tails the workers' shared log (line formats: testing/elastic_worker.cc).
+// Tails the workers' shared log (line formats: testing/elastic_worker.cc). The lines "step <worker>
+// <step> <gen> <rank> <size> <t>", "start <worker> <pid> <t> ...", "error ..." and "done ..." are
+// common to the workers that log this way; a derived log (chaos_bench's EventLog, whose chaos_worker
+// writes a shorter "gen" line and lines of its own) reads the rest in parse_own().
 class WorkerLog {
  public:
   explicit WorkerLog(std::string path) : tail_(std::move(path)) {}
+  virtual ~WorkerLog() = default;
   void poll();
 
   std::vector<StepLine> steps;
   std::vector<GenLine> gens;
-  std::map<std::string, int> pid;                      // worker -> latest pid
+  std::map<std::string, pid_t> pid;                    // worker -> latest pid
   std::vector<std::pair<std::string, double>> starts;  // worker, t
   std::vector<std::string> errors;
   std::vector<std::string> done;
+  int64_t max_step = -1;                               // the largest step of a step line
+
+ protected:
+  // A line of kind `kind` (its first word) before the common reader sees it: true when the derived
+  // log took it whole (the common reader then skips it).
+  virtual bool parse_own(const std::string& /*kind*/, const std::string& /*line*/) { return false; }
 
  private:
   void parse(const std::string& line);

@@ -113,7 +113,8 @@ class EDL_API State {
   void commit();
   void restore();
   // Collective on the current generation (inside edl::elastic::run; InvalidArgument elsewhere).
-  // Members allgather (committed step, fresh), where fresh = this State was never synced before.
+  // Members allgather (committed step, fresh, size of the commit), where fresh = this State was
+  // never synced before.
   // The best member is the one with the highest committed step; among equal steps a member that
   // was synced before beats a fresh one (so a newcomer holding the initial state at the same step
   // never overwrites the job's state); then the lowest rank. When every member holds the same step

@@ -63,6 +63,12 @@ class EDL_API Store {
   // Creates or refreshes key=value; the key is deleted `ttl` after the last refresh.
   virtual void set_lease(const std::string& key, const std::string& value, std::chrono::milliseconds ttl) = 0;
 
+  // The values of `keys` in their order (nullopt where absent), each read as get() reads it (not
+  // one atomic snapshot of them all). The tcp:// client sends every request before it waits for a
+  // reply: one round trip for the lot instead of one per key (a decider reading a thousand
+  // arrivals, a rank reading its peers' addresses). The default calls get() for each key.
+  virtual std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys);
+
   // Blocking get: waits up to timeout for key, then returns its value; throws StoreError on timeout.
   std::string get_wait(const std::string& key, std::chrono::milliseconds timeout);
 };

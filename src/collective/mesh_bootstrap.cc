@@ -107,17 +107,34 @@ class MeshBuilder {
     store_.set(key_of(c_.rank_), c_.options_.bind_address + ":" + std::to_string(port));
   }
 
-  // Dials the next linked peer once its address is published (waiting at most kDialWait for it, so
-  // that the listener is served meanwhile) and sends our hello (96 bytes fit in an empty socket
-  // buffer). Returns whether peers remain to be dialled.
+  // Dials every linked peer whose address is published: one read of all the addresses still
+  // missing (Store::get_many: one round trip on the tcp:// store, not one per peer), then a connect
+  // and our hello (96 bytes fit in an empty socket buffer) to each one found. When none was found it
+  // waits at most kDialWait for the first missing one, so that the listener is served meanwhile.
+  // Returns whether peers remain to be dialled.
   bool dial_next() {
-    const std::vector<int>& peers = c_.topo_.peers();
-    if (next_dial_ >= peers.size()) return false;
-    const int p = peers[next_dial_];
-    const std::string key = key_of(p);
-    if (!store_.wait({key}, std::min(kDialWait, milliseconds(ms_left(deadline_))))) return true;
+    std::vector<int> missing;
+    std::vector<std::string> keys;
+    for (int p : c_.topo_.peers())
+      if (!dialled_[p].hs) {
+        missing.push_back(p);
+        keys.push_back(key_of(p));
+      }
+    if (missing.empty()) return false;
+    const auto addrs = store_.get_many(keys);
+    bool any = false;
+    for (size_t i = 0; i < missing.size(); ++i) {
+      if (!addrs[i]) continue;
+      dial(missing[i], *addrs[i]);
+      any = true;
+    }
+    if (!any) store_.wait({keys.front()}, std::min(kDialWait, milliseconds(ms_left(deadline_))));
+    return true;
+  }
+
+  void dial(int p, const std::string& addr) {
     Dialled& d = dialled_[p];
-    d.addr = store_.get(key).value_or("");
+    d.addr = addr;
     c_.peer_addr_[p] = d.addr;
     bool refused = false;
     int fd = connect_until(d.addr, deadline_, &refused);
@@ -133,8 +150,6 @@ class MeshBuilder {
     if (!write_all(fd, hello.data(), hello.size(), deadline_))
       throw PeerLostError(setup() + ": sending the handshake to rank " + std::to_string(p) + " at " + d.addr +
                           " failed");
-    ++next_dial_;
-    return true;
   }
 
   // Waits for bytes on the listener and the handshakes in progress. On the sparse mesh it also
@@ -258,10 +273,10 @@ class MeshBuilder {
 
   [[noreturn]] void timeout() {
     const std::vector<int>& peers = c_.topo_.peers();
-    if (next_dial_ < peers.size())
-      throw TimeoutError(setup() + ": rank " + std::to_string(peers[next_dial_]) +
-                         " did not publish its address under '" + key_of(peers[next_dial_]) + "' within " +
-                         std::to_string(c_.options_.connect_timeout.count()) + " ms");
+    for (int p : peers)
+      if (!dialled_[p].hs)
+        throw TimeoutError(setup() + ": rank " + std::to_string(p) + " did not publish its address under '" +
+                           key_of(p) + "' within " + std::to_string(c_.options_.connect_timeout.count()) + " ms");
     std::string missing;
     for (int p : peers)
       if (c_.recv_fd_[p] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
@@ -284,7 +299,6 @@ class MeshBuilder {
   int peers_ = 0;  // linked peers: connections to accept and to dial
   int accepted_ok_ = 0;
   int dialled_ok_ = 0;
-  size_t next_dial_ = 0;  // index into the topology's peers
 };
 
 void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {

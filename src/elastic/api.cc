@@ -174,9 +174,13 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   };
   if (!config.metrics_addr.empty()) store = metrics::make_timed_store(std::move(store));  // store latency
   WorkerOptions options = worker_options_from(config);
-  // The beats on a connection of their own: no request of the training or the watch thread (a
-  // rendezvous, a burst of bootstrap keys) can queue before a beat (docs/elastic.md).
-  options.membership.beat_store = connect_job_store(config);
+  // The beats on a connection of their own where the client serialises its requests (redis://, whose
+  // commands share a mutex; etcd://): no request of the training or the watch thread can then queue
+  // before a beat. The tcp:// client multiplexes every request on its connection (an io thread routes
+  // the replies, so a blocked wait never holds a beat back, and the embedded store expires a lease
+  // only after serving every request that reached it): its beats share the worker's connection, one
+  // descriptor per worker and per worker in edl-run fewer (docs/elastic.md, "Beats").
+  if (config.store_url.rfind("tcp://", 0) != 0) options.membership.beat_store = connect_job_store(config);
   auto w = std::make_shared<Worker>(std::move(store), std::move(options), factory);
   w->set_local_batch_size(g_local_batch.load());
   {

@@ -441,12 +441,17 @@ void Membership::unwatch() {
 // aborts then close theirs), each later announcer only reads: a bump per announcer would wake every
 // member once per announcer, O(N^2) wake-ups for the store. A later announcer bumps only when the
 // counter never moved (the first one died between its two writes).
+// Both keys are read in one get_many (one round trip on tcp://): every survivor of a failure
+// announces it, so this is on the path of each one's recovery.
 void Membership::announce_abort(uint64_t gen, const std::string& reason) {
-  if (!store_->get(keys_.abort(gen)) && store_->compare_set(keys_.abort(gen), std::nullopt, reason)) {
+  const auto now = store_->get_many({keys_.abort(gen), keys_.event(gen)});
+  if (!now[0] && store_->compare_set(keys_.abort(gen), std::nullopt, reason)) {
     store_->add(keys_.event(gen), 1);
     return;
   }
-  if (!store_->get(keys_.event(gen))) store_->add(keys_.event(gen), 1);
+  // The event read may precede the first announcer's bump (it lost the race to us by a hair): one
+  // extra bump then wakes the members once more, which is harmless.
+  if (!now[1]) store_->add(keys_.event(gen), 1);
 }
 
 void Membership::announce_leave(uint64_t gen) { store_->set(keys_.left(gen, opt_.worker_id), "1"); }

@@ -170,11 +170,13 @@ void Membership::decide(uint64_t round, bool member) {
 std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
   std::vector<Arrival> out;
   std::string prefix = keys_.in_prefix(round);
-  for (const auto& k : store_->keys(prefix)) {
-    auto v = store_->get(k);
+  const std::vector<std::string> ks = store_->keys(prefix);
+  const auto values = store_->get_many(ks);  // one round trip for the lot on the tcp:// store
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const auto& v = values[i];
     if (!v) continue;
     Arrival a;
-    a.id = k.substr(prefix.size());
+    a.id = ks[i].substr(prefix.size());
     std::istringstream words(*v);  // "<seq> <host> <probe>"
     std::string seq;
     words >> seq >> a.host >> a.probe;

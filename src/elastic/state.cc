@@ -329,7 +329,8 @@ void state_notify_generation(State& s, const GenerationInfo& info) {
   for (auto& cb : s.impl().callbacks) cb(info);
 }
 
-// sync: allgather of (committed step, fresh) pairs, then a broadcast of the best member's commit.
+// sync: allgather of (committed step, fresh, commit bytes) triples, then a broadcast of the best
+// member's commit (its size is known from the allgather: no collective just for the length).
 // Best = highest committed step; among equals a member that was synced before beats a fresh one
 // (a newcomer's initial state never overwrites the job's); remaining ties: lowest rank.
 bool sync_state(State& s, Group& g) {
@@ -339,31 +340,35 @@ bool sync_state(State& s, Group& g) {
     im.synced = true;
     return restart;
   }
-  int64_t mine[2] = {s.committed_step(), im.synced ? 0 : 1};
+  constexpr int kFields = 3;
+  // The size of the whole commit: a staged blob's copy is made host bytes here (once per sync).
+  int64_t mine[kFields] = {s.committed_step(), im.synced ? 0 : 1,
+                           im.committed ? static_cast<int64_t>(im.whole()->size()) : 0};
   std::vector<uint8_t> all;
-  g.allgatherv(mine, 2, DataType::kInt64, all, nullptr);
-  EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * 2 * sizeof(int64_t));
-  std::vector<int64_t> v(2 * g.size());
+  g.allgatherv(mine, kFields, DataType::kInt64, all, nullptr);
+  EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * kFields * sizeof(int64_t));
+  std::vector<int64_t> v(kFields * g.size());
   std::memcpy(v.data(), all.data(), all.size());
+  auto step = [&](int r) { return v[kFields * r]; };
+  auto fresh = [&](int r) { return v[kFields * r + 1] != 0; };
   auto better = [&](int a, int b) {  // is rank a a better source than rank b?
-    if (v[2 * a] != v[2 * b]) return v[2 * a] > v[2 * b];
-    return v[2 * a + 1] < v[2 * b + 1];
+    if (step(a) != step(b)) return step(a) > step(b);
+    return fresh(a) < fresh(b);
   };
   int best = 0;
   bool all_same = true;
   for (int r = 1; r < g.size(); ++r) {
     if (better(r, best)) best = r;
-    if (v[2 * r] != v[0]) all_same = false;
+    if (step(r) != step(0)) all_same = false;
   }
   bool any_fresh = false, all_fresh = true;
   for (int r = 0; r < g.size(); ++r) {
-    any_fresh = any_fresh || v[2 * r + 1] != 0;
-    all_fresh = all_fresh && v[2 * r + 1] != 0;
+    any_fresh = any_fresh || fresh(r);
+    all_fresh = all_fresh && fresh(r);
   }
-  if (v[2 * best] < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
+  if (step(best) < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
   if (all_same && !any_fresh) return false;  // every member holds the same commit of the same history
-  int64_t len = g.rank() == best ? static_cast<int64_t>(im.whole()->size()) : 0;
-  g.broadcast(&len, 1, DataType::kInt64, best);
+  const int64_t len = v[kFields * best + 2];
   std::string buf;
   if (g.rank() == best) buf = *im.committed;
   else buf.resize(static_cast<size_t>(len));

@@ -12,14 +12,38 @@ struct Member {
   int64_t step = -1;
   bool fresh = false;
   std::string address;
+  std::string skeleton;  // rank 0's, when it is not fresh (the usual source of a join)
 };
 
-// Every member's (committed step, fresh, server address), as int64 words: step, fresh, address
-// length, then the address packed 8 bytes a word.
+// Appends `text` as its length, then its bytes packed 8 a word.
+void pack(const std::string& text, std::vector<int64_t>* words) {
+  const size_t at = words->size();
+  words->push_back(static_cast<int64_t>(text.size()));
+  words->resize(at + 1 + (text.size() + 7) / 8, 0);
+  if (!text.empty()) std::memcpy(&(*words)[at + 1], text.data(), text.size());
+}
+
+// The text pack() put at w[*at] (advancing *at past it); false when the words do not hold one.
+bool unpack(const std::vector<int64_t>& w, size_t* at, std::string* text) {
+  if (*at >= w.size() || w[*at] < 0) return false;
+  const size_t len = static_cast<size_t>(w[*at]), words = (len + 7) / 8;
+  if (w.size() - *at - 1 < words) return false;
+  text->assign(reinterpret_cast<const char*>(w.data() + *at + 1), len);
+  *at += 1 + words;
+  return true;
+}
+
+// Every member's (committed step, fresh, server address), as int64 words: step, fresh, the address
+// (pack), and rank 0's skeleton when it is not fresh (pack; nothing else from the others). Rank 0
+// is the lowest-ranked member, the source of a join whenever it synced before (survivors keep their
+// ranks, newcomers come after them): its skeleton rides on this allgather, and the join needs no
+// broadcast of its own.
 std::vector<Member> gather(State& s, Group& g, const std::string& address) {
-  std::vector<int64_t> mine = {s.committed_step(), state_fresh(s) ? 1 : 0, static_cast<int64_t>(address.size())};
-  mine.resize(3 + (address.size() + 7) / 8, 0);
-  if (!address.empty()) std::memcpy(&mine[3], address.data(), address.size());
+  const bool fresh = state_fresh(s);
+  std::vector<int64_t> mine = {s.committed_step(), fresh ? 1 : 0};
+  pack(address, &mine);
+  if (g.rank() == 0 && !fresh && !address.empty() && s.committed_step() >= 0)
+    pack(snapshot_skeleton(*state_commit(s), "the last in-memory commit"), &mine);
   std::vector<uint8_t> all;
   std::vector<size_t> counts;
   g.allgatherv(mine.data(), mine.size(), DataType::kInt64, all, &counts);
@@ -31,14 +55,15 @@ std::vector<Member> gather(State& s, Group& g, const std::string& address) {
     EDL_ASSERT(all.size() >= (at + w.size()) * sizeof(int64_t));
     std::memcpy(w.data(), all.data() + at * sizeof(int64_t), w.size() * sizeof(int64_t));
     at += w.size();
-    const bool valid = w.size() >= 3 && w[2] >= 0 && w.size() == 3 + (static_cast<size_t>(w[2]) + 7) / 8;
+    size_t next = 2;
+    const bool valid = w.size() >= 3 && unpack(w, &next, &m[r].address) &&
+                       (next == w.size() || (r == 0 && unpack(w, &next, &m[r].skeleton) && next == w.size()));
     if (!valid)
       throw MismatchError("State::sync: rank " + std::to_string(r) +
                           " does not run stop-free joins while this worker does (EDL_JOIN must be the same on every "
                           "worker)");
     m[r].step = w[0];
     m[r].fresh = w[1] != 0;
-    m[r].address.assign(reinterpret_cast<const char*>(w.data() + 3), static_cast<size_t>(w[2]));
   }
   return m;
 }
@@ -70,12 +95,14 @@ JoinPlan sync_state_stopfree(State& s, Group& g, const std::string& address) {
     plan.fresh_start = sync_state(s, g);
     return plan;
   }
-  std::string skeleton;
-  if (g.rank() == best) skeleton = snapshot_skeleton(*state_commit(s), "the last in-memory commit");
-  int64_t len = static_cast<int64_t>(skeleton.size());
-  g.broadcast(&len, 1, DataType::kInt64, best);
-  skeleton.resize(static_cast<size_t>(len));
-  g.broadcast(skeleton.data(), skeleton.size(), DataType::kUInt8, best);
+  std::string skeleton = m[best].skeleton;
+  if (best != 0) {  // rank 0 is fresh too (e.g. every member of rank 0.. was lost): the best one broadcasts
+    if (g.rank() == best) skeleton = snapshot_skeleton(*state_commit(s), "the last in-memory commit");
+    int64_t len = static_cast<int64_t>(skeleton.size());
+    g.broadcast(&len, 1, DataType::kInt64, best);
+    skeleton.resize(static_cast<size_t>(len));
+    g.broadcast(skeleton.data(), skeleton.size(), DataType::kUInt8, best);
+  }
   if (!m[g.rank()].fresh) return plan;
   state_adopt_skeleton(s, skeleton, "the skeleton of rank " + std::to_string(best), &plan.identity);
   plan.catch_up = true;

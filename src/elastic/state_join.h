@@ -1,10 +1,12 @@
 // The sync of a new generation under stop-free joins (docs/elastic.md, "Stop-free joins"), and the
 // State internals it and the catch-up use (defined in state.cc).
 //
-// sync_state_stopfree: members allgather (committed step, fresh, state server address). When some
-// members are fresh (newcomers that never synced), every other member holds the same committed step S
-// and no fresh member is ahead of S, the lowest-ranked non-fresh member broadcasts the *skeleton* of
-// its commit of S (snapshot_skeleton: everything but the tensors' bytes); each fresh member adopts it
+// sync_state_stopfree: members allgather (committed step, fresh, state server address), rank 0 also
+// the *skeleton* of its commit when it is not fresh (snapshot_skeleton: everything but the tensors'
+// bytes). When some members are fresh (newcomers that never synced), every other member holds the
+// same committed step S and no fresh member is ahead of S, the skeleton of the lowest-ranked
+// non-fresh member's commit of S is the job's (rank 0's, from the allgather, in a join: survivors keep
+// their ranks; else that member broadcasts it); each fresh member adopts it
 // (scalars, blobs, components, epoch, step) and catches up on the tensors in the background, from
 // the non-fresh members' state servers; nobody else moves. Otherwise it is State::sync (sync_state).
 // Thread-safety: the training thread.

@@ -56,19 +56,25 @@ void StateServer::set_generation(uint64_t generation, int rank, int size) {
 void StateServer::boundary(int64_t step, std::shared_ptr<const std::string> commit) {
   std::lock_guard<std::mutex> lock(mu_);
   boundary_step_ = step;
-  if (commit) {
-    commit_ = std::move(commit);
-    commit_step_ = step;
-  }
+  if (commit) replace_commit(step, std::move(commit));
   cv_.notify_all();
 }
 
 void StateServer::publish(int64_t step, std::shared_ptr<const std::string> commit) {
   std::lock_guard<std::mutex> lock(mu_);
-  commit_ = std::move(commit);
-  commit_step_ = step;
+  replace_commit(step, std::move(commit));
   boundary_step_ = step;
   cv_.notify_all();
+}
+
+// Under mu_. The cached tensor space of the previous commit goes with it: the server must not keep
+// an older commit alive beside the State's (a second copy of the state in memory; an answer being
+// sent holds its own reference).
+void StateServer::replace_commit(int64_t step, std::shared_ptr<const std::string> commit) {
+  commit_ = std::move(commit);
+  commit_step_ = step;
+  space_of_.reset();
+  space_.clear();
 }
 
 bool StateServer::has_clients() const {
@@ -183,14 +189,17 @@ bool StateServer::answer(Conn& c, const std::string& request) {
   } else {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (space_of_ != commit) {
-        space_.clear();
+      if (space_of_ == commit) {
+        space = space_;
+      } else {
         for (const auto& s : snapshot_payloads(*commit, "the commit of step " + std::to_string(req.step)))
           if (s.kind == SnapshotItem::kTensor)
-            space_.push_back(iovec{const_cast<char*>(commit->data()) + s.offset, s.size});
-        space_of_ = commit;
+            space.push_back(iovec{const_cast<char*>(commit->data()) + s.offset, s.size});
+        if (commit == commit_) {  // cached for the other slices of this commit, never for an older one
+          space_of_ = commit;
+          space_ = space;
+        }
       }
-      space = space_;
     }
     reply.total = wire::total_bytes(space);
     if (req.offset > reply.total || req.length > reply.total - req.offset) reply.status = wire::kBadRange;

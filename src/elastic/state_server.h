@@ -77,6 +77,7 @@ class EDL_API StateServer {
   void serve(Conn& c);
   bool answer(Conn& c, const std::string& request);
   std::shared_ptr<const std::string> await_commit(Conn& c, int64_t step);
+  void replace_commit(int64_t step, std::shared_ptr<const std::string> commit);  // under mu_
   void reap(bool all);
 
   StateServerOptions o_;
@@ -89,7 +90,7 @@ class EDL_API StateServer {
   int64_t boundary_step_ = -1;
   int64_t commit_step_ = -1;
   std::shared_ptr<const std::string> commit_;
-  std::shared_ptr<const std::string> space_of_;  // the commit whose tensor space is cached
+  std::shared_ptr<const std::string> space_of_;  // the commit whose tensor space is cached (commit_ or null)
   std::vector<iovec> space_;
   int clients_ = 0;
   std::list<std::unique_ptr<Conn>> conns_;

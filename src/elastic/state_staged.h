@@ -4,7 +4,8 @@
 //
 // commit() calls `capture` (keep a copy; no host bytes are made); the host bytes of that copy are
 // asked of `captured` only when the commit leaves the process: a checkpoint file (on the member
-// that writes them), sync() to another member, a stop-free join's state server. restore() calls
+// that writes them), sync() (every member, once per sync: the allgather carries the commit's
+// size), a stop-free join's state server. restore() calls
 // `restore_captured` (the copy back; also after the bytes were made), or `load` when the last
 // commit came from elsewhere (sync, load_checkpoint, which call `load`). In the snapshot encoding a
 // staged blob is a blob: checkpoint files are the same as with register_blob.

@@ -19,6 +19,11 @@ class TimedStore final : public Store {
     timed([&] { v = base_->get(key); });
     return v;
   }
+  std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys) override {
+    std::vector<std::optional<std::string>> v;
+    timed([&] { v = base_->get_many(keys); });  // one request's latency: the lot is one round trip
+    return v;
+  }
   int64_t add(const std::string& key, int64_t delta) override {
     int64_t v = 0;
     timed([&] { v = base_->add(key, delta); });

@@ -170,8 +170,10 @@ WorkerReport WorkerMetrics::snapshot() {
   return r;
 }
 
+// The report's datagram socket is opened for each report and closed right after it: a worker holds
+// no descriptor for its metrics between reports (a large job counts every socket of a worker:
+// docs/collectives.md, "Sparse mesh").
 void WorkerMetrics::loop(std::string addr, std::chrono::milliseconds interval) {
-  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_un to{};
   to.sun_family = AF_UNIX;
   // Abstract namespace: "@name" -> "\0name" (no file to clean up; gone with edl-run's socket).
@@ -187,17 +189,18 @@ void WorkerMetrics::loop(std::string addr, std::chrono::milliseconds interval) {
     lock.unlock();
     WorkerReport r = snapshot();
     add_engine_stats(&r);
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd >= 0) {
       const std::string bytes = encode(r);
       // Never blocks: a full socket (edl-run busy or gone) drops this report; the next one carries
       // the same cumulative counters.
       (void)::sendto(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
                      reinterpret_cast<const sockaddr*>(&to), len);
+      ::close(fd);
     }
     lock.lock();
     if (last) break;
   }
-  if (fd >= 0) ::close(fd);
 }
 
 }  // namespace edl::metrics

@@ -35,7 +35,7 @@ size_t ensure_descriptors(size_t needed, int workers) {
   const size_t soft = rl.rlim_cur == RLIM_INFINITY ? static_cast<size_t>(kCeiling) : static_cast<size_t>(rl.rlim_cur);
   if (soft >= needed) return soft;
   throw JobError("a job of " + std::to_string(workers) + " workers needs about " + std::to_string(needed) +
-                 " open files in edl-run (the embedded store holds 2 connections per worker, edl-run 2 output "
+                 " open files in edl-run (room for 2 embedded-store connections per worker, edl-run 2 output "
                  "pipes per local worker) but RLIMIT_NOFILE allows " + std::to_string(soft) +
                  " (hard limit " + (rl.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_max)) +
                  "): raise the hard limit (ulimit -Hn as root, LimitNOFILE= in a systemd unit, nofile in "

@@ -86,7 +86,8 @@ Job prepare_job(const LaunchOptions& o) {
     so.bind_address = o.store_bind_address;
     so.port = o.store_port;
     so.secret = job.secret;
-    // Two connections per worker (its client and its beat thread's), all of them possibly in the
+    // Room for two connections per worker (a worker's beats share its client's connection on this
+    // store, but a reconnecting client's old connection may linger), all of them possibly in the
     // handshake at once when a large job starts.
     so.max_connections = std::max(so.max_connections, 3 * static_cast<size_t>(workers) + 64);
     so.max_unauthenticated = std::max(so.max_unauthenticated, 2 * static_cast<size_t>(workers));

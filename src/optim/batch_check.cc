@@ -16,7 +16,27 @@ std::string advice(const BatchPlan& plan) {
 }  // namespace
 
 std::string BatchCheck::observe(uint64_t samples, const BatchPlan& plan, uint64_t generation) {
-  if (warned_ || samples == 0 || plan.local_batch <= 0) return "";
+  if (plan.local_batch <= 0) return "";
+  const auto planned = static_cast<uint64_t>(plan.local_batch);
+  return judge(samples, planned, generation, plan, "this worker",
+               " (set_step_samples) but the scaling policy plans a local batch of " + std::to_string(planned));
+}
+
+std::string BatchCheck::observe_global(uint64_t total, const BatchPlan& plan, uint64_t generation) {
+  if (plan.local_batch <= 0 || plan.size <= 0) return "";
+  const auto planned = static_cast<uint64_t>(plan.local_batch) * static_cast<uint64_t>(plan.size);
+  return judge(total, planned, generation, plan, "the job",
+               " over its " + std::to_string(plan.size) +
+                   " worker(s) (the sum of their set_step_samples, which straggler rebalancing splits unevenly) but "
+                   "the scaling policy plans " + std::to_string(plan.size) + " x a local batch of " +
+                   std::to_string(plan.local_batch) + " = " + std::to_string(planned));
+}
+
+// The verdict on one step of `samples` records against `planned`: "a step of <subject> trains N
+// samples<tail>" or "the last K non-empty steps of <subject> trained at most N samples each<tail>".
+std::string BatchCheck::judge(uint64_t samples, uint64_t planned, uint64_t generation, const BatchPlan& plan,
+                              const std::string& subject, const std::string& tail) {
+  if (warned_ || samples == 0) return "";
   if (!started_ || generation != generation_) {
     started_ = true;
     generation_ = generation;
@@ -25,15 +45,12 @@ std::string BatchCheck::observe(uint64_t samples, const BatchPlan& plan, uint64_
   }
   ++steps_;
   largest_ = std::max(largest_, samples);
-  const auto planned = static_cast<uint64_t>(plan.local_batch);
   std::string what;
   if (samples > planned) {
-    what = "a step of this worker trains " + std::to_string(samples) + " samples (set_step_samples) but the scaling "
-           "policy plans a local batch of " + std::to_string(planned);
+    what = "a step of " + subject + " trains " + std::to_string(samples) + " samples" + tail;
   } else if (steps_ >= kSteps && largest_ < planned) {
-    what = "the last " + std::to_string(steps_) + " non-empty steps of this worker trained at most " +
-           std::to_string(largest_) + " samples each (set_step_samples) but the scaling policy plans a local batch of " +
-           std::to_string(planned);
+    what = "the last " + std::to_string(steps_) + " non-empty steps of " + subject + " trained at most " +
+           std::to_string(largest_) + " samples each" + tail;
   } else {
     return "";
   }

@@ -11,6 +11,10 @@
 //     smaller (a shard's or an epoch's last batch may be short, empty steps are ignored, and a full
 //     batch among kSteps ends the doubt).
 // The first verdict is returned once (the optimizer logs it); later ones are not.
+// With straggler rebalancing (EDL_REBALANCE_STRAGGLERS, edl-run --rebalance-stragglers) the workers'
+// batches differ by design (a slow worker trains fewer records, a fast one more; docs/data.md), so a
+// worker's own count says nothing: the optimizer judges the step's sum over the workers instead
+// (observe_global, after the allreduce) against size x the planned local batch, by the same rules.
 //
 // Thread-safety: used by the optimizer's training thread only.
 #pragma once
@@ -31,8 +35,14 @@ class EDL_API BatchCheck {  // exported for tests/optim/batch_check_test.cc
   // the warning to log (naming both numbers and how to make them agree), or "" when there is none or
   // it was given before.
   std::string observe(uint64_t samples, const BatchPlan& plan, uint64_t generation);
+  // The same for the step's records summed over the plan's `size` workers (`total`), against
+  // size x the planned local batch: the check under straggler rebalancing.
+  std::string observe_global(uint64_t total, const BatchPlan& plan, uint64_t generation);
 
  private:
+  std::string judge(uint64_t samples, uint64_t planned, uint64_t generation, const BatchPlan& plan,
+                    const std::string& subject, const std::string& tail);
+
   bool warned_ = false;
   bool started_ = false;
   uint64_t generation_ = 0;

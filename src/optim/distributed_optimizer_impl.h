@@ -294,9 +294,22 @@ struct DistributedOptimizer::Impl {
     in_step = true;
   }
 
-  // Logs once when the records of weighted steps do not match the policy's local batch (batch_check.h).
+  // Logs once when the records of weighted steps do not match the policy's local batch (batch_check.h):
+  // this worker's records when a step begins, or with straggler rebalancing (the workers' batches
+  // differ by design) the step's records summed over the workers, when the allreduce has summed them.
   void check_batch(uint64_t samples) {
-    const std::string warning = batch_check.observe(samples, rescaler.batch_plan(), rescaler.generation());
+    if (!rebalancing()) log_batch_warning(batch_check.observe(samples, rescaler.batch_plan(), rescaler.generation()));
+  }
+  void check_batch_sum() {
+    if (step_samples && rebalancing())
+      log_batch_warning(batch_check.observe_global(static_cast<uint64_t>(total_samples), rescaler.batch_plan(),
+                                                   rescaler.generation()));
+  }
+  static bool rebalancing() {
+    const auto& rt = detail::Runtime::instance();
+    return rt.initialized() && rt.config().rebalance_stragglers;
+  }
+  static void log_batch_warning(const std::string& warning) {
     if (!warning.empty()) {
       EDL_LOG(1) << warning;
     }
@@ -459,6 +472,7 @@ struct DistributedOptimizer::Impl {
     if (!(step_samples && total_samples <= 0)) apply_update();
     stats.update_s = now_s() - t_update;
     stats.samples = step_samples ? static_cast<uint64_t>(total_samples) : 0;
+    check_batch_sum();
     if (timeline::on()) trace_step(t_entry, t_wait, t_update, t_update + stats.update_s);
     rescaler.advance();
   }

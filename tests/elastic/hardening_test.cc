@@ -23,7 +23,10 @@ TEST_CASE("a rank stuck inside a batch (lease alive) is evicted by the progress 
   Cluster c("h_stuck", 2, 3);
   c.comm_timeout = 60000ms;  // the collective deadline alone would hold everyone for a minute
   c.base.membership.progress_timeout = 1000ms;
-  c.base.membership.lease = 1000ms;
+  // A lease far beyond the deadline: the stuck rank's beat thread goes on, but on a machine at load
+  // 130 it was left unscheduled for over a second and the 1 s lease expired, so it was dropped as dead
+  // (lease gone) instead of as stuck. The progress deadline is what this test is about.
+  c.base.membership.lease = 10000ms;
   c.base.membership.rendezvous_grace = 1000ms;
   std::atomic<bool> stuck{false};
   std::atomic<uint64_t> stuck_gen{0};
@@ -32,7 +35,13 @@ TEST_CASE("a rank stuck inside a batch (lease alive) is evicted by the progress 
   c.on_step = [&](int i, Worker& w, int64_t step) {
     if (i == 1 && step == 10 && !stuck.exchange(true)) {
       stuck_gen = w.view().id;
-      std::this_thread::sleep_for(4000ms);  // heartbeats go on
+      // Stuck (heartbeats go on) until the others have formed the next generation without it, however
+      // long a loaded machine takes for the deadline, the abort and the rendezvous grace: a fixed sleep
+      // ended before that under load and w1 arrived in time to be a member again. Bounded, so a job
+      // that never moves on fails the checks below instead of hanging.
+      const std::string next = "h_stuck/g" + std::to_string(stuck_gen.load() + 1) + "/members";
+      const auto give_up = std::chrono::steady_clock::now() + 120s;
+      while (!c.store->get(next) && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
     }
     // Worker 0's first step in a generation after the one w1 got stuck in: what the store says.
     if (i == 0 && stuck_gen.load() != 0 && w.view().id > stuck_gen.load() && !captured.exchange(true)) {

@@ -133,10 +133,10 @@ struct SyncMember {
   }
 };
 
-// Runs sync_state_stopfree on 3 thread-ranks: members 0 and 1 synced before (a 2-rank sync),
-// member 2 fresh; member r holds p = r + 1, s = 10 (r + 1) at its committed step steps[r].
+// Runs sync_state_stopfree on 3 thread-ranks: all but member `fresh` synced before (a 2-rank sync),
+// member `fresh` did not; member r holds p = r + 1, s = 10 (r + 1) at its committed step steps[r].
 std::vector<std::unique_ptr<SyncMember>> sync_case(const std::string& tag, std::vector<int64_t> steps,
-                                                   std::vector<std::string> addresses) {
+                                                   std::vector<std::string> addresses, int fresh = 2) {
   std::vector<std::unique_ptr<SyncMember>> m;
   for (int r = 0; r < 3; ++r) {
     m.push_back(std::make_unique<SyncMember>());
@@ -147,8 +147,8 @@ std::vector<std::unique_ptr<SyncMember>> sync_case(const std::string& tag, std::
         LocalHub::get(tag + key, size), rank, 1, std::chrono::milliseconds(3000), std::chrono::milliseconds(3000)));
   };
   std::vector<std::thread> t;
-  for (int r = 0; r < 2; ++r)
-    t.emplace_back([&, r] { edl::elastic::sync_state(m[r]->state, *group("/prep", 2, r)); });
+  for (int r = 0, k = 0; r < 3; ++r)
+    if (r != fresh) t.emplace_back([&, r, k = k++] { edl::elastic::sync_state(m[r]->state, *group("/prep", 2, k)); });
   for (auto& th : t) th.join();
   t.clear();
   for (int r = 0; r < 3; ++r) {
@@ -182,6 +182,17 @@ TEST_CASE("stop-free sync: a skeleton to the newcomer only when the survivors ag
     CHECK(m[2]->plan.sources[1].rank == 1);
     CHECK(m[2]->plan.sources[1].address == "127.0.0.1:2");
     CHECK(m[1]->p[0] == 2.0f);  // survivors move nothing
+  }
+  SECTION("rank 0 fresh: the lowest-ranked survivor's skeleton (a broadcast instead of the allgather)") {
+    auto m = sync_case("sfs_e", {0, 5, 5}, {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, /*fresh=*/0);
+    CHECK_FALSE(m[1]->plan.catch_up);
+    CHECK_FALSE(m[2]->plan.catch_up);
+    REQUIRE(m[0]->plan.catch_up);
+    CHECK(m[0]->state.step == 5);
+    CHECK(m[0]->s == 20);  // rank 1's scalar
+    CHECK(m[0]->p[0] == 1.0f);
+    REQUIRE(m[0]->plan.sources.size() == 2);
+    CHECK(m[0]->plan.sources[0].rank == 1);
   }
   SECTION("survivors at different steps (a failure hit the commit): the ordinary sync") {
     auto m = sync_case("sfs_b", {5, 4, 0}, {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"});

@@ -46,6 +46,16 @@ std::string job_failed_line(const std::string& err) {
   return "";
 }
 
+// The step in the header of a checkpoint file ("EDLCKPT2" | step i64 little-endian | ...,
+// src/elastic/checkpoint.h); -1 while there is none. The file is replaced by a rename: never torn.
+int64_t checkpoint_step(const std::string& path) {
+  const std::string bytes = edl::test::read_file(path);
+  if (bytes.size() < 16 || bytes.compare(0, 8, "EDLCKPT2") != 0) return -1;
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[8 + i]);
+  return static_cast<int64_t>(v);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -127,7 +137,11 @@ TEST_CASE("edl-run elastic: rerunning the same command after a whole-job crash r
     Launch first(args, env);
     REQUIRE(first.wait_for([](const std::string& out, const std::string&) { return out.find("] step 100") != std::string::npos; },
                            60s));
-    REQUIRE(std::filesystem::exists(ckpt.path + "/state.edlckpt"));
+    // Rank 0 writes the checkpoint from a background thread (docs/elastic.md, "State"): when it
+    // prints step 100 the file may still hold step 99 or older, and on a loaded machine a kill at
+    // that moment resumed from 99. Wait for the file itself.
+    const std::string file = ckpt.path + "/state.edlckpt";
+    REQUIRE(first.wait_for([&](const std::string&, const std::string&) { return checkpoint_step(file) >= 100; }, 60s));
     // The whole job crashes: every worker and edl-run killed with SIGKILL.
     for (const auto& [slot, pid] : first.worker_pids()) kill(pid, SIGKILL);
     first.kill_launcher();

@@ -276,6 +276,50 @@ TEMPLATE_TEST_CASE("store: lease expiry deletes the key and wakes a waiter", "[s
   CHECK(s->get("perm") == std::optional<std::string>("b"));
 }
 
+TEMPLATE_TEST_CASE("store: get_many returns every value in order, nullopt for absent keys", "[store]", BACKENDS) {
+  TestType b;
+  if (!b.available()) return;
+  auto s = b.connect();
+  CHECK(s->get_many({}).empty());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300; ++i) {
+    keys.push_back("gm/" + std::to_string(i));
+    if (i % 3 != 1) s->set(keys.back(), "v" + std::to_string(i) + std::string(static_cast<size_t>(i % 7), 'x'));
+  }
+  keys.push_back(keys[5]);  // a key asked twice gets its value twice
+  auto v = s->get_many(keys);
+  REQUIRE(v.size() == keys.size());
+  for (int i = 0; i < 300; ++i) {
+    if (i % 3 == 1) {
+      CHECK_FALSE(v[static_cast<size_t>(i)].has_value());
+    } else {
+      REQUIRE(v[static_cast<size_t>(i)].has_value());
+      CHECK(*v[static_cast<size_t>(i)] == "v" + std::to_string(i) + std::string(static_cast<size_t>(i % 7), 'x'));
+    }
+  }
+  CHECK(v.back() == v[5]);
+  // Concurrent calls on one client, with a wait blocked on it meanwhile: every caller gets its own replies.
+  std::thread waiter([&] { s->wait({"gm/never"}, 300ms); });
+  std::vector<std::thread> readers;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&, t] {
+      std::vector<std::string> mine;
+      for (int i = t; i < 300; i += 4) mine.push_back("gm/" + std::to_string(i));
+      for (int round = 0; round < 5; ++round) {
+        auto got = s->get_many(mine);
+        for (size_t j = 0; j < mine.size(); ++j) {
+          const int i = t + 4 * static_cast<int>(j);
+          const bool want = i % 3 != 1;
+          if (got[j].has_value() != want || (want && got[j]->rfind("v" + std::to_string(i), 0) != 0)) ++wrong;
+        }
+      }
+    });
+  for (auto& r : readers) r.join();
+  waiter.join();
+  CHECK(wrong.load() == 0);
+}
+
 TEMPLATE_TEST_CASE("store: get_wait", "[store]", BACKENDS) {
   TestType b;
   if (!b.available()) return;

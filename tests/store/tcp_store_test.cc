@@ -253,6 +253,7 @@ TEST_CASE("tcp store: server stop fails pending and later calls with StoreError"
   CHECK(threw.load());
   CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count() < 2000);
   CHECK_THROWS_AS(s->get("x"), edl::StoreError);
+  CHECK_THROWS_AS(s->get_many({"x", "y", "z"}), edl::StoreError);
   server.reset();
   // Nobody listens any more: connecting fails with StoreError naming the address.
   edl::StoreOptions o;

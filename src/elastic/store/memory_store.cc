@@ -12,6 +12,13 @@ namespace edl {
 
 Store::~Store() = default;
 
+std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::string>> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) out.push_back(get(k));
+  return out;
+}
+
 std::string Store::get_wait(const std::string& key, std::chrono::milliseconds timeout) {
   if (!wait({key}, timeout)) throw StoreError("store: timed out after " + std::to_string(timeout.count()) +
                                               " ms waiting for key '" + key + "'");

@@ -112,6 +112,30 @@ class TcpStore final : public Store {
     return ok;
   }
 
+  // Every request is registered and written (one send) before the first reply is awaited.
+  std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys) override {
+    std::vector<std::pair<uint64_t, Op>> ids;
+    ids.reserve(keys.size());
+    for (const auto& key : keys) {
+      Message m;
+      m.op = Op::kGet;
+      m.key = key;
+      ids.emplace_back(submit(std::move(m)), Op::kGet);
+    }
+    send_requests(ids);
+    std::vector<std::optional<std::string>> out;
+    out.reserve(keys.size());
+    std::unique_lock<std::mutex> lock(mu_);
+    size_t i = 0;
+    try {
+      for (; i < ids.size(); ++i) out.push_back(await(lock, ids[i].first, ids[i].second).opt);
+    } catch (...) {
+      for (size_t j = i + 1; j < ids.size(); ++j) pending_.erase(ids[j].first);  // nobody awaits these
+      throw;
+    }
+    return out;
+  }
+
   bool wait(const std::vector<std::string>& keys, milliseconds timeout) override {
     Message m;
     m.op = Op::kWait;
@@ -222,9 +246,35 @@ class TcpStore final : public Store {
     return s.frame;
   }
 
+  // The requests `ids` written in one send on the current connection (those it already carried,
+  // or that are done, are skipped).
+  void send_requests(const std::vector<std::pair<uint64_t, Op>>& ids) {
+    std::lock_guard<std::mutex> wl(write_mu_);
+    std::string bytes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fd_ < 0) return;
+      for (const auto& [id, op] : ids) {
+        auto it = pending_.find(id);
+        if (it == pending_.end() || it->second.done || it->second.sent_epoch == epoch_) continue;
+        bytes += *stamp(it->second);
+      }
+    }
+    if (!bytes.empty()) write_all(bytes);
+  }
+
   // Registers m, sends it and waits for its reply: up to request_timeout (plus the wait's own
   // timeout) after it was last sent; while the connection is down, until it is back or dead.
   Message call(Message m) {
+    const Op op = m.op;
+    const uint64_t id = submit(std::move(m));
+    send_request(id);
+    std::unique_lock<std::mutex> lock(mu_);
+    return await(lock, id, op);
+  }
+
+  // Registers m as pending (not sent yet); returns its id.
+  uint64_t submit(Message m) {
     std::unique_lock<std::mutex> lock(mu_);
     if (dead_) throw StoreError(dead_reason_);
     uint64_t id = next_id_++;
@@ -238,15 +288,11 @@ class TcpStore final : public Store {
       throw InvalidArgument("store " + addr() + ": " + op_name(m.op) + " of key '" + m.key.substr(0, 200) + "' is " +
                             std::to_string(slot.frame->size() - 4) + " bytes; the frame limit is " +
                             std::to_string(kDefaultMaxFrameBytes) + " bytes");
-    const Op op = m.op;
     if (slot.is_wait) slot.wait_request = std::move(m);
     lock.lock();
     if (dead_) throw StoreError(dead_reason_);
     pending_.emplace(id, std::move(slot));
-    lock.unlock();
-    send_request(id);
-    lock.lock();
-    return await(lock, id, op);
+    return id;
   }
 
   Message await(std::unique_lock<std::mutex>& lock, uint64_t id, Op op) {
