@@ -27,9 +27,10 @@
 // --device cuda: models, data and reductions on the GPU (edl::torch's CUDA path); step times end
 // with torch::cuda::synchronize(); 2 workers share GPU 0, each with its own NCCL_HOSTID (behaviour
 // only: they compete for one GPU). JSON rows carry device and commit (--commit).
+// --model resnet50: ResNet-50 (examples/torch/resnet50.h) on random 3x224x224 batches, 1000 classes.
 //
 //   torch_bench [--batch 32] [--threads 1] [--warmup 3] [--iters 20] [--pair-iters 60] [--modes LIST]
-//               [--device cpu|cuda] [--commit SHA] [--json PATH]
+//               [--device cpu|cuda] [--model resnet20|resnet50] [--commit SHA] [--json PATH]
 //   (--modes overhead,independent,barrier,edl,edl-no-overlap)
 #include <poll.h>
 #include <signal.h>
@@ -42,6 +43,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -54,6 +56,7 @@
 
 #include "common/bench_util.h"
 #include "resnet20.h"
+#include "resnet50.h"
 #include "testing/process.h"
 
 namespace {
@@ -65,6 +68,7 @@ using edl::bench::read_all;
 struct Config {
   int batch = 32, threads = 1, warmup = 3, iters = 20, pair_iters = 60;
   std::string device = "cpu";
+  std::string model = "resnet20";
 };
 
 struct Mode {
@@ -133,10 +137,21 @@ ThreadUsage thread_usage() {
 
 // One model + optimizer (+ the EDL wrapper) trained on a fixed random batch.
 struct Trainer {
-  Trainer(const Config& cfg, const Mode& mode) : net(1, 10), device(edl::torch::training_device(cfg.device)) {
+  Trainer(const Config& cfg, const Mode& mode) : device(edl::torch::training_device(cfg.device)) {
+    const bool big = cfg.model == "resnet50";
+    if (big) {
+      edl_examples::ResNet50 m(1000);
+      net = m.ptr();
+      forward = [m](const torch::Tensor& x) mutable { return m->forward(x); };
+    } else {
+      edl_examples::ResNet20 m(1, 10);
+      net = m.ptr();
+      forward = [m](const torch::Tensor& x) mutable { return m->forward(x); };
+    }
     net->to(device);
-    images = (torch::rand({cfg.batch, 1, 28, 28}) * 2 - 1).to(device);
-    labels = torch::randint(0, 10, {cfg.batch}, torch::kLong).to(device);
+    images = (big ? torch::rand({cfg.batch, 3, 224, 224}) : torch::rand({cfg.batch, 1, 28, 28})) * 2 - 1;
+    images = images.to(device);
+    labels = torch::randint(0, big ? 1000 : 10, {cfg.batch}, torch::kLong).to(device);
     sgd = std::make_unique<torch::optim::SGD>(net->parameters(),
                                               torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
     if (mode.edl) {
@@ -149,7 +164,7 @@ struct Trainer {
   double step() {  // seconds
     const double t0 = now_s();
     sgd->zero_grad();
-    torch::nn::functional::cross_entropy(net->forward(images), labels).backward();
+    torch::nn::functional::cross_entropy(forward(images), labels).backward();
     if (opt) {
       opt->step();
     } else {
@@ -163,7 +178,8 @@ struct Trainer {
     for (const auto& p : net->parameters()) c += p.detach().to(torch::kDouble).abs().sum().item<double>();
     return c;
   }
-  edl_examples::ResNet20 net;
+  std::shared_ptr<torch::nn::Module> net;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
   torch::Device device;
   torch::Tensor images, labels;
   std::unique_ptr<torch::optim::SGD> sgd;
@@ -311,6 +327,7 @@ int main(int argc, char** argv) {
       "modes", "comma-separated: overhead (1 worker, plain and edl interleaved), independent, barrier, edl, edl-no-overlap (2 workers)",
       cxxopts::value<std::string>()->default_value("overhead,independent,barrier,edl,edl-no-overlap"))(
       "device", "cpu or cuda", cxxopts::value<std::string>()->default_value("cpu"))(
+      "model", "resnet20 (1x28x28) or resnet50 (3x224x224)", cxxopts::value<std::string>()->default_value("resnet20"))(
       "commit", "the commit measured (JSON field commit)", cxxopts::value<std::string>()->default_value(""))(
       "json", "append one JSON object per row to PATH", cxxopts::value<std::string>()->default_value(""))(
       "help", "usage");
@@ -328,6 +345,11 @@ int main(int argc, char** argv) {
   cfg.device = args["device"].as<std::string>();
   if (cfg.device != "cpu" && cfg.device != "cuda") {
     std::fprintf(stderr, "torch_bench: --device must be cpu or cuda, got '%s'\n", cfg.device.c_str());
+    return 2;
+  }
+  cfg.model = args["model"].as<std::string>();
+  if (cfg.model != "resnet20" && cfg.model != "resnet50") {
+    std::fprintf(stderr, "torch_bench: --model must be resnet20 or resnet50, got '%s'\n", cfg.model.c_str());
     return 2;
   }
   const std::string commit = args["commit"].as<std::string>();
@@ -362,13 +384,13 @@ int main(int argc, char** argv) {
     if (mode == "plain") base_ips = ips;
     const double vs = base_ips > 0 ? ips / base_ips : 0;
     failures += ok ? 0 : 1;
-    table.row({"resnet20", std::to_string(workers), mode, edl::bench::fmt(ips, 1), edl::bench::fmt(step_s * 1e3, 1),
+    table.row({cfg.model, std::to_string(workers), mode, edl::bench::fmt(ips, 1), edl::bench::fmt(step_s * 1e3, 1),
                base_ips > 0 ? edl::bench::fmt(vs, 3) : "-", edl ? edl::bench::fmt(overlap, 2) : "-",
                edl::bench::fmt(x.cpu_s * 1e3, 1), edl::bench::fmt(x.bg_cpu_s * 1e3, 2), edl::bench::fmt(x.preempt, 1),
                ok ? "ok" : "WRONG"});
     Json row;
     row["bench"] = "torch_bench";
-    row["model"] = "resnet20";
+    row["model"] = cfg.model;
     row["workers"] = workers;
     row["mode"] = mode;
     row["images_per_s"] = ips;

@@ -5,7 +5,8 @@
 # library they need (per ldd) beyond the base system (glibc, libstdc++, libgcc_s) — except libnccl
 # (the GPU machine's own is used) and the CUDA driver. Compiled for sm_90 machine code + compute_90
 # PTX (CMAKE_CUDA_ARCHITECTURES=90) and without -march=native: the bundle runs on another CPU. Also
-# torch-kit/ (scripts/gpu-torch-kit.sh): what builds edl::torch with CUDA there (docs/torch.md).
+# torch-kit/ (scripts/gpu-torch-kit.sh): what builds edl::torch with CUDA there (docs/torch.md), and
+# fashion-mnist/ (this machine's dataset-fashion-mnist files) for scripts/torch-job.sh there.
 #
 #   scripts/gpu-bundle.sh [--out DIR] [--build DIR] [--arch LIST]
 #
@@ -77,5 +78,10 @@ if [ -n "$foreign" ]; then
   exit 1
 fi
 echo "gpu-bundle.sh: $OUT, $(du -sb "$OUT" | cut -f1) bytes ($(du -sh "$OUT" | cut -f1)); the checkout: $(cd "$ROOT" && git ls-files -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1) bytes"
-# torch-kit/: what the GPU machine needs to build edl::torch with CUDA against its own libtorch.
+# torch-kit/: what the GPU machine needs to build edl::torch with CUDA against its own libtorch; and
+# fashion-mnist/: the dataset of the torch job (the GPU machine has none; 30 MB of the 64 MiB carried).
 "$ROOT/scripts/gpu-torch-kit.sh" "$BUILD" "$OUT"
+FMNIST=${EDL_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+mkdir -p "$OUT/fashion-mnist"
+cp "$FMNIST"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$OUT/fashion-mnist/"
+echo "gpu-bundle.sh: with torch-kit/ and fashion-mnist/: $(du -sb "$OUT" | cut -f1) bytes; the device call carries it and the checkout: keep both under 64 MiB (scripts/gpu-torch-check.sh --rehearse checks)"

@@ -6,7 +6,8 @@
 // --batch B (global batch, 64) --lr LR (0.05, cosine-decayed to 0) --threads T (1) --seed S (1) --data DIR
 // --device cpu|cuda (cpu; cuda: model, data and gradient reduction on the GPU, NCCL between workers;
 // on one GPU run several workers with edl-run --one-gpu-test).
-// Prints "final test accuracy: X%" on rank 0.
+// Prints "final test accuracy: X%" on rank 0 and, on every worker that finished, a checksum of its
+// parameters' bytes (the same on all of them: scripts/torch-job.sh compares them).
 #include <edl/data.h>
 #include <edl/edl.h>
 #include <edl/torch.h>
@@ -133,6 +134,15 @@ int main(int argc, char** argv) {
     });
 
     // kLeft: this worker left the job (SIGTERM) and the others train on: it has no final model.
+    if (outcome == edl::elastic::RunOutcome::kFinished) {  // FNV-1a of the parameters' bytes
+      uint64_t h = 1469598103934665603ull;
+      for (const auto& p : net->parameters()) {
+        const auto c = p.detach().to(torch::kCPU).contiguous();
+        const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+        for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
+      }
+      std::printf("rank %d parameters checksum %016llx\n", edl::rank(), static_cast<unsigned long long>(h));
+    }
     if (outcome == edl::elastic::RunOutcome::kFinished && edl::rank() == 0) {
       const double acc = test_accuracy(net, *test, test_records, device);
       std::printf("trained %s epochs in %lld steps on %d worker(s)\n", args["epochs"].c_str(),

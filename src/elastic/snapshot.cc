@@ -71,10 +71,31 @@ std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoc
     w.u8(it.kind);
     if (it.kind == SnapshotItem::kTensor || it.kind == SnapshotItem::kScalar) {
       w.blob(std::string_view(static_cast<const char*>(it.data), it.bytes));
+    } else if (it.staged()) {
+      it.capture();  // the copy stays where the data lives; snapshot_fill_staged makes it bytes
+      w.blob(std::string_view());
     } else {
       w.blob(it.kind == SnapshotItem::kBlob ? it.save() : it.component->save());
     }
   }
+  return out;
+}
+
+std::string snapshot_fill_staged(const std::string& bytes, const std::vector<SnapshotItem>& items,
+                                 const std::string& origin) {
+  const std::vector<PayloadSpan> spans = snapshot_payloads(bytes, origin);
+  EDL_ASSERT(spans.size() == items.size());
+  std::string out;
+  size_t at = 0;  // copy everything but the staged payloads (empty, after their u64 length)
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].staged()) continue;
+    const std::string payload = items[i].captured();
+    out.append(bytes, at, spans[i].offset - 8 - at);
+    Writer w(out);
+    w.blob(payload);
+    at = spans[i].offset + spans[i].size;
+  }
+  out.append(bytes, at, std::string::npos);
   return out;
 }
 

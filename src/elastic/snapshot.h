@@ -34,6 +34,12 @@ struct SnapshotItem {
   std::function<std::string()> save;                 // blob
   std::function<void(const std::string&)> load;      // blob
   Stateful* component = nullptr;                     // component
+  // A staged blob (register_staged_blob, elastic/state_staged.h; `load` as a blob's): encode_snapshot calls capture
+  // and writes an empty payload, snapshot_fill_staged writes captured()'s bytes there.
+  std::function<void()> capture;
+  std::function<std::string()> captured;
+  std::function<void()> restore_captured;
+  bool staged() const { return static_cast<bool>(capture); }
 };
 
 struct SnapshotIdentity {
@@ -47,6 +53,10 @@ EDL_API std::string encode_snapshot(const std::vector<SnapshotItem>& items, int6
 EDL_API void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
                      int64_t* step, const std::string& origin, const SnapshotIdentity& expect = {},
                      SnapshotIdentity* got = nullptr);
+// A snapshot encoded with staged blobs (their payloads empty) made whole: each staged item's payload
+// becomes its captured() bytes. `items` must be the registration it was encoded from.
+std::string snapshot_fill_staged(const std::string& bytes, const std::vector<SnapshotItem>& items,
+                                 const std::string& origin);
 // The same snapshot with another identity (items untouched).
 std::string restamp_snapshot(const std::string& bytes, const SnapshotIdentity& id, const std::string& origin);
 // The identity and step of a snapshot without decoding its items (DataError when malformed).

@@ -18,6 +18,7 @@
 #include "elastic/group.h"
 #include "elastic/snapshot.h"
 #include "elastic/state_join.h"
+#include "elastic/state_staged.h"
 
 namespace edl::elastic {
 
@@ -31,6 +32,11 @@ struct State::Impl {
   // from it while the training thread makes the next commit (state_server.h).
   std::shared_ptr<const std::string> committed = std::make_shared<const std::string>();
   int64_t committed_step = -1;
+  // The last commit holds staged blobs' copies, not their bytes (empty payloads): whole() fills them.
+  bool staged_pending = false;
+  // The staged blobs' copies are the last commit (until a sync or a checkpoint replaces it): restore()
+  // takes them back without host bytes, whether or not whole() made the bytes meanwhile.
+  bool staged_current = false;
   std::string checkpoint_dir;
   bool persist = true;              // only one member of a job writes checkpoint files (rank 0)
   bool synced = false;              // false until the first sync: a fresh member never wins a tie
@@ -124,6 +130,15 @@ struct State::Impl {
     if (writer.joinable()) writer.join();
   }
 
+  // The last commit as whole bytes (a staged blob's copy made host bytes once, when it is asked for).
+  const std::shared_ptr<const std::string>& whole() {
+    if (staged_pending) {
+      committed = std::make_shared<const std::string>(snapshot_fill_staged(*committed, items, "the last in-memory commit"));
+      staged_pending = false;
+    }
+    return committed;
+  }
+
   void add(SnapshotItem item) {
     EDL_CHECK(!item.name.empty(), InvalidArgument, "State: an item name must not be empty");
     for (const auto& it : items)
@@ -166,6 +181,19 @@ void State::register_blob(const std::string& name, std::function<std::string()> 
   impl_->add(std::move(it));
 }
 
+void register_staged_blob(State& state, const std::string& name, StagedBlob blob) {
+  EDL_CHECK(blob.capture && blob.captured && blob.restore_captured && blob.load, InvalidArgument,
+            "State: staged blob '" + name + "' needs capture, captured, restore_captured and load functions");
+  SnapshotItem it;
+  it.name = name;
+  it.kind = SnapshotItem::kBlob;
+  it.load = std::move(blob.load);
+  it.capture = std::move(blob.capture);
+  it.captured = std::move(blob.captured);
+  it.restore_captured = std::move(blob.restore_captured);
+  state.impl().add(std::move(it));
+}
+
 void State::register_component(const std::string& name, Stateful* component) {
   EDL_CHECK(component != nullptr, InvalidArgument, "State: component '" + name + "' is null");
   SnapshotItem it;
@@ -181,14 +209,25 @@ void State::on_generation(std::function<void(const GenerationInfo&)> callback) {
 }
 
 void State::commit() {
-  impl_->committed = std::make_shared<const std::string>(encode_snapshot(impl_->items, epoch, step, impl_->ident));
-  impl_->committed_step = step;
-  if (!impl_->checkpoint_dir.empty() && impl_->persist) impl_->persist_async(*impl_->committed, step);
+  auto& im = *impl_;
+  im.committed = std::make_shared<const std::string>(encode_snapshot(im.items, epoch, step, im.ident));
+  im.staged_pending = std::any_of(im.items.begin(), im.items.end(), [](const SnapshotItem& it) { return it.staged(); });
+  im.staged_current = im.staged_pending;
+  im.committed_step = step;
+  if (!im.checkpoint_dir.empty() && im.persist) im.persist_async(*im.whole(), step);
 }
 
 void State::restore() {
-  EDL_CHECK(impl_->committed_step >= 0, InvalidArgument, "State::restore: nothing was committed yet");
-  decode_snapshot(*impl_->committed, impl_->items, &epoch, &step, "the last in-memory commit");
+  auto& im = *impl_;
+  EDL_CHECK(im.committed_step >= 0, InvalidArgument, "State::restore: nothing was committed yet");
+  if (!im.staged_current) {
+    decode_snapshot(*im.committed, im.items, &epoch, &step, "the last in-memory commit");
+    return;
+  }
+  std::vector<SnapshotItem> items = im.items;  // staged blobs take their own copy back, not bytes
+  for (auto& it : items)
+    if (it.staged()) it.load = [back = it.restore_captured](const std::string&) { back(); };
+  decode_snapshot(*im.committed, items, &epoch, &step, "the last in-memory commit");
 }
 
 std::string State::checkpoint_error() {
@@ -216,6 +255,7 @@ bool State::load_checkpoint() {
   SnapshotIdentity got;
   decode_snapshot(*bytes, impl_->items, &epoch, &step, "checkpoint file " + path, impl_->ident, &got);
   impl_->committed = std::make_shared<const std::string>(std::move(*bytes));
+  impl_->staged_pending = impl_->staged_current = false;
   impl_->committed_step = step;
   impl_->ident = got;
   EDL_LOG(1) << "edl: resumed from checkpoint " << path << " at step " << step << " (lineage " << got.lineage << ")";
@@ -247,7 +287,7 @@ void state_on_checkpoint_written(State& s, std::function<void(int64_t step, cons
   s.impl().on_written = std::move(cb);
 }
 
-const std::string& state_committed_bytes(State& s) { return *s.impl().committed; }
+const std::string& state_committed_bytes(State& s) { return *s.impl().whole(); }
 
 const std::string& state_checkpoint_dir(State& s) { return s.impl().checkpoint_dir; }
 
@@ -257,12 +297,13 @@ void state_adopt(State& s, std::string bytes, const std::string& origin) {
   decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin, SnapshotIdentity{im.ident.job, ""}, &got);
   im.ident.lineage = got.lineage;
   im.committed = std::make_shared<const std::string>(std::move(bytes));
+  im.staged_pending = im.staged_current = false;
   im.committed_step = s.step;
 }
 
 bool state_fresh(State& s) { return !s.impl().synced; }
 
-std::shared_ptr<const std::string> state_commit(State& s) { return s.impl().committed; }
+std::shared_ptr<const std::string> state_commit(State& s) { return s.impl().whole(); }
 
 std::vector<iovec> state_tensor_space(State& s) {
   std::vector<iovec> space;
@@ -300,8 +341,9 @@ bool sync_state(State& s, Group& g) {
     return restart;
   }
   constexpr int kFields = 3;
+  // The size of the whole commit: a staged blob's copy is made host bytes here (once per sync).
   int64_t mine[kFields] = {s.committed_step(), im.synced ? 0 : 1,
-                           im.committed ? static_cast<int64_t>(im.committed->size()) : 0};
+                           im.committed ? static_cast<int64_t>(im.whole()->size()) : 0};
   std::vector<uint8_t> all;
   g.allgatherv(mine, kFields, DataType::kInt64, all, nullptr);
   EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * kFields * sizeof(int64_t));

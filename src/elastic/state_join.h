@@ -42,7 +42,7 @@ EDL_API JoinPlan sync_state_stopfree(State& s, Group& g, const std::string& addr
 // Whether the State was never synced (a newcomer's initial state or loaded checkpoint).
 bool state_fresh(State& s);
 // The last commit's bytes (shared, never modified: a state server sends from it).
-std::shared_ptr<const std::string> state_commit(State& s);
+EDL_API std::shared_ptr<const std::string> state_commit(State& s);
 // The registered tensors' memory, in registration order (the tensor space of state_wire.h).
 std::vector<iovec> state_tensor_space(State& s);
 // Adopts a skeleton (snapshot.h): every item but the tensors, epoch and step. The last commit, the

@@ -18,7 +18,6 @@
 
 #include "edl/collectives.h"
 #include "edl/cuda.h"
-#include "edl/state.h"
 #include "edl/types.h"
 
 namespace edl::torch::device {
@@ -36,8 +35,5 @@ Handle broadcast(const ::torch::Tensor& t, DataType dtype, int root, const std::
 // Makes the current stream of t's device wait on the device for `h` (rethrows its error when it
 // failed before being queued).
 void wait(const Handle& h, const ::torch::Tensor& t);
-// edl::cuda::register_tensor for `t` (contiguous CUDA tensor of `dtype`), ordered on the current
-// stream of its device at registration.
-void register_tensor(elastic::State& state, const std::string& name, const ::torch::Tensor& t, DataType dtype);
 
 }  // namespace edl::torch::device

@@ -66,9 +66,4 @@ void wait(const Handle& h, const ::torch::Tensor& t) {
   cuda::stream_wait(h, current_stream(t));
 }
 
-void register_tensor(elastic::State& state, const std::string& name, const ::torch::Tensor& t, DataType dtype) {
-  check_tensor(t, name);
-  cuda::register_tensor(state, name, t.data_ptr(), static_cast<size_t>(t.numel()), dtype, current_stream(t));
-}
-
 }  // namespace edl::torch::device

@@ -34,9 +34,4 @@ Handle broadcast(const ::torch::Tensor& /*t*/, DataType /*dtype*/, int /*root*/,
 
 void wait(const Handle& /*h*/, const ::torch::Tensor& /*t*/) { refuse("a tensor"); }
 
-void register_tensor(elastic::State& /*state*/, const std::string& name, const ::torch::Tensor& /*t*/,
-                     DataType /*dtype*/) {
-  refuse("'" + name + "'");
-}
-
 }  // namespace edl::torch::device

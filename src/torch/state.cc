@@ -1,12 +1,16 @@
 // edl::torch broadcasts and elastic-state registration: module tensors as raw EDL tensors, the torch
 // optimizer's state as torch-serialized bytes, with a layout check (names, shapes, dtypes) before
-// any broadcast so that differing modules fail with MismatchError instead of hanging.
+// any broadcast so that differing modules fail with MismatchError instead of hanging. CUDA tensors
+// and the state of an optimizer over them are staged blobs (elastic/state_staged.h): a commit copies
+// them on the device, host bytes only for a checkpoint file or another member.
 #include <sstream>
+#include <type_traits>
 
 #include "edl/collectives.h"
 #include "edl/edl.h"
 #include "edl/error.h"
 #include "edl/torch.h"
+#include "elastic/state_staged.h"
 #include "torch/device.h"
 
 namespace edl::torch {
@@ -205,21 +209,154 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root, s
   if (g.rank() != root) load_optimizer_state(optimizer, bytes);
 }
 
+namespace {
+
+std::string host_bytes(const ::torch::Tensor& t) {
+  const ::torch::Tensor h = t.to(::torch::kCPU).contiguous();
+  return std::string(static_cast<const char*>(h.data_ptr()), h.nbytes());
+}
+
+// A CUDA tensor: commit = a device-to-device copy into a tensor of its own, on the current stream
+// (after the work queued there; nothing waits for it); restore = the copy back, on the current
+// stream. Host bytes (the raw elements, as register_tensor's) only when the commit leaves.
+void register_device_tensor(elastic::State& state, const std::string& name, const ::torch::Tensor& t) {
+  auto copy = std::make_shared<::torch::Tensor>();
+  elastic::StagedBlob b;
+  b.capture = [t, copy] {
+    ::torch::NoGradGuard no_grad;
+    if (!copy->defined()) *copy = ::torch::empty_like(t);
+    copy->copy_(t);
+  };
+  b.captured = [copy] { return host_bytes(*copy); };
+  b.restore_captured = [t, copy] {
+    ::torch::NoGradGuard no_grad;
+    t.copy_(*copy);
+  };
+  b.load = [t, name](const std::string& bytes) {
+    EDL_CHECK(bytes.size() == t.nbytes(), DataError,
+              "edl::torch: the snapshot of CUDA tensor '" + name + "' has " + std::to_string(bytes.size()) +
+                  " bytes, the tensor " + std::to_string(t.nbytes()));
+    ::torch::NoGradGuard no_grad;  // a blocking copy from pageable memory: `bytes` outlives it
+    t.copy_(::torch::from_blob(const_cast<char*>(bytes.data()), t.sizes(), t.options().device(::torch::kCPU)));
+  };
+  elastic::register_staged_blob(state, name, std::move(b));
+}
+
+::torch::Tensor dup(const ::torch::Tensor& t) { return t.defined() ? t.clone() : t; }
+
+// A deep copy of one parameter's optimizer state (its tensors cloned on their device), for the
+// optimizers of libtorch whose state is known; nullptr for any other.
+std::unique_ptr<::torch::optim::OptimizerParamState> deep_copy(const ::torch::optim::OptimizerParamState& s) {
+  namespace o = ::torch::optim;
+  auto out = s.clone();  // the fields; its tensors are still shared
+  if (auto* p = dynamic_cast<o::SGDParamState*>(out.get())) {
+    p->momentum_buffer(dup(p->momentum_buffer()));
+  } else if (auto* a = dynamic_cast<o::AdamParamState*>(out.get())) {
+    a->exp_avg(dup(a->exp_avg())).exp_avg_sq(dup(a->exp_avg_sq())).max_exp_avg_sq(dup(a->max_exp_avg_sq()));
+  } else if (auto* w = dynamic_cast<o::AdamWParamState*>(out.get())) {
+    w->exp_avg(dup(w->exp_avg())).exp_avg_sq(dup(w->exp_avg_sq())).max_exp_avg_sq(dup(w->max_exp_avg_sq()));
+  } else if (auto* g = dynamic_cast<o::AdagradParamState*>(out.get())) {
+    g->sum(dup(g->sum()));
+  } else if (auto* r = dynamic_cast<o::RMSpropParamState*>(out.get())) {
+    r->square_avg(dup(r->square_avg())).momentum_buffer(dup(r->momentum_buffer())).grad_avg(dup(r->grad_avg()));
+  } else {
+    return nullptr;
+  }
+  return out;
+}
+
+bool known_optimizer(::torch::optim::Optimizer& opt) {
+  namespace o = ::torch::optim;
+  return dynamic_cast<o::SGD*>(&opt) || dynamic_cast<o::Adam*>(&opt) || dynamic_cast<o::AdamW*>(&opt) ||
+         dynamic_cast<o::Adagrad*>(&opt) || dynamic_cast<o::RMSprop*>(&opt);
+}
+
+// The state of an optimizer over CUDA parameters, kept on the device at commit: every
+// per-parameter state deep-copied and the param groups' options (LR, momentum, ...) cloned.
+struct OptimizerCopy {
+  using StateMap = std::remove_reference_t<decltype(std::declval<::torch::optim::Optimizer&>().state())>;
+  ::torch::optim::Optimizer* opt;
+  StateMap state;
+  std::vector<std::unique_ptr<::torch::optim::OptimizerOptions>> options;
+
+  static void copy_state(const StateMap& from, StateMap& to) {
+    to.clear();
+    for (const auto& kv : from) {
+      auto c = deep_copy(*kv.second);
+      EDL_CHECK(c != nullptr, InvalidArgument, "edl::torch: an optimizer state of an unknown type (register_state)");
+      to.emplace(kv.first, std::move(c));
+    }
+  }
+  void capture() {
+    copy_state(opt->state(), state);
+    options.clear();
+    for (const auto& g : opt->param_groups()) options.push_back(g.options().clone());
+  }
+  void restore() {
+    copy_state(state, opt->state());  // a copy again: the optimizer updates its state in place
+    auto& groups = opt->param_groups();
+    for (size_t i = 0; i < groups.size() && i < options.size(); ++i) groups[i].set_options(options[i]->clone());
+  }
+  // The copy's bytes (save_optimizer_state's format): swapped in for the serialization.
+  std::string bytes() {
+    auto& groups = opt->param_groups();
+    std::swap(state, opt->state());
+    for (size_t i = 0; i < groups.size() && i < options.size(); ++i) {
+      auto live = groups[i].options().clone();
+      groups[i].set_options(std::move(options[i]));
+      options[i] = std::move(live);
+    }
+    std::string out;
+    std::exception_ptr error;
+    try {
+      out = save_optimizer_state(*opt);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::swap(state, opt->state());
+    for (size_t i = 0; i < groups.size() && i < options.size(); ++i) {
+      auto copy = groups[i].options().clone();
+      groups[i].set_options(std::move(options[i]));
+      options[i] = std::move(copy);
+    }
+    if (error) std::rethrow_exception(error);
+    return out;
+  }
+};
+
+bool any_cuda(const ::torch::optim::Optimizer& opt) {
+  for (const auto& p : opt.parameters())
+    if (p.is_cuda()) return true;
+  return false;
+}
+
+}  // namespace
+
 void register_state(elastic::State& state, ::torch::nn::Module& module, ::torch::optim::Optimizer* optimizer,
                     const std::string& prefix) {
   for (auto& e : entries_of(module)) {
-    if (e.tensor.is_cuda()) {  // commit copies to host, ordered on the current stream (edl::cuda)
-      device::register_tensor(state, prefix + "." + e.name, e.tensor, e.dtype);
+    if (e.tensor.is_cuda()) {
+      register_device_tensor(state, prefix + "." + e.name, e.tensor);
     } else {
       state.register_tensor(prefix + "." + e.name, e.tensor.data_ptr(), static_cast<size_t>(e.tensor.numel()),
                             e.dtype);
     }
   }
-  if (optimizer != nullptr) {
-    state.register_blob(
-        prefix + ".optimizer", [optimizer] { return save_optimizer_state(*optimizer); },
-        [optimizer](const std::string& bytes) { load_optimizer_state(*optimizer, bytes); });
+  if (optimizer == nullptr) return;
+  if (any_cuda(*optimizer) && known_optimizer(*optimizer)) {
+    auto copy = std::make_shared<OptimizerCopy>();
+    copy->opt = optimizer;
+    elastic::StagedBlob b;
+    b.capture = [copy] { copy->capture(); };
+    b.captured = [copy] { return copy->bytes(); };
+    b.restore_captured = [copy] { copy->restore(); };
+    b.load = [optimizer](const std::string& bytes) { load_optimizer_state(*optimizer, bytes); };
+    elastic::register_staged_blob(state, prefix + ".optimizer", std::move(b));
+    return;
   }
+  state.register_blob(
+      prefix + ".optimizer", [optimizer] { return save_optimizer_state(*optimizer); },
+      [optimizer](const std::string& bytes) { load_optimizer_state(*optimizer, bytes); });
 }
 
 ::torch::Device training_device(const std::string& kind) {

@@ -15,6 +15,8 @@
 #include "edl/state.h"
 #include "elastic/checkpoint.h"
 #include "elastic/group.h"
+#include "elastic/state_join.h"
+#include "elastic/state_staged.h"
 
 using edl::DataType;
 using edl::elastic::State;
@@ -103,6 +105,80 @@ TEST_CASE("checkpoint round trip resumes a new State", "[state][checkpoint]") {
   std::remove(edl::elastic::checkpoint_path(dir).c_str());
   std::remove((edl::elastic::checkpoint_path(dir) + ".lock").c_str());
   rmdir(dir.c_str());
+}
+
+namespace {
+
+// A staged blob over `live` whose copy is `copy` (the stand-in of a device-side copy), counting how
+// often its copy was made host bytes.
+struct Staged {
+  std::string live, copy;
+  int to_host = 0, copied_back = 0, loaded = 0;
+  edl::elastic::StagedBlob blob() {
+    return {[this] { copy = live; }, [this] { ++to_host; return copy; }, [this] { ++copied_back; live = copy; },
+            [this](const std::string& b) { ++loaded; live = b; }};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a staged blob commits and restores without host bytes; they are made only to leave", "[state][checkpoint]") {
+  Staged a;
+  int64_t n = 0;
+  State s;
+  s.register_scalar("n", &n);
+  edl::elastic::register_staged_blob(s, "dev", a.blob());
+  a.live = "committed";
+  n = 1;
+  s.commit();
+  a.live = "later";
+  n = 2;
+  s.restore();
+  CHECK(a.live == "committed");
+  CHECK(n == 1);
+  CHECK(a.copied_back == 1);
+  CHECK(a.to_host == 0);  // commit and restore stayed "on the device"
+  // A stop-free state server (or sync) asks for the bytes: made once; restore still takes the copy.
+  const auto bytes = edl::elastic::state_commit(s);
+  CHECK(a.to_host == 1);
+  CHECK(edl::elastic::state_commit(s) == bytes);
+  CHECK(bytes->find("committed") != std::string::npos);
+  a.live = "later";
+  s.restore();
+  CHECK(a.live == "committed");
+  CHECK(a.copied_back == 2);
+  CHECK(a.loaded == 0);
+  CHECK(a.to_host == 1);
+
+  // A checkpoint file holds the bytes (made at commit on the writing member) and resumes a new State.
+  auto dir = temp_dir();
+  {
+    Staged b;
+    State w;
+    edl::elastic::register_staged_blob(w, "dev", b.blob());
+    w.set_checkpoint_dir(dir);
+    b.live = "on disk";
+    w.step = 5;
+    w.commit();
+    w.flush_checkpoint();
+    CHECK(b.to_host == 1);
+  }
+  Staged c;
+  State r;
+  edl::elastic::register_staged_blob(r, "dev", c.blob());
+  r.set_checkpoint_dir(dir);
+  REQUIRE(r.load_checkpoint());
+  CHECK(c.live == "on disk");
+  CHECK(c.loaded == 1);
+  c.live = "later";
+  r.restore();  // the last commit came from the file: its bytes, not a copy
+  CHECK(c.live == "on disk");
+  CHECK(c.copied_back == 0);
+  CHECK(r.step == 5);
+  std::remove(edl::elastic::checkpoint_path(dir).c_str());
+  std::remove((edl::elastic::checkpoint_path(dir) + ".lock").c_str());
+  rmdir(dir.c_str());
+  CHECK_THROWS_AS(edl::elastic::register_staged_blob(s, "x", edl::elastic::StagedBlob{}), edl::InvalidArgument);
 }
 
 TEST_CASE("a corrupt or truncated checkpoint is a DataError naming the file", "[state][checkpoint]") {

@@ -9,7 +9,13 @@
 // equal the optimizer's own count of the step (issue 22, item 7), else the worker fails.
 // --device cuda: the model, the data and the reduction on the GPU (edl::torch's CUDA path; run it
 // under edl-run --one-gpu-test); --probe 1 then only says whether CUDA is usable (exit 0, or 3 and why).
+// For doubled_batch_test.sh: --fixed 1 trains step s on records [24 s, 24 s + 24) split evenly over
+// the ranks instead of the shard generator (so 2 ranks and 1 process see the same global batches),
+// --optimizer sgd|adam (sgd: SGD with momentum), --hidden-rank1 H gives rank 1 another hidden width
+// (different parameter shapes across ranks: the optimizer's MismatchError), --min-world W: the parameter file is
+// written by workers that end in a world of at least W (default 2).
 // Usage: edl_torch_elastic_worker --dir D [--steps 120] [--pause-step 10] [--sleep-ms 20] [--device cpu]
+//          [--fixed 0] [--optimizer sgd] [--hidden-rank1 64] [--min-world 2]
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +23,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -28,9 +35,9 @@
 namespace {
 
 struct NetImpl : torch::nn::Module {
-  NetImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(16, 64))),
-        fc2(register_module("fc2", torch::nn::Linear(64, 64))),
+  explicit NetImpl(int hidden = 64)
+      : fc1(register_module("fc1", torch::nn::Linear(16, hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, 64))),
         fc3(register_module("fc3", torch::nn::Linear(64, 4))) {}
   torch::Tensor forward(const torch::Tensor& x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
   torch::nn::Linear fc1, fc2, fc3;
@@ -55,7 +62,9 @@ void record(uint64_t i, float* x, int64_t* y) {
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> a = {{"dir", ""},      {"steps", "120"},  {"pause-step", "10"},
-                                          {"sleep-ms", "20"}, {"device", "cpu"}, {"probe", "0"}};
+                                          {"sleep-ms", "20"}, {"device", "cpu"}, {"probe", "0"},
+                                          {"fixed", "0"},     {"optimizer", "sgd"}, {"hidden-rank1", "64"},
+                                          {"min-world", "2"}};
   for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
   const bool cuda = a["device"] == "cuda";
   if (cuda && !torch::cuda::is_available()) {
@@ -70,15 +79,23 @@ int main(int argc, char** argv) {
   try {
     edl::init();
     torch::set_num_threads(1);
-    Net net;
+    torch::manual_seed(1);  // the same initial parameters in every run (the State syncs them anyway)
+    const int hidden1 = std::stoi(a["hidden-rank1"]);
+    Net net(edl::rank() == 1 ? hidden1 : 64);
     net->to(device);
-    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    std::unique_ptr<torch::optim::Optimizer> inner;
+    if (a["optimizer"] == "adam") {
+      inner = std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+    } else {
+      inner = std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    }
+    const bool fixed = a["fixed"] != "0";
     edl::torch::DistributedOptimizerOptions oo;
     oo.scaling.lr_scaling = edl::optim::LrScaling::kNone;
     oo.scaling.batch.mode = edl::optim::BatchMode::kFixedGlobal;
     oo.scaling.batch.global_batch = 24;
     oo.bucket_cap_bytes = 8 << 10;  // several buckets: some are in flight when rank 1 stops
-    edl::torch::DistributedOptimizer opt(sgd, *net, oo);
+    edl::torch::DistributedOptimizer opt(*inner, *net, oo);
     edl::data::ShardOptions so;
     so.records = 24 * 1000;
     so.records_per_shard = 240;
@@ -89,7 +106,9 @@ int main(int argc, char** argv) {
     };
     edl::data::ShardGenerator shards(so);
     edl::elastic::State state;
-    edl::torch::register_state(state, *net, opt);
+    // Another width on rank 1: the module stays out of the State, whose sync would meet the
+    // difference first (a DataError naming the item); the optimizer's layout check must.
+    if (hidden1 == 64) edl::torch::register_state(state, *net, opt);
     state.register_component("shards", &shards);
 
     const std::string marker = dir + "/paused";
@@ -111,7 +130,14 @@ int main(int argc, char** argv) {
     };
     edl::elastic::run(state, [&] {
       while (more()) {
-        edl::data::StepRecords rec = shards.next();
+        edl::data::StepRecords rec;
+        if (fixed) {  // step s: records [24 s, 24 s + 24), rank r of W takes its 24 / W of them
+          const uint64_t w = static_cast<uint64_t>(edl::size()), per = 24 / w;
+          for (uint64_t i = 0; i < per; ++i)
+            rec.records.push_back(24 * static_cast<uint64_t>(state.step) + per * static_cast<uint64_t>(edl::rank()) + i);
+        } else {
+          rec = shards.next();
+        }
         const int64_t n = static_cast<int64_t>(rec.records.size());
         opt.zero_grad();
         opt.set_step_samples(static_cast<uint64_t>(n));
@@ -132,7 +158,7 @@ int main(int argc, char** argv) {
         edl::notify_batch_end();
       }
     });
-    if (state.step >= steps && edl::size() >= 2 && !dir.empty()) {
+    if (state.step >= steps && edl::size() >= std::stoi(a["min-world"]) && !dir.empty()) {
       std::ofstream out(dir + "/params." + std::to_string(getpid()), std::ios::binary);
       for (const auto& p : net->parameters()) {
         auto c = p.detach().to(torch::kCPU).contiguous();

@@ -9,27 +9,8 @@
 # per slot); without a usable GPU it skips (exit 77) with one line, or fails with EDL_REQUIRE_GPU=1.
 # Usage: kill_join_test.sh EDL_RUN WORKER [--device cpu|cuda]
 set -euo pipefail
-RUN=$1
-WORKER=$2
-DEVICE=cpu
-[ "${3:-}" = --device ] && DEVICE=${4:?--device needs cpu or cuda}
-RUN_ARGS=()
-if [ "$DEVICE" = cuda ]; then
-  set +e
-  why=$("$WORKER" --device cuda --probe 1 2>&1)
-  probe=$?
-  set -e
-  if [ $probe -eq 3 ]; then
-    if [ -n "${EDL_REQUIRE_GPU:-}" ] && [ "${EDL_REQUIRE_GPU}" != 0 ]; then
-      echo "kill_join_test FAILED: EDL_REQUIRE_GPU=1 and $why" >&2
-      exit 1
-    fi
-    echo "GPU test skipped: $why (EDL_REQUIRE_GPU=1 makes this a failure)"
-    exit 77
-  fi
-  [ $probe -eq 0 ] || { echo "kill_join_test FAILED: the worker's CUDA probe exited $probe: $why" >&2; exit 1; }
-  RUN_ARGS=(--one-gpu-test)
-fi
+. "$(dirname "$0")/gpu_probe.sh"
+process_test_args "$@"
 work=$(mktemp -d)
 job=""
 cleanup() { [ -n "$job" ] && kill "$job" 2>/dev/null; rm -rf "$work"; }

@@ -15,7 +15,7 @@
 #include "edl/optim.h"
 #include "edl/state.h"
 #include "edl/torch.h"
-#include "torch/torch_util.h"
+#include "torch/round_trip.h"
 
 namespace et = edl::torch;
 namespace test = torch_test;
@@ -36,13 +36,6 @@ void train_step(Mlp& net, et::DistributedOptimizer& opt, const test::Data& data,
   opt.zero_grad();
   test::loss_on(net, data, int64_t{s} * 8, 8).backward();
   opt.step();
-}
-
-std::string temp_dir() {
-  char tmpl[] = "/tmp/edl-torch-state-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
 }
 
 }  // namespace
@@ -197,41 +190,7 @@ TEST_CASE("register_state: commit / restore rolls back parameters, buffers and o
 }
 
 TEST_CASE("register_state: a checkpoint file resumes a fresh module and optimizer") {
-  ::torch::set_num_threads(1);
-  const auto data = test::make_data(8 * 10);
-  const std::string dir = temp_dir();
-  std::vector<float> expected;
-  {
-    Mlp net;
-    ::torch::optim::Adam adam(net->parameters(), ::torch::optim::AdamOptions(0.01));
-    et::DistributedOptimizerOptions o;
-    o.local = true;
-    et::DistributedOptimizer opt(adam, *net, o);
-    edl::elastic::State state;
-    et::register_state(state, *net, opt);
-    state.set_checkpoint_dir(dir);
-    for (int s = 0; s < 4; ++s) train_step(net, opt, data, s);
-    state.step = 4;
-    state.commit();
-    state.flush_checkpoint();
-    REQUIRE(state.checkpoint_error().empty());
-    for (int s = 4; s < 7; ++s) train_step(net, opt, data, s);
-    expected = test::flat(*net);
-  }
-  Mlp fresh;  // other random parameters, no optimizer state (the same program: the same LR policy)
-  ::torch::optim::Adam adam(fresh->parameters(), ::torch::optim::AdamOptions(0.01));
-  et::DistributedOptimizerOptions o;
-  o.local = true;
-  et::DistributedOptimizer opt(adam, *fresh, o);
-  edl::elastic::State state;
-  et::register_state(state, *fresh, opt);
-  state.set_checkpoint_dir(dir);
-  REQUIRE(state.load_checkpoint());
-  CHECK(state.step == 4);
-  CHECK(opt.step_count() == 4);
-  for (int s = 4; s < 7; ++s) train_step(fresh, opt, data, s);
-  CHECK(test::flat(*fresh) == expected);  // Adam moments and step counts came back exactly
-  std::filesystem::remove_all(dir);
+  test::checkpoint_round_trip(::torch::Device(::torch::kCPU));
 }
 
 TEST_CASE("load_optimizer_state rejects bytes that are not an optimizer archive") {
