@@ -191,6 +191,9 @@ SAMPLE_SH = """#!/bin/sh
 # a comment naming notaprogram
 set -e
 helper() { echo hi; }
+. "$(dirname "$0")/lib.sh"
+libfn arg
+case "$1" in notone|nottwo|notthree) casetool ;; esac
 X=1 nice -n 10 shelltool --flag | tail -n 1
 out=$(subtool arg "$X")
 if command -v lookedup >/dev/null; then helper; fi
@@ -227,7 +230,7 @@ add_test(NAME t COMMAND built_tool --x)
 add_test(NAME u COMMAND cmaketool --y)
 find_program(GP NAMES gnuplotish)
 """
-SAMPLE_WANT = {"sh", "shelltool", "tail", "nice", "subtool", "lookedup", "nested", "argvtool", "vectool",
+SAMPLE_WANT = {"sh", "casetool", "dirname", "shelltool", "tail", "nice", "subtool", "lookedup", "nested", "argvtool", "vectool",
                "cat", "env", "envtool", "slurmtool", "daemontool", "foundtool", "scripttool", "sorter", "proctool", "nstool", "pathtool", "ls", "cmaketool", "gnuplotish"}
 
 
@@ -238,6 +241,8 @@ def self_test(real_root):
         os.makedirs(os.path.join(tmp, "testing"))
         with open(os.path.join(tmp, "scripts", "x.sh"), "w") as f:
             f.write(SAMPLE_SH)
+        with open(os.path.join(tmp, "scripts", "lib.sh"), "w") as f:  # sourced: its functions are no programs
+            f.write("libfn() { echo \"$1\"; }\n")
         with open(os.path.join(tmp, "testing", "x.cc"), "w") as f:
             f.write(SAMPLE_CC)
         with open(os.path.join(tmp, "CMakeLists.txt"), "w") as f:

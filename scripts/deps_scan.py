@@ -62,6 +62,9 @@ def _matching(text, i, open_c, close_c):
     return n
 
 
+CASE_ALTS_RE = re.compile(r"(?:\|[^\s;&|()]+)+\)")
+
+
 def shell_words(text):
     """Splits a shell script into simple commands: lists of (word, raw) pairs. `word` has quotes
     removed and a '$' where an expansion was; nested command substitutions are returned as
@@ -151,6 +154,10 @@ def shell_words(text):
         elif c in " \t":
             end_word()
             i += 1
+        elif c == "|" and paren == 0 and len(words) + in_word == 1 and CASE_ALTS_RE.match(text, i):
+            # `a|b|c)` of a case: alternatives of a pattern, not a pipeline
+            end_command(case_pattern=True)
+            i = CASE_ALTS_RE.match(text, i).end()
         elif c in "\n;&|":
             end_command()
             i += 1
@@ -293,15 +300,32 @@ def command_programs(words, functions):
     return out
 
 
-def scan_shell(text, where, found):
-    """Adds {program: [where...]} for a shell script's text."""
+SOURCED_RE = re.compile(r'^\s*(?:\.|source)\s+"?\$\(dirname "?\$0"?\)"?/([A-Za-z0-9_./-]+)"?\s*$', re.M)
+
+
+def sourced_functions(text, script_path):
+    """The functions of the files a script sources from its own folder (. "$(dirname "$0")/lib.sh")."""
+    out = set()
+    if not script_path:
+        return out
+    for m in SOURCED_RE.finditer(text):
+        try:
+            with open(os.path.join(os.path.dirname(script_path), m.group(1)), encoding="utf-8", errors="replace") as fh:
+                out |= shell_functions(fh.read())
+        except OSError:
+            pass
+    return out
+
+
+def scan_shell(text, where, found, script_path=None):
+    """Adds {program: [where...]} for a shell script's text (script_path: its file, for what it sources)."""
     shebang = re.match(r"#!\s*(\S+)(?:\s+(\S+))?", text)
     if shebang:
         prog = system_path_program(shebang.group(1)) or shebang.group(1)
         found.setdefault(prog, []).append(where)
         if prog == "env" and shebang.group(2):
             found.setdefault(shebang.group(2), []).append(where)
-    functions = shell_functions(text)
+    functions = shell_functions(text) | sourced_functions(text, script_path)
     for words in shell_words(text):
         line_raw = " ".join(r for _, r in words)
         if SKIP_MARK in line_raw:
@@ -530,7 +554,7 @@ def scan_tree(root):
         elif rel.endswith(CPP_EXT):
             scan_cpp(text, rel, found)
         elif is_shell(root, rel):
-            scan_shell(text, rel, found)
+            scan_shell(text, rel, found, path)
         elif rel.endswith(".py"):
             scan_python(text, rel, found)
     return found

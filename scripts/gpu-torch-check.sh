@@ -83,7 +83,9 @@ done
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 COMMIT=${COMMIT:-$(awk '/^commit /{print $2}' "$BUNDLE/MANIFEST" 2>/dev/null)}
 COMMIT=${COMMIT:-unknown}
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+# nvidia-smi comes with the device machine's driver (no Debian package here: without it the rows say none)
+SMI=${EDL_NVIDIA_SMI:-nvidia-smi}
+GPU=$("$SMI" --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 DEVICE_NAME=${GPU%%,*}
 DRIVER=$(echo "${GPU#*,}" | tr -d ' ')
 [ -n "$GPU" ] || { DEVICE_NAME=none; DRIVER=none; }

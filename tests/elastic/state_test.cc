@@ -122,7 +122,7 @@ struct Staged {
 
 }  // namespace
 
-TEST_CASE("a staged blob commits and restores without host bytes; they are made only to leave", "[state][checkpoint]") {
+TEST_CASE("a staged blob commits and restores without host bytes, which are made only to leave", "[state][checkpoint]") {
   Staged a;
   int64_t n = 0;
   State s;
