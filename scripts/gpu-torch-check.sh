@@ -128,6 +128,10 @@ build_kit() {
   local prefix=${EDL_TORCH_PREFIX:-$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}
   local extra=()
   [ $REHEARSE = 1 ] && extra=(-DEDL_KIT_REHEARSE=ON)
+  # a build folder configured from another checkout (an earlier worktree): start it afresh
+  if [ -f "$KB/CMakeCache.txt" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT/tests/torch/gpu_kit" "$KB/CMakeCache.txt"; then
+    rm -rf "$KB"
+  fi
   cmake -S "$ROOT/tests/torch/gpu_kit" -B "$KB" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDL_BUNDLE_DIR="$BUNDLE" \
     ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} "${extra[@]}" &&
     ninja -C "$KB" -j"${EDL_JOBS:-$(nproc)}"
