@@ -209,7 +209,13 @@ TEST_CASE("etcd store: add and compare_set are applied exactly once across a los
       proxy.lose_next_txn(mode);
       CHECK(s->add(n, 1) == 17);
     }
+    {
+      auto s = edl::connect_store(url, opts(20s));  // a lost txn moved the last client off the proxy
+      proxy.lose_next_txn(mode);                    // the first add of a key creates it in the ticket's txn
+      CHECK(s->add(n + "-fresh", 1) == 1);
+    }
     CHECK(observer->get(n) == std::optional<std::string>("17"));
+    CHECK(observer->get(n + "-fresh") == std::optional<std::string>("1"));
     {
       auto s = edl::connect_store(url, opts(20s));
       proxy.lose_next_txn(mode);
@@ -218,10 +224,11 @@ TEST_CASE("etcd store: add and compare_set are applied exactly once across a los
       CHECK(cur == std::optional<std::string>("1"));
     }
     CHECK(observer->get(g) == std::optional<std::string>("1"));
-    CHECK(proxy.lost() == lost_before + 3);  // every call really lost one txn
+    CHECK(proxy.lost() == lost_before + 4);  // every call really lost one txn
   }
   // The request markers are not visible to keys().
-  CHECK(observer->keys("") == std::vector<std::string>{"g-answer", "g-request", "n-answer", "n-request"});
+  CHECK(observer->keys("") == std::vector<std::string>{"g-answer", "g-request", "n-answer", "n-answer-fresh",
+                                                      "n-request", "n-request-fresh"});
 }
 
 TEST_CASE("etcd store: lease TTLs round up to whole seconds and expire across a leader change", "[store][etcd]") {

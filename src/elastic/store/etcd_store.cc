@@ -237,10 +237,11 @@ class EtcdStore final : public Store {
   // An add as one compare-and-swap loop on the counter (deltas other than 1, and the first add of
   // an epoch, which creates T with the new value as its base: nullopt when another add started an
   // epoch first). An add of delta != 1 ends the key's ticket epoch.
-  std::optional<int64_t> add_cas(const std::string& key, int64_t delta) {
+  // `known`: the key as just read, if it was.
+  std::optional<int64_t> add_cas(const std::string& key, int64_t delta, std::optional<Kv> known = std::nullopt) {
     const std::string marker = new_marker();
     const std::string t = ticket_key(key);
-    Kv cur = first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "add to key '" + key + "'"));
+    Kv cur = known ? *known : first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "add to key '" + key + "'"));
     for (int races = 0;;) {
       const int64_t next = add_checked(parse_counter(cur.value, key), delta, key);
       Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
@@ -267,9 +268,13 @@ class EtcdStore final : public Store {
     const std::string t = ticket_key(key);
     Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
       Json bump = {{"key", b64(t)}, {"ignore_value", true}, {"ignore_lease", true}, {"prev_kv", true}};
+      // No epoch and no counter yet (the first add of a key): created in the same round trip.
+      Json create = {{"compare", {compare(key, "VERSION", "0"), compare(t, "CREATE", "0"), compare(marker, "VERSION", "0")}},
+                     {"success", {put_op(key, "1"), put_op(t, "1", lease), put_op(marker, "1", lease)}},
+                     {"failure", {range_op(key)}}};
       return Json{{"compare", {compare(t, "CREATE", "0", "GREATER"), compare(marker, "VERSION", "0")}},
                   {"success", {Json{{"request_put", bump}}, put_op(marker, "T", lease)}},
-                  {"failure", {range_op(marker)}}};
+                  {"failure", {range_op(marker), Json{{"request_txn", create}}}}};
     });
     Kv before;  // T as this ticket found it
     if (r.value("succeeded", false)) {
@@ -277,7 +282,14 @@ class EtcdStore final : public Store {
       if (put.contains("prev_kv")) before = parse_kv(put["prev_kv"]);
     } else {
       Kv mark = first_kv(r["responses"][0]["response_range"]);
-      if (!mark.value) return add_cas(key, 1);  // no epoch: start one (nullopt: another add just did)
+      if (mark.value && *mark.value != "T") return std::stoll(*mark.value);  // an earlier attempt created the counter
+      if (!mark.value) {
+        const Json& created = r["responses"][1]["response_txn"];
+        if (created.value("succeeded", false)) return 1;
+        Kv cur = first_kv(created["responses"][0]["response_range"]);
+        if (!cur.value) return std::nullopt;  // another add started the epoch meanwhile: draw a ticket
+        return add_cas(key, 1, cur);          // a counter without an epoch: start one (nullopt: lost to another)
+      }
       before = ticket_before(t, mark.mod_revision, key);  // an earlier attempt drew the ticket
     }
     EDL_CHECK(before.value && before.version > 0, StoreError,
