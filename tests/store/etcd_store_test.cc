@@ -578,3 +578,38 @@ TEST_CASE("etcd store: adds of 1 draw tickets: exact, O(1) txns each, linearizab
   }
   for (const auto& k : clients[0]->keys("")) CHECK(k.rfind("__edl_etcd/", 0) != 0);  // tickets are hidden
 }
+
+// get_many sends one read-only txn per 128 keys (etcd's --max-txn-ops default), not a read per key;
+// a wait on one missing key, called slice after slice (the mesh bootstrap's dial loop), rides on the
+// key's shared watch stream instead of opening a stream per call.
+TEST_CASE("etcd store: get_many is one txn per 128 keys, waits on one key share its watch stream", "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  auto s = edl::connect_store(c.url(0), opts(20s));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 200; ++i) {
+    keys.push_back("many/" + std::to_string(i));
+    if (i % 7 != 3) s->set(keys.back(), "v" + std::to_string(i));
+  }
+  const double txns = served(c, "Txn"), ranges = served(c, "Range");
+  const auto got = s->get_many(keys);
+  CHECK(served(c, "Txn") - txns == 2);
+  CHECK(served(c, "Range") - ranges == 0);
+  REQUIRE(got.size() == keys.size());
+  for (int i = 0; i < 200; ++i)
+    CHECK(got[i] == (i % 7 == 3 ? std::nullopt : std::optional<std::string>("v" + std::to_string(i))));
+  CHECK(s->get_many({}).empty());
+
+  const double watches = served(c, "Watch");
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(s->wait({"late"}, 20ms));
+  CHECK(served(c, "Watch") - watches <= 1);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    edl::connect_store(c.url(1), opts(20s))->set("late", "x");
+  });
+  CHECK(s->wait({"late"}, 20s));
+  setter.join();
+  CHECK(s->wait({"late", "many/0"}, 1s));
+  CHECK_FALSE(s->wait({"late", "many/3"}, 50ms));
+}

@@ -114,6 +114,24 @@ class EtcdStore final : public Store {
 
   std::optional<std::string> get(const std::string& key) override { return watches_.read(key).first; }
 
+  // One read-only txn of ranges per kMaxTxnOps keys (a decider reading every arrival, a rank reading
+  // its peers' addresses): a round trip for the lot instead of one per key.
+  std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys) override {
+    if (keys.size() == 1) return {get(keys[0])};
+    std::vector<std::optional<std::string>> out;
+    out.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); i += kMaxTxnOps) {
+      Json ops = Json::array();
+      for (size_t j = i; j < std::min(keys.size(), i + kMaxTxnOps); ++j) ops.push_back(range_op(keys[j]));
+      Json r = client_.call_ok("/v3/kv/txn", Json{{"success", ops}}, "read of " + std::to_string(keys.size()) + " keys");
+      for (const auto& resp : r["responses"]) out.push_back(first_kv(resp["response_range"]).value);
+    }
+    EDL_CHECK(out.size() == keys.size(), StoreError,
+              "store " + client_.url() + ": etcd answered a read of " + std::to_string(keys.size()) + " keys with " +
+                  std::to_string(out.size()) + " values");
+    return out;
+  }
+
   bool del(const std::string& key) override {
     // A retried delete whose first answer was lost reports false: the key did not exist any more.
     Json r = client_.call_ok("/v3/kv/txn", Json{{"success", {delete_op(key), delete_op(ticket_key(key))}}},
@@ -170,8 +188,15 @@ class EtcdStore final : public Store {
   bool wait(const std::vector<std::string>& keys, milliseconds timeout) override {
     if (keys.empty()) return true;
     auto deadline = Clock::now() + timeout;
-    // One key (the common case: a peer's address, polled in short slices by the mesh bootstrap):
-    // its watch stream says when it exists, confirmed by a read; no request while it does not.
+    // One key (the common case: a peer's address, waited for in short slices by the mesh bootstrap):
+    // the key's shared watch stream (wait_change from "absent"), so that slice after slice costs etcd
+    // no new stream and no read while the key is still missing (a key not watched yet is read first:
+    // one that exists needs no stream).
+    if (keys.size() == 1) {
+      if (!watches_.watching(keys[0]) && get(keys[0])) return true;
+      return watches_.wait_change(keys[0], std::nullopt, deadline).has_value();
+    }
+    // Several keys: all seen at one revision, else a watch stream of its own on the first missing one.
     Json snapshot = {{"success", Json::array()}};
     for (const auto& k : keys) snapshot["success"].push_back(range_op(k, true));
     for (;;) {
@@ -226,6 +251,9 @@ class EtcdStore final : public Store {
     const int cap = 1 << std::min(races, 4);
     std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, cap)(rng)));
   }
+
+  // etcd's default limit of operations in one txn (--max-txn-ops).
+  static constexpr size_t kMaxTxnOps = 128;
 
   static std::string ticket_key(const std::string& key) { return std::string(kReserved) + "ctr/" + key; }
   // Per epoch (the create revision of T), so that an add whose epoch ended can still tell whether
