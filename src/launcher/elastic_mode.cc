@@ -42,7 +42,11 @@ int ElasticLauncher::run() {
   wo.reconnect_timeout = milliseconds(Config::from_env().store_timeout_ms);
   StoreOptions so;
   so.secret = job_.secret;
-  so.reconnect_timeout = std::chrono::milliseconds(0);  // the watcher reconnects itself, within wo.reconnect_timeout
+  // The watcher reconnects itself, within wo.reconnect_timeout. The etcd client fails over between
+  // members within its own retry window: with none, three answers slower than one attempt's limit
+  // (2 s; an etcd serving hundreds of workers on a busy machine) made the store "unreachable" and held
+  // back the restart of failed workers, so edl-run's etcd client keeps the window.
+  so.reconnect_timeout = job_.store_url.rfind("etcd://", 0) == 0 ? wo.reconnect_timeout : milliseconds(0);
   so.connect_timeout = std::min<milliseconds>(so.connect_timeout, std::max<milliseconds>(wo.reconnect_timeout / 2, milliseconds(100)));
   so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.reconnect_timeout, milliseconds(100)));
   wo.connect = [url = job_.store_url, so] { return connect_store(url, so); };
