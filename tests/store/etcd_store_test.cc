@@ -482,29 +482,40 @@ TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most once
   s->del("beat");
 }
 
+namespace {
+
+// n clients, spread over the cluster's members.
+std::vector<std::shared_ptr<edl::Store>> clients_of(const EtcdCluster& c, int n) {
+  std::vector<std::shared_ptr<edl::Store>> clients;
+  for (int t = 0; t < n; ++t) clients.push_back(edl::connect_store(c.url(t % c.size()), opts(20s)));
+  return clients;
+}
+
+}  // namespace
+
+// Adds of a delta other than 1 are a compare-and-swap loop (adds of 1 draw tickets: below).
 TEST_CASE("etcd store: concurrent adds to one counter are exact and back off after a lost race", "[store][etcd]") {
   EtcdCluster& c = EtcdCluster::shared();
   if (!has_etcd(c)) return;
   c.clear();
   constexpr int kThreads = 16, kAdds = 20;
-  std::vector<std::shared_ptr<edl::Store>> clients;
-  for (int t = 0; t < kThreads; ++t) clients.push_back(edl::connect_store(c.url(t % c.size()), opts(20s)));
+  const auto clients = clients_of(c, kThreads);
   clients[0]->set("hot", "100");
   const double txns = served(c, "Txn");
   std::vector<std::vector<int64_t>> got(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
-      for (int i = 0; i < kAdds; ++i) got[t].push_back(clients[t]->add("hot", 1));
+      for (int i = 0; i < kAdds; ++i) got[t].push_back(clients[t]->add("hot", 2));
     });
   for (auto& t : threads) t.join();
   std::vector<int64_t> all;
   for (const auto& g : got) all.insert(all.end(), g.begin(), g.end());
   std::sort(all.begin(), all.end());
   std::vector<int64_t> want(kThreads * kAdds);
-  for (size_t i = 0; i < want.size(); ++i) want[i] = 101 + static_cast<int64_t>(i);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = 102 + 2 * static_cast<int64_t>(i);
   CHECK(all == want);  // every add applied once, each saw its own value
-  CHECK(clients[0]->get("hot") == std::optional<std::string>(std::to_string(100 + kThreads * kAdds)));
+  CHECK(clients[0]->get("hot") == std::optional<std::string>(std::to_string(100 + 2 * kThreads * kAdds)));
   // The losers of a race retry after a random delay (not all at once): fewer txns than the about
   // kThreads / 2 per add of losers that all retry at once.
   CHECK(served(c, "Txn") - txns < kThreads / 2.0 * kThreads * kAdds);
@@ -523,8 +534,7 @@ TEST_CASE("etcd store: adds of 1 draw tickets: exact, O(1) txns each, linearizab
   if (!has_etcd(c)) return;
   c.clear();
   constexpr int kThreads = 32, kAdds = 8;
-  std::vector<std::shared_ptr<edl::Store>> clients;
-  for (int t = 0; t < kThreads; ++t) clients.push_back(edl::connect_store(c.url(t % c.size()), opts(20s)));
+  const auto clients = clients_of(c, kThreads);
   auto burst = [&](const std::string& key, const std::function<void()>& meanwhile) {
     std::vector<std::vector<int64_t>> got(kThreads);
     std::vector<std::thread> threads;
