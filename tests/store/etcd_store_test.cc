@@ -28,6 +28,20 @@ using edl::testing::EtcdCluster;
 
 namespace {
 
+// A listening socket on a free 127.0.0.1 port.
+int listen_loopback(int* port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  socklen_t len = sizeof(sa);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  *port = ntohs(sa.sin_port);
+  listen(fd, 16);
+  return fd;
+}
+
 // A TCP proxy in front of one etcd member that can lose the next txn: either the request (never
 // forwarded) or the answer (the request is applied, then the connection is closed instead of answering).
 class LossyProxy {
@@ -35,15 +49,7 @@ class LossyProxy {
   enum Mode { kLoseRequest, kLoseAnswer };
 
   explicit LossyProxy(int upstream_port) : upstream_port_(upstream_port) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    socklen_t len = sizeof(sa);
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
-    port_ = ntohs(sa.sin_port);
-    listen(listen_fd_, 16);
+    listen_fd_ = listen_loopback(&port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
   ~LossyProxy() {
@@ -633,15 +639,7 @@ namespace {
 class SilentMember {
  public:
   explicit SilentMember(int upstream_port) : upstream_port_(upstream_port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    socklen_t len = sizeof(sa);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len);
-    port_ = ntohs(sa.sin_port);
-    listen(fd_, 16);
+    fd_ = listen_loopback(&port_);
     acceptor_ = std::thread([this] {
       for (int c; (c = accept(fd_, nullptr, nullptr)) >= 0;) {
         std::lock_guard<std::mutex> lock(mu_);
