@@ -61,7 +61,7 @@ struct State::Impl {
   std::condition_variable wcv;
   std::thread writer;
   struct Pending {
-    std::string bytes;
+    std::shared_ptr<const std::string> bytes;  // the commit itself (shared, never modified): no copy
     int64_t step;
     std::string lineage;
   };
@@ -72,9 +72,9 @@ struct State::Impl {
   bool wstop = false;
   std::string werror;  // the last write failure ("" after a success)
 
-  void persist_async(const std::string& bytes, int64_t step) {
+  void persist_async(std::shared_ptr<const std::string> bytes, int64_t step) {
     std::unique_lock<std::mutex> lock(wmu);
-    pending = Pending{bytes, step, ident.lineage};
+    pending = Pending{std::move(bytes), step, ident.lineage};
     ++handed;
     if (!writer.joinable()) writer = std::thread([this] { write_loop(); });
     wcv.notify_all();
@@ -97,7 +97,7 @@ struct State::Impl {
       std::string error;
       bool written = false;
       try {
-        written = write_checkpoint(dir, job.bytes, step);
+        written = write_checkpoint(dir, *job.bytes, step);
         if (written && cb) cb(step, job.lineage);
       } catch (const std::exception& e) {
         error = e.what();
@@ -247,7 +247,7 @@ void State::commit() {
   im.staged_pending = std::any_of(im.items.begin(), im.items.end(), [](const SnapshotItem& it) { return it.staged(); });
   im.staged_current = im.staged_pending;
   im.committed_step = step;
-  if (!im.checkpoint_dir.empty() && im.persist) im.persist_async(*im.whole(), step);
+  if (!im.checkpoint_dir.empty() && im.persist) im.persist_async(im.whole(), step);
 }
 
 void State::restore() {
