@@ -402,9 +402,18 @@ bool sync_state(State& s, Group& g) {
   if (step(best) < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
   if (all_same && !any_fresh) return false;  // every member holds the same commit of the same history
   const int64_t len = v[kFields * best + 2];
+  // The broadcast's buffer takes the spare's place (no more commit buffers than a commit holds):
+  // the best member drops its spare for its copy, the others receive into the spare's memory.
+  std::shared_ptr<std::string> spare = im.take_buffer();
   std::string buf;
-  if (g.rank() == best) buf = *im.committed;
-  else buf.resize(static_cast<size_t>(len));
+  if (g.rank() == best) {
+    spare.reset();
+    buf = *im.committed;
+  } else {
+    buf = std::move(*spare);
+    spare.reset();
+    buf.resize(static_cast<size_t>(len));
+  }
   g.broadcast(buf.data(), buf.size(), DataType::kUInt8, best);
   if (g.rank() != best) {
     state_adopt(s, std::move(buf), "the snapshot of rank " + std::to_string(best));
