@@ -329,7 +329,9 @@ void state_adopt(State& s, std::string bytes, const std::string& origin) {
   SnapshotIdentity got;
   decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin, SnapshotIdentity{im.ident.job, ""}, &got);
   im.ident.lineage = got.lineage;
-  im.replace_committed(std::make_shared<const std::string>(std::move(bytes)));
+  auto adopted = std::make_shared<std::string>(std::move(bytes));
+  im.replace_committed(adopted);
+  im.own = std::move(adopted);  // the State's own buffer: recycled by a later commit like its own
   im.staged_pending = im.staged_current = false;
   im.committed_step = s.step;
 }
@@ -402,22 +404,16 @@ bool sync_state(State& s, Group& g) {
   if (step(best) < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
   if (all_same && !any_fresh) return false;  // every member holds the same commit of the same history
   const int64_t len = v[kFields * best + 2];
-  // The broadcast's buffer takes the spare's place (no more commit buffers than a commit holds):
-  // the best member drops its spare for its copy, the others receive into the spare's memory.
-  std::shared_ptr<std::string> spare = im.take_buffer();
-  std::string buf;
-  if (g.rank() == best) {
-    spare.reset();
-    buf = *im.committed;
-  } else {
-    buf = std::move(*spare);
-    spare.reset();
-    buf.resize(static_cast<size_t>(len));
-  }
-  g.broadcast(buf.data(), buf.size(), DataType::kUInt8, best);
+  // The broadcast goes through the spare commit buffer (no more buffers than a commit holds, no
+  // fresh pages): the best member copies its commit into it, the others receive into it and adopt it.
+  std::shared_ptr<std::string> buf = im.take_buffer();
+  if (g.rank() == best) buf->assign(*im.committed);
+  else buf->resize(static_cast<size_t>(len));
+  g.broadcast(buf->data(), buf->size(), DataType::kUInt8, best);
   if (g.rank() != best) {
-    state_adopt(s, std::move(buf), "the snapshot of rank " + std::to_string(best));
+    state_adopt(s, std::move(*buf), "the snapshot of rank " + std::to_string(best));
   } else {
+    im.spare = std::move(buf);
     s.restore();  // the best member also rolls back to its commit (uncommitted work is discarded)
   }
   im.synced = true;
