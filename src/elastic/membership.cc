@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 #include "elastic/liveness.h"
 
@@ -237,7 +238,9 @@ void Membership::loop() {
       write_pending(lock);
       Watch w = watch_;  // copy: the store calls below run unlocked
       bool watching = w.active && !frozen_;
-      if (watching && cleanup_below_ > cleaned_below_) {
+      // The cleanup (hundreds of deletes at a large job) waits until training resumed in this
+      // generation: during the rebuild the store serves every member's rendezvous and mesh keys.
+      if (watching && progress_armed_ && cleanup_below_ > cleaned_below_) {
         uint64_t from = cleaned_below_, to = cleanup_below_;
         cleaned_below_ = to;
         lock.unlock();
@@ -391,6 +394,7 @@ void Membership::handle_event(const Watch& w) {
   }
   // A join request. Only worth a batch-boundary round when there is room for the newcomer.
   if (opt_.max_np == 0 || w.view.size < opt_.max_np) pending_.store(true);
+  if (timeline::on()) timeline::record(timeline::Event(timeline::Lane::kElastic, "join seen").span(timeline::now_us(), timeline::now_us()));
 }
 
 void Membership::report_failure(uint64_t epoch, const std::string& reason) {

@@ -245,6 +245,9 @@ class EDL_API Membership {
   std::mutex probe_mu_;
   int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
   std::string probe_ = "-";     // "addr:port" published in the lease
+  // The decision this worker's publish() just wrote (rendezvous thread only): its wait_decision
+  // returns it instead of reading it back.
+  std::optional<std::string> published_;
   uint64_t cleanup_below_ = 0;  // generations below this may be deleted (rank 0 only)
   uint64_t cleaned_below_ = 1;
   Watch watch_;

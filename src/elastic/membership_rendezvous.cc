@@ -4,8 +4,10 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 #include "elastic/generation_change.h"
 #include "elastic/liveness.h"
@@ -53,6 +55,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
     fault("rendezvous:arrive");
     const int64_t place = arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
+    if (timeline::on()) timeline::record(timeline::Event(timeline::Lane::kElastic, "arrived").span(timeline::now_us(), timeline::now_us()));
     fault("rendezvous:arrived");
     auto decided = wait_decision(round, member, place);
     if (auto job_error = decided ? parse_job_error(*decided) : std::nullopt) throw JobError(*job_error);
@@ -108,6 +111,7 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       // A read first: a thousand arrivals of a first round would each try a write (a raft round on etcd).
       if (!store_->get(keys_.decider(round)) && store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id))
         decide(round, member);
+      if (published_) return std::exchange(published_, std::nullopt);  // our own decision: no read back
     }
     // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
     // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. The
@@ -138,6 +142,7 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": decider " << *d << " of generation " << round
                  << " died; taking over";
       if (store_->compare_set(keys_.decider(round), d, opt_.worker_id)) decide(round, member);
+      if (published_) return std::exchange(published_, std::nullopt);
     }
   }
 }
@@ -161,6 +166,9 @@ bool Membership::round_over(uint64_t round, std::optional<std::string>* decision
 }
 
 void Membership::decide(uint64_t round, bool member) {
+  timeline::Span span(timeline::Lane::kElastic, "decide");
+  span.arg("generation", static_cast<int64_t>(round));
+  published_.reset();
   fault("rendezvous:decide");
   if (latest_generation() >= round) return;  // a stale round (we were stopped or slow): never re-decide it
   if (round == 1 || !store_->get(keys_.members(round - 1))) decide_first(round);
@@ -398,14 +406,19 @@ void Membership::publish(uint64_t round, const std::vector<Member>& members, con
   std::string value = job_error.empty() ? format_members(members, decide_change(*store_, keys_, round, members))
                                          : format_job_error(job_error);
   if (!store_->compare_set(keys_.members(round), std::nullopt, value)) return;  // someone else decided
+  published_ = value;  // wait_decision takes it without reading it back
   if (!job_error.empty()) {
     EDL_LOG(1) << "edl: job error: " << job_error;
     return;
   }
-  // Advance <job>/gen monotonically (a stale decider never moves it back).
-  auto cur = store_->get(keys_.gen());
-  while (parse_store_int(cur) < static_cast<int64_t>(round)) {
-    if (store_->compare_set(keys_.gen(), cur, std::to_string(round), &cur)) break;
+  // Advance <job>/gen monotonically (a stale decider never moves it back). It normally holds
+  // round - 1 (absent before the first round): one compare_set, whose failure returns the value
+  // to retry from, instead of a read first — the decider's requests right after the decision queue
+  // behind every member's, and the decider's own mesh connect waits for them.
+  std::optional<std::string> cur;
+  if (round > 1) cur = std::to_string(round - 1);
+  while (!store_->compare_set(keys_.gen(), cur, std::to_string(round), &cur)) {
+    if (parse_store_int(cur) >= static_cast<int64_t>(round)) break;
   }
   EDL_LOG(2) << "edl: generation " << round << " formed with " << members.size() << " worker(s)";
 }
