@@ -132,6 +132,10 @@ class EDL_API Membership {
   // Blocks until this worker is a member of a generation newer than `previous` (null: first join).
   // Throws JobError (below min workers for rendezvous_timeout), JobFinished, StoreError.
   GenerationView rendezvous(const GenerationView* previous);
+  // A word (no spaces) this worker reports with its next arrivals; the decider copies it into its
+  // line of the member list (Member::note), so every member reads every member's note with the
+  // decision. The elastic runtime reports its state's commit (state_sync_note). "" = none.
+  void set_arrival_note(std::string note);
 
   // Watches generation `g`: on a failure (peer lease expired, abort announced) calls on_failure
   // once from the background thread; a join request sets change_pending().
@@ -176,6 +180,7 @@ class EDL_API Membership {
     std::string id;
     std::string host;
     std::string probe;  // its liveness probe, from the arrival value
+    std::string note;   // set_arrival_note() of the arriving worker ("" when none)
     int64_t seq = 0;
   };
   struct Watch {
@@ -245,6 +250,7 @@ class EDL_API Membership {
   std::mutex probe_mu_;
   int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
   std::string probe_ = "-";     // "addr:port" published in the lease
+  std::string arrival_note_;    // set_arrival_note()
   // The decision this worker's publish() just wrote (rendezvous thread only): its wait_decision
   // returns it instead of reading it back.
   std::optional<std::string> published_;
