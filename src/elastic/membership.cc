@@ -168,7 +168,20 @@ void Membership::publish_later(const std::string& key, const std::string& value)
 
 // The lease thread's half of publish_later(); called with `lock` held, returns with it held.
 void Membership::write_pending(std::unique_lock<std::mutex>& lock) {
-  if (pending_writes_.empty() || frozen_) return;
+  if (frozen_) return;
+  if (gen_to_advance_ > gen_advanced_) {  // a decision this worker published (publish())
+    const uint64_t round = gen_to_advance_;
+    lock.unlock();
+    try {
+      advance_generation(round);
+      lock.lock();
+      gen_advanced_ = std::max(gen_advanced_, round);
+    } catch (const Error& e) {  // tried again at the next turn
+      EDL_LOG(2) << "edl: worker " << opt_.worker_id << ": could not advance the generation: " << e.what();
+      lock.lock();
+    }
+  }
+  if (pending_writes_.empty()) return;
   auto writes = std::move(pending_writes_);
   pending_writes_.clear();
   lock.unlock();

@@ -210,6 +210,7 @@ class EDL_API Membership {
   using BeatsSeen = std::map<std::string, std::pair<std::optional<std::string>, std::chrono::steady_clock::time_point>>;
   bool silent_for_a_lease(const std::string& id, BeatsSeen* seen);
   void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error);
+  void advance_generation(uint64_t round);  // <job>/gen := round unless it is past it (watch thread)
   bool publish_if_decided(uint64_t round, const std::vector<Member>& members,
                           std::chrono::steady_clock::time_point deadline, const char* what);
   std::vector<Arrival> arrivals(uint64_t round);
@@ -239,6 +240,8 @@ class EDL_API Membership {
 
   std::mutex mu_;
   std::map<std::string, std::string> pending_writes_;  // publish_later(), written by the lease thread
+  uint64_t gen_to_advance_ = 0;  // publish(): <job>/gen to advance to, by the watch thread
+  uint64_t gen_advanced_ = 0;    // the latest generation the watch thread advanced <job>/gen to
   std::condition_variable cv_;
   std::thread thread_;       // watch
   std::thread beat_thread_;  // lease refresh

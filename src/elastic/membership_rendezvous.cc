@@ -423,16 +423,27 @@ void Membership::publish(uint64_t round, const std::vector<Member>& members, con
     EDL_LOG(1) << "edl: job error: " << job_error;
     return;
   }
-  // Advance <job>/gen monotonically (a stale decider never moves it back). It normally holds
-  // round - 1 (absent before the first round): one compare_set, whose failure returns the value
-  // to retry from, instead of a read first — the decider's requests right after the decision queue
-  // behind every member's, and the decider's own mesh connect waits for them.
+  // <job>/gen is advanced by the watch thread (write_pending), not here: the decider's requests
+  // right after the decision queue behind those of every member it just woke, and every member's
+  // communicator waits for the decider's. Nothing of this round reads <job>/gen: a waiter takes the
+  // decision from g<round>/members, a newcomer that reads G-1 still arrives at G and finds it decided.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gen_to_advance_ = std::max(gen_to_advance_, round);
+  }
+  cv_.notify_all();
+  EDL_LOG(2) << "edl: generation " << round << " formed with " << members.size() << " worker(s)";
+}
+
+// Advances <job>/gen to `round` monotonically (a stale decider never moves it back). It normally
+// holds round - 1 (absent before the first round): one compare_set, whose failure returns the value
+// to retry from, instead of a read first.
+void Membership::advance_generation(uint64_t round) {
   std::optional<std::string> cur;
   if (round > 1) cur = std::to_string(round - 1);
   while (!store_->compare_set(keys_.gen(), cur, std::to_string(round), &cur)) {
     if (parse_store_int(cur) >= static_cast<int64_t>(round)) break;
   }
-  EDL_LOG(2) << "edl: generation " << round << " formed with " << members.size() << " worker(s)";
 }
 
 }  // namespace edl::elastic

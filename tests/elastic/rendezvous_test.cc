@@ -70,6 +70,8 @@ TEST_CASE("first rendezvous: every worker agrees on one generation and distinct 
     CHECK(v.local_size == same_host);
   }
   CHECK(ranks.size() == n);
+  // The decider's watch thread advances <job>/gen right after the decision.
+  for (int i = 0; i < 200 && !store->get("j1/gen"); ++i) std::this_thread::sleep_for(10ms);
   CHECK(store->get("j1/gen") == std::optional<std::string>("1"));
 }
 
