@@ -407,7 +407,7 @@ void Membership::handle_event(const Watch& w) {
   }
   // A join request. Only worth a batch-boundary round when there is room for the newcomer.
   if (opt_.max_np == 0 || w.view.size < opt_.max_np) pending_.store(true);
-  if (timeline::on()) timeline::record(timeline::Event(timeline::Lane::kElastic, "join seen").span(timeline::now_us(), timeline::now_us()));
+  timeline::instant(timeline::Lane::kElastic, "join seen");
 }
 
 void Membership::report_failure(uint64_t epoch, const std::string& reason) {

@@ -62,7 +62,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
     fault("rendezvous:arrive");
     const int64_t place = arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
-    if (timeline::on()) timeline::record(timeline::Event(timeline::Lane::kElastic, "arrived").span(timeline::now_us(), timeline::now_us()));
+    timeline::instant(timeline::Lane::kElastic, "arrived");
     fault("rendezvous:arrived");
     auto decided = wait_decision(round, member, place);
     if (auto job_error = decided ? parse_job_error(*decided) : std::nullopt) throw JobError(*job_error);

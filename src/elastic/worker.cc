@@ -98,7 +98,7 @@ void Worker::simulate_crash() {
 }
 
 void Worker::on_failure(const std::string& reason) {
-  if (timeline::on() && !failed_.load()) timeline::record(timeline::Event(timeline::Lane::kElastic, "failure seen").span(timeline::now_us(), timeline::now_us()));
+  if (!failed_.load()) timeline::instant(timeline::Lane::kElastic, "failure seen");
   failed_.store(true);
   fetch_cancel_.store(true);  // a newcomer's state fetch in progress ends
   std::shared_ptr<Group> g;
