@@ -5,7 +5,9 @@
 #include "edl/state.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <condition_variable>
 #include <map>
@@ -368,6 +370,35 @@ void state_notify_generation(State& s, const GenerationInfo& info) {
 // member's commit (its size is known from the allgather: no collective just for the length).
 // Best = highest committed step; among equals a member that was synced before beats a fresh one
 // (a newcomer's initial state never overwrites the job's); remaining ties: lowest rank.
+namespace {
+
+constexpr int kSyncFields = 3;  // committed step, fresh, commit bytes
+
+// This member's fields. The size of the whole commit: a staged blob's copy is made host bytes here
+// (once per sync).
+std::array<int64_t, kSyncFields> sync_fields(State& s) {
+  auto& im = s.impl();
+  return {s.committed_step(), im.synced ? 0 : 1, im.committed ? static_cast<int64_t>(im.whole()->size()) : 0};
+}
+
+bool parse_sync_note(const std::string& note, std::array<int64_t, kSyncFields>* out) {
+  long long a = 0, b = 0, c = 0;
+  char tail = 0;
+  if (std::sscanf(note.c_str(), "c%lld.%lld.%lld%c", &a, &b, &c, &tail) != 3) return false;
+  *out = {a, b, c};
+  return true;
+}
+
+bool sync_from(State& s, Group& g, const std::vector<int64_t>& v);
+
+}  // namespace
+
+std::string state_sync_note(State& s) {
+  if (!s.impl().committed) return "";
+  const auto f = sync_fields(s);
+  return "c" + std::to_string(f[0]) + "." + std::to_string(f[1]) + "." + std::to_string(f[2]);
+}
+
 bool sync_state(State& s, Group& g) {
   auto& im = s.impl();
   if (g.size() == 1) {
@@ -375,15 +406,38 @@ bool sync_state(State& s, Group& g) {
     im.synced = true;
     return restart;
   }
-  constexpr int kFields = 3;
-  // The size of the whole commit: a staged blob's copy is made host bytes here (once per sync).
-  int64_t mine[kFields] = {s.committed_step(), im.synced ? 0 : 1,
-                           im.committed ? static_cast<int64_t>(im.whole()->size()) : 0};
+  const auto mine = sync_fields(s);
   std::vector<uint8_t> all;
-  g.allgatherv(mine, kFields, DataType::kInt64, all, nullptr);
-  EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * kFields * sizeof(int64_t));
-  std::vector<int64_t> v(kFields * g.size());
+  g.allgatherv(mine.data(), kSyncFields, DataType::kInt64, all, nullptr);
+  EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * kSyncFields * sizeof(int64_t));
+  std::vector<int64_t> v(kSyncFields * g.size());
   std::memcpy(v.data(), all.data(), all.size());
+  return sync_from(s, g, v);
+}
+
+bool sync_state(State& s, Group& g, const std::vector<std::string>& notes) {
+  if (g.size() == 1 || notes.size() != static_cast<size_t>(g.size())) return sync_state(s, g);
+  std::vector<int64_t> v(kSyncFields * g.size());
+  for (int r = 0; r < g.size(); ++r) {
+    std::array<int64_t, kSyncFields> f{};
+    // Every member reads the same decision, so all take the same path here.
+    if (!parse_sync_note(notes[static_cast<size_t>(r)], &f)) return sync_state(s, g);
+    std::copy(f.begin(), f.end(), v.begin() + kSyncFields * r);
+  }
+  const auto mine = sync_fields(s);
+  if (!std::equal(mine.begin(), mine.end(), v.begin() + kSyncFields * g.rank()))
+    throw CommError("State::sync: this member's commit (step " + std::to_string(mine[0]) +
+                    ") moved after it arrived at the rendezvous (its note says " +
+                    notes[static_cast<size_t>(g.rank())] + "); the generation is formed again");
+  return sync_from(s, g, v);
+}
+
+namespace {
+
+// The rest of a sync once every member's fields are known (v: kSyncFields per rank).
+bool sync_from(State& s, Group& g, const std::vector<int64_t>& v) {
+  auto& im = s.impl();
+  constexpr int kFields = kSyncFields;
   auto step = [&](int r) { return v[kFields * r]; };
   auto fresh = [&](int r) { return v[kFields * r + 1] != 0; };
   auto better = [&](int a, int b) {  // is rank a a better source than rank b?
@@ -419,5 +473,7 @@ bool sync_state(State& s, Group& g) {
   im.synced = true;
   return all_fresh;
 }
+
+}  // namespace
 
 }  // namespace edl::elastic
