@@ -15,6 +15,7 @@
 // the build sees it; completed connections are watched for hang-ups until the mesh is complete.
 #include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "collective/tcp_communicator.h"
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 
 namespace edl::collective {
@@ -72,6 +74,11 @@ class MeshBuilder {
   }
 
   void run() {
+    timeline::Span span(timeline::Lane::kCollectives, "mesh build");
+    const int64_t t0 = timeline::on() ? timeline::now_us() : 0;
+    timespec c0{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    int64_t all_dialled_us = -1, handshakes_us = -1;
     listen_and_publish();
     while (accepted_ok_ < peers_ || dialled_ok_ < peers_) {
       if (c_.aborted_.load()) c_.throw_aborted();
@@ -80,11 +87,18 @@ class MeshBuilder {
                            std::to_string(c_.options_.generation) + " failed)");
       if (ms_left(deadline_) <= 0) timeout();
       const bool dialling = dial_next();
+      if (!dialling && all_dialled_us < 0 && t0) all_dialled_us = timeline::now_us() - t0;
       wait_readable(dialling ? 0 : 100);
       accept_new();
       step_accepted();
       step_dialled();
+      ++turns_;
     }
+    if (t0) handshakes_us = timeline::now_us() - t0;
+    span.arg("peers", peers_).arg("dialled_us", all_dialled_us).arg("done_us", handshakes_us).arg("turns", turns_);
+    timespec c1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    span.arg("cpu_us", (c1.tv_sec - c0.tv_sec) * 1000000 + (c1.tv_nsec - c0.tv_nsec) / 1000);
   }
 
  private:
@@ -122,6 +136,7 @@ class MeshBuilder {
       }
     if (missing.empty()) return false;
     const auto addrs = store_.get_many(keys);
+    ++store_reads_;
     bool any = false;
     for (size_t i = 0; i < missing.size(); ++i) {
       if (!addrs[i]) continue;
@@ -299,6 +314,8 @@ class MeshBuilder {
   int peers_ = 0;  // linked peers: connections to accept and to dial
   int accepted_ok_ = 0;
   int dialled_ok_ = 0;
+  int64_t turns_ = 0;        // loop turns (timeline)
+  int64_t store_reads_ = 0;  // get_many calls for addresses (timeline)
 };
 
 void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {

@@ -16,6 +16,7 @@
 #include "collective/shm_transport.h"
 #include "collective/tcp_internal.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 
 namespace edl {
@@ -79,6 +80,7 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
         if (p != rank) c->one_host_ = c->one_host_ && is_loopback_address(c->peer_addr_[p]);
       if (options.transport != Transport::kTcp) c->setup_transport(store, prefix);
     } else {
+      timeline::Span span(timeline::Lane::kCollectives, "transport setup");
       c->sparse_setup(store, prefix);
     }
   }

@@ -112,6 +112,14 @@ EDL_API int64_t steady_seconds_to_us(double s);
 // A process-wide id for fused collectives (unique within a file).
 EDL_API uint64_t next_collective_id();
 
+// Records an instant event ("i") at now when the timeline is on.
+inline void instant(Lane lane, const char* name) {
+  if (!on()) return;
+  Event e(lane, name);
+  e.ts_us = now_us();
+  record(e);
+}
+
 // Records [construction, destruction) as a complete event when the timeline was on at construction.
 class Span {
  public:

@@ -72,6 +72,13 @@ void set_current_group(Group* g);
 // sync; returns true when no member had been synced before (a fresh start: the first generation of
 // a job, or every member of the last generation was lost).
 EDL_API bool sync_state(State& s, Group& g);
+// The same sync when every member's state_sync_note() is known (the decision carries them: the
+// notes the members arrived with, in rank order): the allgather is skipped. Each member checks its
+// own note against its state; a state that moved since its arrival fails the generation (CommError).
+EDL_API bool sync_state(State& s, Group& g, const std::vector<std::string>& notes);
+// "c<committed step>.<fresh 0|1>.<commit bytes>": what sync_state's allgather would carry from this
+// member; "" while nothing is committed.
+EDL_API std::string state_sync_note(State& s);
 void state_set_persist(State& s, bool persist);
 // The job id and lineage stamped into every commit from now on (and into the last one).
 EDL_API void state_set_identity(State& s, const std::string& job, const std::string& lineage);

@@ -23,6 +23,9 @@ struct Member {
   std::string id;
   std::string host;
   std::string probe;  // "addr:port" of its liveness probe (docs/elastic.md), "" when unknown
+  // What it reported with its arrival beside its address: the elastic runtime's record of its
+  // state's commit (state_sync_note, "State: commit, restore, sync"); "" when none. No spaces.
+  std::string note = "";
 };
 
 // Prefix of a members value that carries a job error instead of a member list.
@@ -61,7 +64,8 @@ inline constexpr char kChangeTag[] = "#change ";
 inline std::string format_members(const std::vector<Member>& members,
                                   const std::optional<GenerationChange>& change = std::nullopt) {
   std::string out;
-  for (const auto& m : members) out += m.id + " " + m.host + " " + (m.probe.empty() ? "-" : m.probe) + "\n";
+  for (const auto& m : members)
+    out += m.id + " " + m.host + " " + (m.probe.empty() ? "-" : m.probe) + (m.note.empty() ? "" : " " + m.note) + "\n";
   if (change) out += kChangeTag + std::string(reason_name(change->reason)) + " " + std::to_string(change->previous_size) + "\n";
   return out;
 }
@@ -97,7 +101,7 @@ inline std::vector<Member> parse_members(const std::string& text) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream words(line);
     Member m;
-    words >> m.id >> m.host >> m.probe;
+    words >> m.id >> m.host >> m.probe >> m.note;
     if (m.probe == "-") m.probe.clear();
     out.push_back(std::move(m));
   }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 #include "elastic/liveness.h"
 
@@ -167,7 +168,20 @@ void Membership::publish_later(const std::string& key, const std::string& value)
 
 // The lease thread's half of publish_later(); called with `lock` held, returns with it held.
 void Membership::write_pending(std::unique_lock<std::mutex>& lock) {
-  if (pending_writes_.empty() || frozen_) return;
+  if (frozen_) return;
+  if (gen_to_advance_ > gen_advanced_) {  // a decision this worker published (publish())
+    const uint64_t round = gen_to_advance_;
+    lock.unlock();
+    try {
+      advance_generation(round);
+      lock.lock();
+      gen_advanced_ = std::max(gen_advanced_, round);
+    } catch (const Error& e) {  // tried again at the next turn
+      EDL_LOG(2) << "edl: worker " << opt_.worker_id << ": could not advance the generation: " << e.what();
+      lock.lock();
+    }
+  }
+  if (pending_writes_.empty()) return;
   auto writes = std::move(pending_writes_);
   pending_writes_.clear();
   lock.unlock();
@@ -237,7 +251,9 @@ void Membership::loop() {
       write_pending(lock);
       Watch w = watch_;  // copy: the store calls below run unlocked
       bool watching = w.active && !frozen_;
-      if (watching && cleanup_below_ > cleaned_below_) {
+      // The cleanup (hundreds of deletes at a large job) waits until training resumed in this
+      // generation: during the rebuild the store serves every member's rendezvous and mesh keys.
+      if (watching && progress_armed_ && cleanup_below_ > cleaned_below_) {
         uint64_t from = cleaned_below_, to = cleanup_below_;
         cleaned_below_ = to;
         lock.unlock();
@@ -394,6 +410,7 @@ void Membership::handle_event(const Watch& w) {
   }
   // A join request. Only worth a batch-boundary round when there is room for the newcomer.
   if (opt_.max_np == 0 || w.view.size < opt_.max_np) pending_.store(true);
+  timeline::instant(timeline::Lane::kElastic, "join seen");
 }
 
 void Membership::report_failure(uint64_t epoch, const std::string& reason) {

@@ -132,6 +132,10 @@ class EDL_API Membership {
   // Blocks until this worker is a member of a generation newer than `previous` (null: first join).
   // Throws JobError (below min workers for rendezvous_timeout), JobFinished, StoreError.
   GenerationView rendezvous(const GenerationView* previous);
+  // A word (no spaces) this worker reports with its next arrivals; the decider copies it into its
+  // line of the member list (Member::note), so every member reads every member's note with the
+  // decision. The elastic runtime reports its state's commit (state_sync_note). "" = none.
+  void set_arrival_note(std::string note);
 
   // Watches generation `g`: on a failure (peer lease expired, abort announced) calls on_failure
   // once from the background thread; a join request sets change_pending().
@@ -176,6 +180,7 @@ class EDL_API Membership {
     std::string id;
     std::string host;
     std::string probe;  // its liveness probe, from the arrival value
+    std::string note;   // set_arrival_note() of the arriving worker ("" when none)
     int64_t seq = 0;
   };
   struct Watch {
@@ -205,6 +210,7 @@ class EDL_API Membership {
   using BeatsSeen = std::map<std::string, std::pair<std::optional<std::string>, std::chrono::steady_clock::time_point>>;
   bool silent_for_a_lease(const std::string& id, BeatsSeen* seen);
   void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error);
+  void advance_generation(uint64_t round);  // <job>/gen := round unless it is past it (watch thread)
   bool publish_if_decided(uint64_t round, const std::vector<Member>& members,
                           std::chrono::steady_clock::time_point deadline, const char* what);
   std::vector<Arrival> arrivals(uint64_t round);
@@ -234,6 +240,8 @@ class EDL_API Membership {
 
   std::mutex mu_;
   std::map<std::string, std::string> pending_writes_;  // publish_later(), written by the lease thread
+  uint64_t gen_to_advance_ = 0;  // publish(): <job>/gen to advance to, by the watch thread
+  uint64_t gen_advanced_ = 0;    // the latest generation the watch thread advanced <job>/gen to
   std::condition_variable cv_;
   std::thread thread_;       // watch
   std::thread beat_thread_;  // lease refresh
@@ -245,6 +253,10 @@ class EDL_API Membership {
   std::mutex probe_mu_;
   int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
   std::string probe_ = "-";     // "addr:port" published in the lease
+  std::string arrival_note_;    // set_arrival_note()
+  // The decision this worker's publish() just wrote (rendezvous thread only): its wait_decision
+  // returns it instead of reading it back.
+  std::optional<std::string> published_;
   uint64_t cleanup_below_ = 0;  // generations below this may be deleted (rank 0 only)
   uint64_t cleaned_below_ = 1;
   Watch watch_;

@@ -4,8 +4,10 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "edl/error.h"
 #include "elastic/generation_change.h"
 #include "elastic/liveness.h"
@@ -33,13 +35,20 @@ constexpr int64_t kBackupDeciders = 3;
 
 int64_t Membership::arrive(uint64_t round) {
   int64_t seq = store_->add(keys_.seq(), 1);
-  std::string probe;
+  std::string probe, note;
   {
     std::lock_guard<std::mutex> lock(mu_);
     probe = probe_;
+    note = arrival_note_;
   }
-  store_->set(keys_.in(round, opt_.worker_id), std::to_string(seq) + " " + opt_.hostname + " " + probe);
+  store_->set(keys_.in(round, opt_.worker_id),
+              std::to_string(seq) + " " + opt_.hostname + " " + probe + (note.empty() ? "" : " " + note));
   return store_->add(keys_.count(round), 1);
+}
+
+void Membership::set_arrival_note(std::string note) {
+  std::lock_guard<std::mutex> lock(mu_);
+  arrival_note_ = std::move(note);
 }
 
 GenerationView Membership::rendezvous(const GenerationView* previous) {
@@ -53,6 +62,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
     fault("rendezvous:arrive");
     const int64_t place = arrive(round);
     if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
+    timeline::instant(timeline::Lane::kElastic, "arrived");
     fault("rendezvous:arrived");
     auto decided = wait_decision(round, member, place);
     if (auto job_error = decided ? parse_job_error(*decided) : std::nullopt) throw JobError(*job_error);
@@ -108,6 +118,7 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       // A read first: a thousand arrivals of a first round would each try a write (a raft round on etcd).
       if (!store_->get(keys_.decider(round)) && store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id))
         decide(round, member);
+      if (published_) return std::exchange(published_, std::nullopt);  // our own decision: no read back
     }
     // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
     // probe refused = dead, taken over at once) and a newcomer's eligibility are checked again. The
@@ -138,6 +149,7 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
       EDL_LOG(1) << "edl: worker " << opt_.worker_id << ": decider " << *d << " of generation " << round
                  << " died; taking over";
       if (store_->compare_set(keys_.decider(round), d, opt_.worker_id)) decide(round, member);
+      if (published_) return std::exchange(published_, std::nullopt);
     }
   }
 }
@@ -161,6 +173,9 @@ bool Membership::round_over(uint64_t round, std::optional<std::string>* decision
 }
 
 void Membership::decide(uint64_t round, bool member) {
+  timeline::Span span(timeline::Lane::kElastic, "decide");
+  span.arg("generation", static_cast<int64_t>(round));
+  published_.reset();
   fault("rendezvous:decide");
   if (latest_generation() >= round) return;  // a stale round (we were stopped or slow): never re-decide it
   if (round == 1 || !store_->get(keys_.members(round - 1))) decide_first(round);
@@ -177,9 +192,9 @@ std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
     if (!v) continue;
     Arrival a;
     a.id = ks[i].substr(prefix.size());
-    std::istringstream words(*v);  // "<seq> <host> <probe>"
+    std::istringstream words(*v);  // "<seq> <host> <probe> [<note>]"
     std::string seq;
-    words >> seq >> a.host >> a.probe;
+    words >> seq >> a.host >> a.probe >> a.note;
     a.seq = parse_store_int(seq);
     if (a.probe == "-") a.probe.clear();
     out.push_back(std::move(a));
@@ -207,7 +222,7 @@ void Membership::decide_first(uint64_t round) {
       // arrived, then died before the decision (its lease may still run: its probe is refused)
       if (!alive.count(a.id) || probe_refused(a.host, a.probe, opt_.hostname)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host, a.probe});
+      members.push_back(Member{a.id, a.host, a.probe, a.note});
     }
     if (publish_if_decided(round, members, deadline, "joined within")) return;
     cur = store_->wait_change(keys_.count(round), cur, std::min(left_until(deadline), opt_.lease));
@@ -350,14 +365,19 @@ void Membership::decide_next(uint64_t round) {
       dead.insert(a.id);
       store_->set(keys_.dropped(round, a.id), "dead: arrived, then its liveness probe was refused");
     }
+    std::map<std::string, std::string> note;
+    for (const auto& a : arr) note[a.id] = a.note;
     for (const auto& m : prev)  // arrived, still leased (not left since), not dead
-      if (expected.count(m.id) && in.count(m.id) && alive.count(m.id) && !dead.count(m.id)) members.push_back(m);
+      if (expected.count(m.id) && in.count(m.id) && alive.count(m.id) && !dead.count(m.id)) {
+        members.push_back(m);
+        members.back().note = note[m.id];  // this round's note, not the previous one's
+      }
     std::set<std::string> placed;
     for (const auto& m : members) placed.insert(m.id);
     for (const auto& a : arr) {  // newcomers (and stuck members that arrived since) in arrival order
       if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id) || dead.count(a.id)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host, a.probe});
+      members.push_back(Member{a.id, a.host, a.probe, a.note});
       placed.insert(a.id);
     }
     // Written before the decision, for the members it leaves out only: edl-run ends the processes
@@ -398,16 +418,32 @@ void Membership::publish(uint64_t round, const std::vector<Member>& members, con
   std::string value = job_error.empty() ? format_members(members, decide_change(*store_, keys_, round, members))
                                          : format_job_error(job_error);
   if (!store_->compare_set(keys_.members(round), std::nullopt, value)) return;  // someone else decided
+  published_ = value;  // wait_decision takes it without reading it back
   if (!job_error.empty()) {
     EDL_LOG(1) << "edl: job error: " << job_error;
     return;
   }
-  // Advance <job>/gen monotonically (a stale decider never moves it back).
-  auto cur = store_->get(keys_.gen());
-  while (parse_store_int(cur) < static_cast<int64_t>(round)) {
-    if (store_->compare_set(keys_.gen(), cur, std::to_string(round), &cur)) break;
+  // <job>/gen is advanced by the watch thread (write_pending), not here: the decider's requests
+  // right after the decision queue behind those of every member it just woke, and every member's
+  // communicator waits for the decider's. Nothing of this round reads <job>/gen: a waiter takes the
+  // decision from g<round>/members, a newcomer that reads G-1 still arrives at G and finds it decided.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gen_to_advance_ = std::max(gen_to_advance_, round);
   }
+  cv_.notify_all();
   EDL_LOG(2) << "edl: generation " << round << " formed with " << members.size() << " worker(s)";
+}
+
+// Advances <job>/gen to `round` monotonically (a stale decider never moves it back). It normally
+// holds round - 1 (absent before the first round): one compare_set, whose failure returns the value
+// to retry from, instead of a read first.
+void Membership::advance_generation(uint64_t round) {
+  std::optional<std::string> cur;
+  if (round > 1) cur = std::to_string(round - 1);
+  while (!store_->compare_set(keys_.gen(), cur, std::to_string(round), &cur)) {
+    if (parse_store_int(cur) >= static_cast<int64_t>(round)) break;
+  }
 }
 
 }  // namespace edl::elastic

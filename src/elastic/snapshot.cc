@@ -57,10 +57,18 @@ std::string restamp_snapshot(const std::string& bytes, const SnapshotIdentity& i
 
 std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
                             const SnapshotIdentity& id) {
+  std::string out;
+  encode_snapshot_into(items, epoch, step, id, &out);
+  return out;
+}
+
+void encode_snapshot_into(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
+                          const SnapshotIdentity& id, std::string* buffer) {
   size_t total = 40 + id.job.size() + id.lineage.size();
   for (const auto& it : items) total += 13 + it.name.size() + it.bytes;
-  std::string out;
-  out.reserve(total);
+  std::string& out = *buffer;
+  out.clear();  // keeps the capacity: a recycled buffer's pages are written, not faulted in again
+  if (out.capacity() < total) out.reserve(total);  // (a smaller reserve may shrink, in C++17)
   Writer w(out);
   write_identity(w, id);
   w.i64(epoch);
@@ -78,7 +86,6 @@ std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoc
       w.blob(it.kind == SnapshotItem::kBlob ? it.save() : it.component->save());
     }
   }
-  return out;
 }
 
 std::string snapshot_fill_staged(const std::string& bytes, const std::vector<SnapshotItem>& items,

@@ -49,6 +49,10 @@ struct SnapshotIdentity {
 
 EDL_API std::string encode_snapshot(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
                             const SnapshotIdentity& id = {});
+// The same encoding written into *buffer (its contents replaced, its capacity kept: a commit
+// reuses an earlier commit's buffer instead of allocating and faulting in fresh pages).
+EDL_API void encode_snapshot_into(const std::vector<SnapshotItem>& items, int64_t epoch, int64_t step,
+                                  const SnapshotIdentity& id, std::string* buffer);
 // `got` (optional) receives the snapshot's identity.
 EDL_API void decode_snapshot(const std::string& bytes, const std::vector<SnapshotItem>& items, int64_t* epoch,
                      int64_t* step, const std::string& origin, const SnapshotIdentity& expect = {},

@@ -5,6 +5,9 @@
 #include "edl/state.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <condition_variable>
 #include <map>
@@ -32,6 +35,14 @@ struct State::Impl {
   // from it while the training thread makes the next commit (state_server.h).
   std::shared_ptr<const std::string> committed = std::make_shared<const std::string>();
   int64_t committed_step = -1;
+  // Commit buffers are recycled: `own` is the buffer the last commit() wrote (null once a sync, a
+  // checkpoint or a restamp replaced it), `spare` the one before; the next commit() writes into
+  // `spare` when nobody else holds it any more (a state server sending from it), so a commit copies
+  // into warm pages instead of allocating and faulting in the whole state again (at 1 GiB a fresh
+  // buffer costs ~10x the copy). The State holds at most these two, as a commit did before while
+  // it built the next one.
+  std::shared_ptr<std::string> own;
+  std::shared_ptr<std::string> spare;
   // The last commit holds staged blobs' copies, not their bytes (empty payloads): whole() fills them.
   bool staged_pending = false;
   // The staged blobs' copies are the last commit (until a sync or a checkpoint replaces it): restore()
@@ -52,7 +63,7 @@ struct State::Impl {
   std::condition_variable wcv;
   std::thread writer;
   struct Pending {
-    std::string bytes;
+    std::shared_ptr<const std::string> bytes;  // the commit itself (shared, never modified): no copy
     int64_t step;
     std::string lineage;
   };
@@ -63,9 +74,9 @@ struct State::Impl {
   bool wstop = false;
   std::string werror;  // the last write failure ("" after a success)
 
-  void persist_async(const std::string& bytes, int64_t step) {
+  void persist_async(std::shared_ptr<const std::string> bytes, int64_t step) {
     std::unique_lock<std::mutex> lock(wmu);
-    pending = Pending{bytes, step, ident.lineage};
+    pending = Pending{std::move(bytes), step, ident.lineage};
     ++handed;
     if (!writer.joinable()) writer = std::thread([this] { write_loop(); });
     wcv.notify_all();
@@ -88,7 +99,7 @@ struct State::Impl {
       std::string error;
       bool written = false;
       try {
-        written = write_checkpoint(dir, job.bytes, step);
+        written = write_checkpoint(dir, *job.bytes, step);
         if (written && cb) cb(step, job.lineage);
       } catch (const std::exception& e) {
         error = e.what();
@@ -130,10 +141,30 @@ struct State::Impl {
     if (writer.joinable()) writer.join();
   }
 
+  // The buffer the next commit() writes into: the spare when no one else holds it, else a new one.
+  std::shared_ptr<std::string> take_buffer() {
+    std::shared_ptr<std::string> buf = std::move(spare);
+    spare.reset();
+    if (buf && buf.use_count() == 1) {
+      // The other holders' last reads of it (a server thread's send) happen before this reuse.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      return buf;
+    }
+    return std::make_shared<std::string>();
+  }
+
+  // `bytes` is the last commit now (a sync's or a checkpoint's, not a buffer of commit()): the
+  // buffer of the last commit() is kept as the spare, the older one goes.
+  void replace_committed(std::shared_ptr<const std::string> bytes) {
+    if (own) spare = std::move(own);
+    own.reset();
+    committed = std::move(bytes);
+  }
+
   // The last commit as whole bytes (a staged blob's copy made host bytes once, when it is asked for).
   const std::shared_ptr<const std::string>& whole() {
     if (staged_pending) {
-      committed = std::make_shared<const std::string>(snapshot_fill_staged(*committed, items, "the last in-memory commit"));
+      replace_committed(std::make_shared<const std::string>(snapshot_fill_staged(*committed, items, "the last in-memory commit")));
       staged_pending = false;
     }
     return committed;
@@ -210,11 +241,15 @@ void State::on_generation(std::function<void(const GenerationInfo&)> callback) {
 
 void State::commit() {
   auto& im = *impl_;
-  im.committed = std::make_shared<const std::string>(encode_snapshot(im.items, epoch, step, im.ident));
+  std::shared_ptr<std::string> buf = im.take_buffer();
+  encode_snapshot_into(im.items, epoch, step, im.ident, buf.get());
+  im.spare = std::move(im.own);
+  im.own = buf;
+  im.committed = std::move(buf);
   im.staged_pending = std::any_of(im.items.begin(), im.items.end(), [](const SnapshotItem& it) { return it.staged(); });
   im.staged_current = im.staged_pending;
   im.committed_step = step;
-  if (!im.checkpoint_dir.empty() && im.persist) im.persist_async(*im.whole(), step);
+  if (!im.checkpoint_dir.empty() && im.persist) im.persist_async(im.whole(), step);
 }
 
 void State::restore() {
@@ -254,7 +289,7 @@ bool State::load_checkpoint() {
   // A checkpoint of another job, or of an older lineage of this one, is refused (DataError).
   SnapshotIdentity got;
   decode_snapshot(*bytes, impl_->items, &epoch, &step, "checkpoint file " + path, impl_->ident, &got);
-  impl_->committed = std::make_shared<const std::string>(std::move(*bytes));
+  impl_->replace_committed(std::make_shared<const std::string>(std::move(*bytes)));
   impl_->staged_pending = impl_->staged_current = false;
   impl_->committed_step = step;
   impl_->ident = got;
@@ -277,7 +312,7 @@ void state_set_identity(State& s, const std::string& job, const std::string& lin
   im.ident.job = job;
   im.ident.lineage = lineage;
   if (im.committed_step >= 0)
-    im.committed = std::make_shared<const std::string>(restamp_snapshot(*im.committed, im.ident, "the last in-memory commit"));
+    im.replace_committed(std::make_shared<const std::string>(restamp_snapshot(*im.committed, im.ident, "the last in-memory commit")));
 }
 
 const std::string& state_lineage(State& s) { return s.impl().ident.lineage; }
@@ -296,7 +331,9 @@ void state_adopt(State& s, std::string bytes, const std::string& origin) {
   SnapshotIdentity got;
   decode_snapshot(bytes, im.items, &s.epoch, &s.step, origin, SnapshotIdentity{im.ident.job, ""}, &got);
   im.ident.lineage = got.lineage;
-  im.committed = std::make_shared<const std::string>(std::move(bytes));
+  auto adopted = std::make_shared<std::string>(std::move(bytes));
+  im.replace_committed(adopted);
+  im.own = std::move(adopted);  // the State's own buffer: recycled by a later commit like its own
   im.staged_pending = im.staged_current = false;
   im.committed_step = s.step;
 }
@@ -333,6 +370,35 @@ void state_notify_generation(State& s, const GenerationInfo& info) {
 // member's commit (its size is known from the allgather: no collective just for the length).
 // Best = highest committed step; among equals a member that was synced before beats a fresh one
 // (a newcomer's initial state never overwrites the job's); remaining ties: lowest rank.
+namespace {
+
+constexpr int kSyncFields = 3;  // committed step, fresh, commit bytes
+
+// This member's fields. The size of the whole commit: a staged blob's copy is made host bytes here
+// (once per sync).
+std::array<int64_t, kSyncFields> sync_fields(State& s) {
+  auto& im = s.impl();
+  return {s.committed_step(), im.synced ? 0 : 1, im.committed ? static_cast<int64_t>(im.whole()->size()) : 0};
+}
+
+bool parse_sync_note(const std::string& note, std::array<int64_t, kSyncFields>* out) {
+  long long a = 0, b = 0, c = 0;
+  char tail = 0;
+  if (std::sscanf(note.c_str(), "c%lld.%lld.%lld%c", &a, &b, &c, &tail) != 3) return false;
+  *out = {a, b, c};
+  return true;
+}
+
+bool sync_from(State& s, Group& g, const std::vector<int64_t>& v);
+
+}  // namespace
+
+std::string state_sync_note(State& s) {
+  if (!s.impl().committed) return "";
+  const auto f = sync_fields(s);
+  return "c" + std::to_string(f[0]) + "." + std::to_string(f[1]) + "." + std::to_string(f[2]);
+}
+
 bool sync_state(State& s, Group& g) {
   auto& im = s.impl();
   if (g.size() == 1) {
@@ -340,15 +406,38 @@ bool sync_state(State& s, Group& g) {
     im.synced = true;
     return restart;
   }
-  constexpr int kFields = 3;
-  // The size of the whole commit: a staged blob's copy is made host bytes here (once per sync).
-  int64_t mine[kFields] = {s.committed_step(), im.synced ? 0 : 1,
-                           im.committed ? static_cast<int64_t>(im.whole()->size()) : 0};
+  const auto mine = sync_fields(s);
   std::vector<uint8_t> all;
-  g.allgatherv(mine, kFields, DataType::kInt64, all, nullptr);
-  EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * kFields * sizeof(int64_t));
-  std::vector<int64_t> v(kFields * g.size());
+  g.allgatherv(mine.data(), kSyncFields, DataType::kInt64, all, nullptr);
+  EDL_ASSERT(all.size() == static_cast<size_t>(g.size()) * kSyncFields * sizeof(int64_t));
+  std::vector<int64_t> v(kSyncFields * g.size());
   std::memcpy(v.data(), all.data(), all.size());
+  return sync_from(s, g, v);
+}
+
+bool sync_state(State& s, Group& g, const std::vector<std::string>& notes) {
+  if (g.size() == 1 || notes.size() != static_cast<size_t>(g.size())) return sync_state(s, g);
+  std::vector<int64_t> v(kSyncFields * g.size());
+  for (int r = 0; r < g.size(); ++r) {
+    std::array<int64_t, kSyncFields> f{};
+    // Every member reads the same decision, so all take the same path here.
+    if (!parse_sync_note(notes[static_cast<size_t>(r)], &f)) return sync_state(s, g);
+    std::copy(f.begin(), f.end(), v.begin() + kSyncFields * r);
+  }
+  const auto mine = sync_fields(s);
+  if (!std::equal(mine.begin(), mine.end(), v.begin() + kSyncFields * g.rank()))
+    throw CommError("State::sync: this member's commit (step " + std::to_string(mine[0]) +
+                    ") moved after it arrived at the rendezvous (its note says " +
+                    notes[static_cast<size_t>(g.rank())] + "); the generation is formed again");
+  return sync_from(s, g, v);
+}
+
+namespace {
+
+// The rest of a sync once every member's fields are known (v: kSyncFields per rank).
+bool sync_from(State& s, Group& g, const std::vector<int64_t>& v) {
+  auto& im = s.impl();
+  constexpr int kFields = kSyncFields;
   auto step = [&](int r) { return v[kFields * r]; };
   auto fresh = [&](int r) { return v[kFields * r + 1] != 0; };
   auto better = [&](int a, int b) {  // is rank a a better source than rank b?
@@ -369,17 +458,22 @@ bool sync_state(State& s, Group& g) {
   if (step(best) < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
   if (all_same && !any_fresh) return false;  // every member holds the same commit of the same history
   const int64_t len = v[kFields * best + 2];
-  std::string buf;
-  if (g.rank() == best) buf = *im.committed;
-  else buf.resize(static_cast<size_t>(len));
-  g.broadcast(buf.data(), buf.size(), DataType::kUInt8, best);
+  // The broadcast goes through the spare commit buffer (no more buffers than a commit holds, no
+  // fresh pages): the best member copies its commit into it, the others receive into it and adopt it.
+  std::shared_ptr<std::string> buf = im.take_buffer();
+  if (g.rank() == best) buf->assign(*im.committed);
+  else buf->resize(static_cast<size_t>(len));
+  g.broadcast(buf->data(), buf->size(), DataType::kUInt8, best);
   if (g.rank() != best) {
-    state_adopt(s, std::move(buf), "the snapshot of rank " + std::to_string(best));
+    state_adopt(s, std::move(*buf), "the snapshot of rank " + std::to_string(best));
   } else {
+    im.spare = std::move(buf);
     s.restore();  // the best member also rolls back to its commit (uncommitted work is discarded)
   }
   im.synced = true;
   return all_fresh;
 }
+
+}  // namespace
 
 }  // namespace edl::elastic

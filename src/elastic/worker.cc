@@ -98,6 +98,7 @@ void Worker::simulate_crash() {
 }
 
 void Worker::on_failure(const std::string& reason) {
+  if (!failed_.load()) timeline::instant(timeline::Lane::kElastic, "failure seen");
   failed_.store(true);
   fetch_cancel_.store(true);  // a newcomer's state fetch in progress ends
   std::shared_ptr<Group> g;
@@ -574,6 +575,10 @@ void Worker::commit() {
 // The rendezvous, on the timeline with the generation it formed.
 GenerationView Worker::rendezvous(const GenerationView* previous) {
   const int64_t t0 = timeline::now_us();
+  // The commit this worker arrives with rides in the decision, so that the sync of the new
+  // generation needs no allgather when every member reported one (sync_generation_state). A
+  // newcomer that joins before run() has no State yet; a stop-free join syncs its own way.
+  membership_.set_arrival_note(state_ && !server_ ? state_sync_note(*state_) : "");
   GenerationView v = membership_.rendezvous(previous);
   if (timeline::on()) {
     timeline::Event e(timeline::Lane::kElastic, "rendezvous");

@@ -41,7 +41,11 @@ void Worker::start_state_server() {
 bool Worker::sync_generation_state() {
   // The membership changed before this newcomer caught up: back to its own state, as a newcomer again.
   abandon_catch_up(/*restore=*/true);
-  if (!server_) return sync_state(*state_, *group());
+  if (!server_) {
+    std::vector<std::string> notes;
+    for (const auto& m : view_.members) notes.push_back(m.note);
+    return sync_state(*state_, *group(), notes);
+  }
   JoinPlan plan = sync_state_stopfree(*state_, *group(), server_->address());
   server_->publish(state_->committed_step(), state_commit(*state_));
   if (!plan.catch_up) return plan.fresh_start;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <future>
 #include <string>
+#include <thread>
 
 #include "edl/error.h"
 #include "edl/store.h"
@@ -83,6 +84,13 @@ class LateDecisionStore final : public edl::Store {
   std::atomic<bool> next_round_{false}, raced_{false};
 };
 
+// Waits until `key` exists: the other worker won the election of the round, so the one started
+// next is a waiter (a decider takes its own decision without waiting for it).
+void await_key(edl::Store& store, const std::string& key) {
+  for (int i = 0; i < 500 && !store.get(key); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(store.get(key).has_value());
+}
+
 std::vector<std::string> member_ids(const GenerationView& v) {
   std::vector<std::string> out;
   for (const auto& m : v.members) out.push_back(m.id);
@@ -97,9 +105,9 @@ TEST_CASE("a first-round decision landing right after a waiter's empty slice sti
   auto racy = std::make_shared<LateDecisionStore>(base, "jr1", 1);
   Membership a(base, race_opts("jr1", "a", 2, 2));
   Membership b(racy, race_opts("jr1", "b", 2, 2));
-  // b arrives first and wins the election only if a has not; either way its first wait for the
-  // decision ends empty just after the decision landed.
+  // a decides; b's first wait for the decision ends empty just after the decision landed.
   auto fa = std::async(std::launch::async, [&] { return a.rendezvous(nullptr); });
+  await_key(*base, "jr1/g1/decider");
   auto fb = std::async(std::launch::async, [&] { return b.rendezvous(nullptr); });
   GenerationView va = fa.get();
   GenerationView vb;
@@ -128,6 +136,7 @@ TEST_CASE("a later-round decision landing right after a member's empty slice sti
   REQUIRE(b1.size == 2);
   // Both re-rendezvous as members (e.g. a batch boundary that changes membership).
   auto fa2 = std::async(std::launch::async, [&] { return a.rendezvous(&a1); });
+  await_key(*base, "jr2/g2/decider");
   auto fb2 = std::async(std::launch::async, [&] { return b.rendezvous(&b1); });
   GenerationView a2 = fa2.get();
   GenerationView b2;

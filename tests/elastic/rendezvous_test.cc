@@ -70,6 +70,8 @@ TEST_CASE("first rendezvous: every worker agrees on one generation and distinct 
     CHECK(v.local_size == same_host);
   }
   CHECK(ranks.size() == n);
+  // The decider's watch thread advances <job>/gen right after the decision.
+  for (int i = 0; i < 200 && !store->get("j1/gen"); ++i) std::this_thread::sleep_for(10ms);
   CHECK(store->get("j1/gen") == std::optional<std::string>("1"));
 }
 
@@ -273,6 +275,11 @@ TEST_CASE("rank 0 deletes the keys of generations older than the previous two", 
     (ga.rank == 0 ? a : b).watch(ga.rank == 0 ? ga : gb, [](const std::string&) {});
   }
   REQUIRE(ga.id == 6);
+  // Not while the generation is being built (the store serves every member's rendezvous and mesh
+  // keys then): only once training resumed in it.
+  std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(store->keys("j8/g1/").empty());
+  (ga.rank == 0 ? a : b).progress();
   bool cleaned = false;
   for (int i = 0; i < 100 && !cleaned; ++i) {
     cleaned = store->keys("j8/g1/").empty() && store->keys("j8/g3/").empty();

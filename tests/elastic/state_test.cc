@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <thread>
 #include <fstream>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "edl/state.h"
 #include "elastic/checkpoint.h"
 #include "elastic/group.h"
+#include "elastic/snapshot.h"
 #include "elastic/state_join.h"
 #include "elastic/state_staged.h"
 
@@ -68,6 +71,55 @@ TEST_CASE("commit and restore roll every registered item back", "[state]") {
   CHECK(c.value == 0);
   CHECK(s.step == 5);
   CHECK(s.epoch == 1);
+}
+
+TEST_CASE("commits recycle the buffer of the commit before last, never one still held", "[state]") {
+  std::vector<float> w(4096, 1.0f);
+  bool fail = false;
+  State s;
+  s.register_tensor("w", w.data(), w.size(), DataType::kFloat32);
+  s.register_blob("b", [&]() -> std::string { if (fail) throw std::runtime_error("save failed"); return "x"; },
+                  [](const std::string&) {});
+  auto values = [&](const std::string& bytes) {  // the tensor of a commit, decoded into a scratch State
+    std::vector<float> got(w.size());
+    std::vector<edl::elastic::SnapshotItem> items(2);
+    items[0].name = "w";
+    items[0].kind = edl::elastic::SnapshotItem::kTensor;
+    items[0].data = got.data();
+    items[0].bytes = got.size() * sizeof(float);
+    items[1].name = "b";
+    items[1].kind = edl::elastic::SnapshotItem::kBlob;
+    items[1].load = [](const std::string&) {};
+    int64_t epoch = 0, step = 0;
+    edl::elastic::decode_snapshot(bytes, items, &epoch, &step, "test");
+    return got;
+  };
+  s.commit();
+  const char* first = edl::elastic::state_commit(s)->data();
+  w[0] = 2;
+  s.commit();
+  w[0] = 3;
+  s.commit();  // nobody else holds the first commit's buffer: this one is written into it
+  CHECK(edl::elastic::state_commit(s)->data() == first);
+  std::shared_ptr<const std::string> held = edl::elastic::state_commit(s);  // a state server sending it
+  w[0] = 4;
+  s.commit();
+  w[0] = 5;
+  s.commit();  // the held commit is the spare now, but it is still held: a new buffer
+  CHECK(held->data() == first);
+  CHECK(values(*held)[0] == 3);
+  CHECK(values(*edl::elastic::state_commit(s))[0] == 5);
+  held.reset();
+  w[0] = 6;
+  s.commit();  // the buffer of step "4" (unheld) is reused; "5" stays the restore point until this one is done
+  CHECK(values(*edl::elastic::state_commit(s))[0] == 6);
+  fail = true;  // a commit that throws half-way leaves the last commit whole
+  w[0] = 7;
+  CHECK_THROWS(s.commit());
+  w[0] = 0;
+  s.restore();
+  CHECK(w[0] == 6);
+  CHECK(values(*edl::elastic::state_commit(s))[0] == 6);
 }
 
 TEST_CASE("registration errors are InvalidArgument naming the item", "[state]") {
