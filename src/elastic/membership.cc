@@ -305,8 +305,8 @@ void Membership::check_store() {
   if (store_error_) throw StoreError(*store_error_);
 }
 
-// One read per watched member per round (watched_ranks: the next kWatchedPeers members in ring
-// order; whatever the job's size): its lease value, and while the communicator is being built also
+// One read of the watched members' leases per round (watched_ranks: the next kWatchedPeers members
+// in ring order; whatever the job's size; one get_many), and while the communicator is being built also
 // its arrival key at the next round. A watched member is reported when its lease is gone (the store
 // expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's own
 // expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
@@ -316,12 +316,15 @@ void Membership::check_store() {
 // its watchers and, one store round trip later, by every member.
 void Membership::check_peers(const Watch& w) {
   std::vector<int> ranks = watched_ranks(w.view.rank, static_cast<int>(w.view.members.size()));
-  std::vector<std::optional<std::string>> leases;
+  std::vector<std::string> lease_keys;
+  for (int r : ranks) lease_keys.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
+  // One request for them all (get_many: one round trip on tcp://, one txn on etcd://): at 256
+  // workers on etcd, a get per watched lease was 1,024 reads a second, more than the beats.
+  const std::vector<std::optional<std::string>> leases = store_->get_many(lease_keys);
   std::map<std::string, std::string> beats;
-  for (int r : ranks) {
-    const auto& m = w.view.members[static_cast<size_t>(r)];
-    leases.push_back(store_->get(keys_.lease(m.id)));
-    if (leases.back() && m.id != opt_.worker_id) beats[m.id] = *leases.back();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const auto& m = w.view.members[static_cast<size_t>(ranks[i])];
+    if (leases[i] && m.id != opt_.worker_id) beats[m.id] = *leases[i];
   }
   std::map<std::string, milliseconds> silent;
   {

@@ -96,6 +96,8 @@ class ElasticLauncher {
   // store (<job>/launcher/incarnation/<host>:<slot>), so a restarted edl-run never reuses the id of
   // a worker whose lease may still be live. Falls back to a local count if the store does not answer.
   int next_incarnation(const Slot& s);
+  // next_incarnation() of each slot in `due`, several at a time.
+  void draw_incarnations(const std::vector<Slot*>& due);
   void write_pids();
   void begin_stop(int sig);
   void on_signal(int sig);

@@ -42,7 +42,11 @@ int ElasticLauncher::run() {
   wo.reconnect_timeout = milliseconds(Config::from_env().store_timeout_ms);
   StoreOptions so;
   so.secret = job_.secret;
-  so.reconnect_timeout = std::chrono::milliseconds(0);  // the watcher reconnects itself, within wo.reconnect_timeout
+  // The watcher reconnects itself, within wo.reconnect_timeout. The etcd client fails over between
+  // members within its own retry window: with none, three answers slower than one attempt's limit
+  // (2 s; an etcd serving hundreds of workers on a busy machine) made the store "unreachable" and held
+  // back the restart of failed workers, so edl-run's etcd client keeps the window.
+  so.reconnect_timeout = job_.store_url.rfind("etcd://", 0) == 0 ? wo.reconnect_timeout : milliseconds(0);
   so.connect_timeout = std::min<milliseconds>(so.connect_timeout, std::max<milliseconds>(wo.reconnect_timeout / 2, milliseconds(100)));
   so.request_timeout = std::min<milliseconds>(so.request_timeout, std::max<milliseconds>(wo.reconnect_timeout, milliseconds(100)));
   wo.connect = [url = job_.store_url, so] { return connect_store(url, so); };
@@ -185,10 +189,13 @@ void ElasticLauncher::stop_slot(Slot& s) {
 void ElasticLauncher::start_due_slots() {
   if (stopping_ || finishing_ || result_ != 0 || watcher_->unreachable()) return;
   auto now = Clock::now();
-  bool changed = false;
-  for (auto& s : slots_) {
-    if (s.retired || s.pid > 0 || now < s.start_at) continue;
-    s.incarnation = next_incarnation(s);
+  std::vector<Slot*> due;
+  for (auto& s : slots_)
+    if (!s.retired && s.pid <= 0 && now >= s.start_at) due.push_back(&s);
+  if (due.empty()) return;
+  draw_incarnations(due);
+  for (Slot* slot : due) {
+    Slot& s = *slot;
     s.worker_id = o_.hostname + ":" + std::to_string(s.index) + "." + std::to_string(s.incarnation);
     auto env = make_environment(
         {"EDL_STORE=" + job_.store_url, "EDL_JOB_SECRET=" + job_.secret, "EDL_JOB_ID=" + job_.job_id,
@@ -212,9 +219,28 @@ void ElasticLauncher::start_due_slots() {
     metrics_->job().on_worker_started(s.worker_id, now);
     log("event=started slot=" + std::to_string(s.index) + " worker=" + s.worker_id + " pid=" + std::to_string(s.pid) +
         " cpus=" + cpu_list_text(bound));
-    changed = true;
   }
-  if (changed) write_pids();
+  write_pids();
+}
+
+// The incarnations of the slots about to start, drawn concurrently (each is a counter of its own,
+// one store round trip): a job of hundreds of workers starting at once would otherwise wait for them
+// one after another — on etcd, a raft write each.
+void ElasticLauncher::draw_incarnations(const std::vector<Slot*>& due) {
+  constexpr size_t kDrawers = 16;
+  const size_t n = std::min(kDrawers, due.size());
+  if (n == 1) {
+    due[0]->incarnation = next_incarnation(*due[0]);
+    return;
+  }
+  std::vector<int> got(due.size());
+  std::vector<std::thread> drawers;
+  for (size_t t = 0; t < n; ++t)
+    drawers.emplace_back([&, t] {
+      for (size_t i = t; i < due.size(); i += n) got[i] = next_incarnation(*due[i]);
+    });
+  for (auto& d : drawers) d.join();
+  for (size_t i = 0; i < due.size(); ++i) due[i]->incarnation = got[i];
 }
 
 // EDL_RESET_LIMIT (workers count the same resets, see docs/launcher.md "Reset limit") and the

@@ -175,13 +175,15 @@ milliseconds EtcdClient::attempt_limit() const {
   return std::clamp(request_timeout_ / 4, milliseconds(1000), milliseconds(2000));
 }
 
+milliseconds EtcdClient::patient_attempt_limit() const { return attempt_limit() * patience_.load(); }
+
 EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock::time_point deadline) {
   size_t m = current();
   const EtcdEndpoint& ep = endpoints_[m];
   std::string where = ep.host + ":" + std::to_string(ep.port);
   EtcdReply reply;
   // One attempt may not use the whole deadline: a hung member must leave time for the others.
-  milliseconds limit = std::min(attempt_limit(), ms_until(deadline));
+  milliseconds limit = std::min(patient_attempt_limit(), ms_until(deadline));
   auto cli = acquire(m);
   cli->set_connection_timeout(std::min({limit, connect_timeout_, kAttemptConnectLimit}));
   cli->set_read_timeout(limit);
@@ -218,6 +220,8 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
     return reply;
   }
   if (complete) release(m, std::move(cli));  // else the connection is in an unknown state: dropped
+  for (int p = patience_.load(); p > 1 && !patience_.compare_exchange_weak(p, p / 2);) {
+  }
   if (status == 200 && !answer.contains("error")) {
     reply.kind = EtcdReply::kOk;
     reply.body = std::move(answer);
@@ -250,6 +254,12 @@ void EtcdClient::backoff(int failures, Clock::time_point deadline, const std::st
   if (failures % n != 0) {  // members left to try in this round
     if (Clock::now() >= deadline) throw give_up();
     return;
+  }
+  // Every member's attempt timed out: the cluster is overloaded (or cut off — then the deadline
+  // ends the retries all the same): wait longer for the next answers instead of sending them again.
+  if (last_why.size() >= 6 && last_why.compare(last_why.size() - 6, 6, ": Read") == 0) {
+    for (int p = patience_.load(); p < kMaxPatience && !patience_.compare_exchange_weak(p, p * 2);) {
+    }
   }
   int round = std::min(failures / n, 6);
   milliseconds delay = std::min(milliseconds(50 << (round - 1)), milliseconds(1000));

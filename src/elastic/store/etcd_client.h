@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -92,6 +93,12 @@ class EtcdClient {
   std::chrono::milliseconds attempt_limit() const;
   // How long an operation retries lost connections: reconnect_timeout, at least one attempt_limit().
   std::chrono::milliseconds retry_window() const { return std::max(reconnect_timeout_, attempt_limit()); }
+  // attempt_limit() times the current patience: doubled (up to kMaxPatience) after a round in which
+  // every member let its attempt time out — a cluster that is slow, not gone: its members are
+  // still working on the requests, and retrying them sooner only adds to its queue — and halved
+  // by every answer.
+  std::chrono::milliseconds patient_attempt_limit() const;
+  static constexpr int kMaxPatience = 8;
 
   // One attempt on the current member; on kLost the client has already moved on to the next member.
   // `attempt_limit` caps how long this attempt may wait for the answer.
@@ -138,6 +145,7 @@ class EtcdClient {
   const std::vector<EtcdEndpoint> endpoints_;
   const std::chrono::milliseconds connect_timeout_;
   const std::chrono::milliseconds request_timeout_;
+  std::atomic<int> patience_{1};
   const std::chrono::milliseconds reconnect_timeout_;
   const std::string user_, password_;
   mutable std::mutex mu_;

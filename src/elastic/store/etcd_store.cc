@@ -23,16 +23,23 @@ constexpr const char* kReserved = "__edl_etcd/";
 struct Kv {
   std::optional<std::string> value;  // nullopt: absent
   int64_t mod_revision = 0;
+  int64_t create_revision = 0;
+  int64_t version = 0;
 };
+
+Kv parse_kv(const Json& k) {
+  Kv kv;
+  kv.value = unb64(k.value("value", std::string()));
+  kv.mod_revision = etcd_int(k, "mod_revision");
+  kv.create_revision = etcd_int(k, "create_revision");
+  kv.version = etcd_int(k, "version");
+  return kv;
+}
 
 // The first key of a range answer (empty values are omitted from the JSON).
 Kv first_kv(const Json& range) {
-  Kv kv;
-  if (!range.contains("kvs") || range["kvs"].empty()) return kv;
-  const Json& k = range["kvs"][0];
-  kv.value = unb64(k.value("value", std::string()));
-  kv.mod_revision = etcd_int(k, "mod_revision");
-  return kv;
+  if (!range.contains("kvs") || range["kvs"].empty()) return Kv{};
+  return parse_kv(range["kvs"][0]);
 }
 
 Json put_op(const std::string& key, const std::string& value, int64_t lease = 0) {
@@ -41,15 +48,35 @@ Json put_op(const std::string& key, const std::string& value, int64_t lease = 0)
   return Json{{"request_put", put}};
 }
 
+Json delete_op(const std::string& key) { return Json{{"request_delete_range", {{"key", b64(key)}}}}; }
+
+// A decimal integer as add() reads it; `what` names the key in the error.
+int64_t parse_counter(const std::optional<std::string>& value, const std::string& key) {
+  int64_t v = 0;
+  if (!value) return v;
+  const std::string& s = *value;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+    throw InvalidArgument("store add: value of key '" + key + "' is not an integer");
+  return v;
+}
+
+int64_t add_checked(int64_t v, int64_t delta, const std::string& key) {
+  int64_t next = 0;
+  if (__builtin_add_overflow(v, delta, &next)) throw InvalidArgument("store add: key '" + key + "' would overflow int64");
+  return next;
+}
+
 Json range_op(const std::string& key, bool count_only = false) {
   Json r = {{"key", b64(key)}};
   if (count_only) r["count_only"] = true;
   return Json{{"request_range", r}};
 }
 
-Json compare(const std::string& key, const char* target, const Json& operand) {
-  std::string field = std::string(target) == "VALUE" ? "value" : std::string(target) == "MOD" ? "mod_revision" : "version";
-  return Json{{"key", b64(key)}, {"target", target}, {"result", "EQUAL"}, {field, operand}};
+Json compare(const std::string& key, const char* target, const Json& operand, const char* result = "EQUAL") {
+  const std::string t = target;
+  std::string field = t == "VALUE" ? "value" : t == "MOD" ? "mod_revision" : t == "CREATE" ? "create_revision" : "version";
+  return Json{{"key", b64(key)}, {"target", target}, {"result", result}, {field, operand}};
 }
 
 // The first key after every key that starts with prefix ("\0" = no end: the prefix is empty or all 0xff).
@@ -79,16 +106,37 @@ class EtcdStore final : public Store {
     }
   }
 
+  // Every write other than add() ends the key's ticket epoch (add(), below) in the same txn.
   void set(const std::string& key, const std::string& value) override {
-    client_.call_ok("/v3/kv/put", put_op(key, value)["request_put"], "put of key '" + key + "'");
+    client_.call_ok("/v3/kv/txn", Json{{"success", {put_op(key, value), delete_op(ticket_key(key))}}},
+                    "put of key '" + key + "'");
   }
 
   std::optional<std::string> get(const std::string& key) override { return watches_.read(key).first; }
 
+  // One read-only txn of ranges per kMaxTxnOps keys (a decider reading every arrival, a rank reading
+  // its peers' addresses): a round trip for the lot instead of one per key.
+  std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys) override {
+    if (keys.size() == 1) return {get(keys[0])};
+    std::vector<std::optional<std::string>> out;
+    out.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); i += kMaxTxnOps) {
+      Json ops = Json::array();
+      for (size_t j = i; j < std::min(keys.size(), i + kMaxTxnOps); ++j) ops.push_back(range_op(keys[j]));
+      Json r = client_.call_ok("/v3/kv/txn", Json{{"success", ops}}, "read of " + std::to_string(keys.size()) + " keys");
+      for (const auto& resp : r["responses"]) out.push_back(first_kv(resp["response_range"]).value);
+    }
+    EDL_CHECK(out.size() == keys.size(), StoreError,
+              "store " + client_.url() + ": etcd answered a read of " + std::to_string(keys.size()) + " keys with " +
+                  std::to_string(out.size()) + " values");
+    return out;
+  }
+
   bool del(const std::string& key) override {
     // A retried delete whose first answer was lost reports false: the key did not exist any more.
-    Json r = client_.call_ok("/v3/kv/deleterange", Json{{"key", b64(key)}}, "delete of key '" + key + "'");
-    return etcd_int(r, "deleted") > 0;
+    Json r = client_.call_ok("/v3/kv/txn", Json{{"success", {delete_op(key), delete_op(ticket_key(key))}}},
+                             "delete of key '" + key + "'");
+    return etcd_int(r["responses"][0]["response_delete_range"], "deleted") > 0;
   }
 
   std::vector<std::string> keys(const std::string& prefix) override {
@@ -106,30 +154,21 @@ class EtcdStore final : public Store {
     return out;
   }
 
+  // add(key, 1) draws a ticket instead of racing a compare-and-swap: n concurrent adds to one
+  // counter (a rendezvous of n workers) cost O(n) txns, not the O(n^2) of n CAS loops where one wins
+  // per raft round. Each key counted this way has a hidden ticket key T (ticket_key) whose version
+  // counts the adds of the current epoch and whose value is the epoch's base (the counter's value at
+  // version 1). An add bumps T (a put that keeps T's value: no compare on the counter, so it never
+  // loses a race) and gets value = base + previous version; then it publishes: the counter key is
+  // written base + v - 1 only while T's version is still v (so writes only ever move it forward),
+  // by whichever adder finds T unchanged, and P (publish_key: the highest version published in the
+  // epoch) says whose tickets are visible. An add returns once its ticket is visible. Any other write
+  // to the key (set, del, compare_set, set_lease, an add of delta != 1) deletes T in the same txn,
+  // ending the epoch; a ticket that it ended before its publication is added again.
   int64_t add(const std::string& key, int64_t delta) override {
-    const std::string marker = new_marker();
-    Kv cur = first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "add to key '" + key + "'"));
-    for (int races = 0;;) {
-      int64_t v = 0, next = 0;
-      if (cur.value) {
-        const std::string& s = *cur.value;
-        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (s.empty() || ec != std::errc() || end != s.data() + s.size())
-          throw InvalidArgument("store add: value of key '" + key + "' is not an integer");
-      }
-      if (__builtin_add_overflow(v, delta, &next))
-        throw InvalidArgument("store add: key '" + key + "' would overflow int64");
-      Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
-        return Json{{"compare", {compare(key, "MOD", std::to_string(cur.mod_revision)), compare(marker, "VERSION", "0")}},
-                    {"success", {put_op(key, std::to_string(next)), put_op(marker, std::to_string(next), lease)}},
-                    {"failure", {range_op(key), range_op(marker)}}};
-      });
-      if (r.value("succeeded", false)) return next;
-      Kv mark = first_kv(r["responses"][1]["response_range"]);
-      if (mark.value) return std::stoll(*mark.value);  // an earlier attempt whose answer was lost
-      cur = first_kv(r["responses"][0]["response_range"]);  // lost a race: retry on the new value
-      after_lost_race(++races);
-    }
+    if (delta != 1) return *add_cas(key, delta);
+    for (;;)
+      if (auto v = add_ticket(key)) return *v;
   }
 
   bool compare_set(const std::string& key, const std::optional<std::string>& expected, const std::string& desired,
@@ -138,7 +177,7 @@ class EtcdStore final : public Store {
     Json cmp = expected ? compare(key, "VALUE", b64(*expected)) : compare(key, "VERSION", "0");
     Json r = exactly_once_txn(marker, "compare_set of key '" + key + "'", [&](int64_t lease) {
       return Json{{"compare", {cmp, compare(marker, "VERSION", "0")}},
-                  {"success", {put_op(key, desired), put_op(marker, "1", lease)}},
+                  {"success", {put_op(key, desired), put_op(marker, "1", lease), delete_op(ticket_key(key))}},
                   {"failure", {range_op(key), range_op(marker)}}};
     });
     bool ok = r.value("succeeded", false) || first_kv(r["responses"][1]["response_range"]).value.has_value();
@@ -149,8 +188,15 @@ class EtcdStore final : public Store {
   bool wait(const std::vector<std::string>& keys, milliseconds timeout) override {
     if (keys.empty()) return true;
     auto deadline = Clock::now() + timeout;
-    // One key (the common case: a peer's address, polled in short slices by the mesh bootstrap):
-    // its watch stream says when it exists, confirmed by a read; no request while it does not.
+    // One key (the common case: a peer's address, waited for in short slices by the mesh bootstrap):
+    // the key's shared watch stream (wait_change from "absent"), so that slice after slice costs etcd
+    // no new stream and no read while the key is still missing (a key not watched yet is read first:
+    // one that exists needs no stream).
+    if (keys.size() == 1) {
+      if (!watches_.watching(keys[0]) && get(keys[0])) return true;
+      return watches_.wait_change(keys[0], std::nullopt, deadline).has_value();
+    }
+    // Several keys: all seen at one revision, else a watch stream of its own on the first missing one.
     Json snapshot = {{"success", Json::array()}};
     for (const auto& k : keys) snapshot["success"].push_back(range_op(k, true));
     for (;;) {
@@ -185,7 +231,8 @@ class EtcdStore final : public Store {
     int64_t lease = key_lease(key, ttl_s);
     auto deadline = Clock::now() + client_.retry_window();
     for (int tries = 0;; ++tries) {
-      EtcdReply r = client_.call("/v3/kv/put", put_op(key, value, lease)["request_put"], deadline);
+      EtcdReply r = client_.call("/v3/kv/txn", Json{{"success", {put_op(key, value, lease), delete_op(ticket_key(key))}}},
+                                 deadline);
       if (r.kind == EtcdReply::kOk) return;
       if (tries == 0 && r.message().find("lease not found") != std::string::npos) {
         lease = new_key_lease(key, ttl_s);  // expired or revoked since the last keepalive
@@ -203,6 +250,118 @@ class EtcdStore final : public Store {
     thread_local std::minstd_rand rng(std::random_device{}());
     const int cap = 1 << std::min(races, 4);
     std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, cap)(rng)));
+  }
+
+  // etcd's default limit of operations in one txn (--max-txn-ops).
+  static constexpr size_t kMaxTxnOps = 128;
+
+  static std::string ticket_key(const std::string& key) { return std::string(kReserved) + "ctr/" + key; }
+  // Per epoch (the create revision of T), so that an add whose epoch ended can still tell whether
+  // its ticket was published before the end.
+  static std::string publish_key(int64_t epoch, const std::string& key) {
+    return std::string(kReserved) + "pub/" + std::to_string(epoch) + "/" + key;
+  }
+
+  // An add as one compare-and-swap loop on the counter (deltas other than 1, and the first add of
+  // an epoch, which creates T with the new value as its base: nullopt when another add started an
+  // epoch first). An add of delta != 1 ends the key's ticket epoch.
+  // `known`: the key as just read, if it was.
+  std::optional<int64_t> add_cas(const std::string& key, int64_t delta, std::optional<Kv> known = std::nullopt) {
+    const std::string marker = new_marker();
+    const std::string t = ticket_key(key);
+    Kv cur = known ? *known : first_kv(client_.call_ok("/v3/kv/range", range_op(key)["request_range"], "add to key '" + key + "'"));
+    for (int races = 0;;) {
+      const int64_t next = add_checked(parse_counter(cur.value, key), delta, key);
+      Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
+        Json end_or_start = delta == 1 ? put_op(t, std::to_string(next), lease) : delete_op(t);
+        Json cmp = {compare(key, "MOD", std::to_string(cur.mod_revision)), compare(marker, "VERSION", "0")};
+        if (delta == 1) cmp.push_back(compare(t, "CREATE", "0"));  // a new epoch only where none runs
+        return Json{{"compare", cmp},
+                    {"success", {put_op(key, std::to_string(next)), put_op(marker, std::to_string(next), lease), end_or_start}},
+                    {"failure", {range_op(key), range_op(marker), range_op(t, true)}}};
+      });
+      if (r.value("succeeded", false)) return next;
+      Kv mark = first_kv(r["responses"][1]["response_range"]);
+      if (mark.value) return std::stoll(*mark.value);  // an earlier attempt whose answer was lost
+      if (delta == 1 && etcd_int(r["responses"][2]["response_range"], "count") > 0) return std::nullopt;
+      cur = first_kv(r["responses"][0]["response_range"]);  // lost a race: retry on the new value
+      after_lost_race(++races);
+    }
+  }
+
+  // add(key, 1) by ticket (see add()); nullopt when the epoch ended before the ticket was published
+  // (the caller adds again).
+  std::optional<int64_t> add_ticket(const std::string& key) {
+    const std::string marker = new_marker();
+    const std::string t = ticket_key(key);
+    Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
+      Json bump = {{"key", b64(t)}, {"ignore_value", true}, {"ignore_lease", true}, {"prev_kv", true}};
+      // No epoch and no counter yet (the first add of a key): created in the same round trip.
+      Json create = {{"compare", {compare(key, "VERSION", "0"), compare(t, "CREATE", "0"), compare(marker, "VERSION", "0")}},
+                     {"success", {put_op(key, "1"), put_op(t, "1", lease), put_op(marker, "1", lease)}},
+                     {"failure", {range_op(key)}}};
+      return Json{{"compare", {compare(t, "CREATE", "0", "GREATER"), compare(marker, "VERSION", "0")}},
+                  {"success", {Json{{"request_put", bump}}, put_op(marker, "T", lease)}},
+                  {"failure", {range_op(marker), Json{{"request_txn", create}}}}};
+    });
+    Kv before;  // T as this ticket found it
+    if (r.value("succeeded", false)) {
+      const Json& put = r["responses"][0]["response_put"];
+      if (put.contains("prev_kv")) before = parse_kv(put["prev_kv"]);
+    } else {
+      Kv mark = first_kv(r["responses"][0]["response_range"]);
+      if (mark.value && *mark.value != "T") return std::stoll(*mark.value);  // an earlier attempt created the counter
+      if (!mark.value) {
+        const Json& created = r["responses"][1]["response_txn"];
+        if (created.value("succeeded", false)) return 1;
+        Kv cur = first_kv(created["responses"][0]["response_range"]);
+        if (!cur.value) return std::nullopt;  // another add started the epoch meanwhile: draw a ticket
+        return add_cas(key, 1, cur);          // a counter without an epoch: start one (nullopt: lost to another)
+      }
+      before = ticket_before(t, mark.mod_revision, key);  // an earlier attempt drew the ticket
+    }
+    EDL_CHECK(before.value && before.version > 0, StoreError,
+              "store " + client_.url() + ": add to key '" + key + "': its ticket key vanished inside the txn");
+    const int64_t base = parse_counter(before.value, key);
+    const int64_t mine = before.version + 1;  // T's version after our bump
+    const int64_t value = add_checked(base, before.version, key);
+    return publish(key, before.create_revision, base, mine) ? std::optional<int64_t>(value) : std::nullopt;
+  }
+
+  // T before the bump an earlier attempt made at `revision` (its answer was lost): read from history.
+  Kv ticket_before(const std::string& t, int64_t revision, const std::string& key) {
+    Json req = range_op(t)["request_range"];
+    req["revision"] = std::to_string(revision);
+    Kv after = first_kv(client_.call_ok("/v3/kv/range", req, "add to key '" + key + "' (recovering its ticket)"));
+    after.version -= 1;
+    return after;
+  }
+
+  // Makes ticket `mine` of epoch `epoch` visible; false when the epoch ended before anyone published it.
+  bool publish(const std::string& key, int64_t epoch, int64_t base, int64_t mine) {
+    const std::string t = ticket_key(key), p = publish_key(epoch, key);
+    int64_t version = mine;
+    for (;;) {
+      // Idempotent (a deterministic value under a compare): retried blindly across lost answers.
+      Json txn = {{"compare", {compare(t, "VERSION", std::to_string(version)), compare(t, "CREATE", std::to_string(epoch))}},
+                  {"success", {put_op(key, std::to_string(base + version - 1)), put_op(p, std::to_string(version), marker_lease())}},
+                  {"failure", {range_op(t), range_op(p)}}};
+      EtcdReply reply = client_.call("/v3/kv/txn", txn, Clock::now() + client_.retry_window());
+      if (reply.kind == EtcdReply::kEtcdError && reply.message().find("lease not found") != std::string::npos) {
+        std::lock_guard<std::mutex> lock(marker_mu_);
+        marker_lease_ = 0;  // revoked or expired early: grant another (the txn was not applied)
+        continue;
+      }
+      if (reply.kind != EtcdReply::kOk)
+        throw StoreError("store " + client_.url() + ": add to key '" + key + "' failed: " + reply.message());
+      const Json& r = reply.body;
+      if (r.value("succeeded", false)) return true;
+      Kv now = first_kv(r["responses"][0]["response_range"]);
+      Kv published = first_kv(r["responses"][1]["response_range"]);
+      if (published.value && std::stoll(*published.value) >= mine) return true;
+      if (!now.value || now.create_revision != epoch) return false;
+      version = now.version;
+    }
   }
 
   struct KeyLease {

@@ -76,6 +76,12 @@ void EtcdWatchCache::stream(const std::string& key, const std::shared_ptr<Entry>
   }
 }
 
+bool EtcdWatchCache::watching(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && !it->second->done;
+}
+
 std::shared_ptr<EtcdWatchCache::Entry> EtcdWatchCache::acquire(const std::string& key) {
   std::vector<std::shared_ptr<Entry>> stopping;
   std::shared_ptr<Entry> e;

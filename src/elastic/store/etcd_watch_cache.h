@@ -42,6 +42,9 @@ class EtcdWatchCache {
   std::optional<std::string> wait_change(const std::string& key, const std::optional<std::string>& known,
                                          Clock::time_point deadline);
 
+  // Whether a stream on key is open (a wait on it costs etcd nothing until the key changes).
+  bool watching(const std::string& key);
+
   // The value of key by a linearizable read, and the revision of the store it reflects.
   std::pair<std::optional<std::string>, int64_t> read(const std::string& key);
 
