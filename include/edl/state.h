@@ -110,6 +110,9 @@ class EDL_API State {
   int64_t epoch = 0;
   int64_t step = 0;  // global step: incremented by the user loop (or notify_batch_end)
 
+  // Memory: a State holds two host buffers the size of its encoded state — the last commit and a
+  // spare the next commit() writes into (no allocation per commit); a third only while a
+  // checkpoint write or a stop-free newcomer still reads an older commit.
   void commit();
   void restore();
   // Collective on the current generation (inside edl::elastic::run; InvalidArgument elsewhere).
