@@ -77,7 +77,7 @@ class MeshBuilder {
     timeline::Span span(timeline::Lane::kCollectives, "mesh build");
     const int64_t t0 = timeline::on() ? timeline::now_us() : 0;
     timespec c0{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    if (t0) clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     int64_t all_dialled_us = -1, handshakes_us = -1;
     listen_and_publish();
     while (accepted_ok_ < peers_ || dialled_ok_ < peers_) {
@@ -94,11 +94,12 @@ class MeshBuilder {
       step_dialled();
       ++turns_;
     }
-    if (t0) handshakes_us = timeline::now_us() - t0;
-    span.arg("peers", peers_).arg("dialled_us", all_dialled_us).arg("done_us", handshakes_us).arg("turns", turns_);
+    if (!t0) return;
+    handshakes_us = timeline::now_us() - t0;
     timespec c1{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    span.arg("cpu_us", (c1.tv_sec - c0.tv_sec) * 1000000 + (c1.tv_nsec - c0.tv_nsec) / 1000);
+    span.arg("peers", peers_).arg("dialled_us", all_dialled_us).arg("done_us", handshakes_us).arg("turns", turns_);
+    span.arg("store_reads", store_reads_).arg("cpu_us", (c1.tv_sec - c0.tv_sec) * 1000000 + (c1.tv_nsec - c0.tv_nsec) / 1000);
   }
 
  private:

@@ -143,8 +143,7 @@ struct State::Impl {
 
   // The buffer the next commit() writes into: the spare when no one else holds it, else a new one.
   std::shared_ptr<std::string> take_buffer() {
-    std::shared_ptr<std::string> buf = std::move(spare);
-    spare.reset();
+    std::shared_ptr<std::string> buf = std::move(spare);  // leaves spare empty
     if (buf && buf.use_count() == 1) {
       // The other holders' last reads of it (a server thread's send) happen before this reuse.
       std::atomic_thread_fence(std::memory_order_acquire);
@@ -156,8 +155,7 @@ struct State::Impl {
   // `bytes` is the last commit now (a sync's or a checkpoint's, not a buffer of commit()): the
   // buffer of the last commit() is kept as the spare, the older one goes.
   void replace_committed(std::shared_ptr<const std::string> bytes) {
-    if (own) spare = std::move(own);
-    own.reset();
+    if (own) spare = std::move(own);  // leaves own empty
     committed = std::move(bytes);
   }
 
@@ -394,7 +392,7 @@ bool sync_from(State& s, Group& g, const std::vector<int64_t>& v);
 }  // namespace
 
 std::string state_sync_note(State& s) {
-  if (!s.impl().committed) return "";
+  if (s.committed_step() < 0) return "";
   const auto f = sync_fields(s);
   return "c" + std::to_string(f[0]) + "." + std::to_string(f[1]) + "." + std::to_string(f[2]);
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "common/config.h"
@@ -234,12 +235,19 @@ void ElasticLauncher::draw_incarnations(const std::vector<Slot*>& due) {
     return;
   }
   std::vector<int> got(due.size());
+  std::vector<std::exception_ptr> failed(n);  // next_incarnation handles store errors; anything else is rethrown here
   std::vector<std::thread> drawers;
   for (size_t t = 0; t < n; ++t)
     drawers.emplace_back([&, t] {
-      for (size_t i = t; i < due.size(); i += n) got[i] = next_incarnation(*due[i]);
+      try {
+        for (size_t i = t; i < due.size(); i += n) got[i] = next_incarnation(*due[i]);
+      } catch (...) {
+        failed[t] = std::current_exception();
+      }
     });
   for (auto& d : drawers) d.join();
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
   for (size_t i = 0; i < due.size(); ++i) due[i]->incarnation = got[i];
 }
 
