@@ -77,8 +77,8 @@ TEST_CASE("a survivor's prepared arrival is written in the background and taken 
   }
   for (int i = 0; i < 3; ++i) REQUIRE(job.appears("pa1/g2/in/w" + std::to_string(i)));
   REQUIRE(job.appears("pa1/g2/in/new"));
-  // At the boundary the rendezvous arrives no more: the survivors' own requests are the decider's
-  // election and the wait for the decision (the decider: its decision besides).
+  // At the boundary the rendezvous arrives no more: a survivor's own requests are the wait for the
+  // decision (the decider's: its decision).
   std::vector<std::future<std::pair<GenerationView, int64_t>>> f;
   for (int i = 0; i < 3; ++i)
     f.push_back(std::async(std::launch::async, [&, i] {
@@ -106,7 +106,9 @@ TEST_CASE("a survivor's prepared arrival is written in the background and taken 
     for (const auto& m : v.members) got.push_back(m.id);
     CHECK(got == order);
     INFO("worker w" << i << " made " << ops << " store requests");
-    if ("w" + std::to_string(i) != d) CHECK(ops <= 4);  // finished check, decider read + CAS, the wait
+    // The wait for the decision (1 request; an empty 200 ms slice on a loaded machine adds 5 checks),
+    // where an arrival at the boundary makes 7 (lease, finished check, 3 to arrive, election, wait).
+    if ("w" + std::to_string(i) != d) CHECK(ops <= 6);
   }
   CHECK(fn.get().rank == 3);
   // Each survivor arrived once: three survivors and the newcomer.
