@@ -112,7 +112,7 @@ TEST_CASE("sync from the arrival notes: no allgather, the laggard adopts the bes
   CHECK(allgathers.load() == 0);
 }
 
-TEST_CASE("a member without a note only receives: no allgather; no note at all or a malformed one: the allgather",
+TEST_CASE("a member without a note only receives (no allgather), and with no note at all or a malformed one the allgather runs",
           "[state][sync]") {
   std::deque<Rank> ranks(3);
   first_sync(ranks, "sync-note-1/");
