@@ -47,11 +47,19 @@ GenerationChange decide_change(Store& store, const Keys& keys, uint64_t round, c
   auto prev_value = store.get(keys.members(round - 1));
   if (!prev_value || parse_job_error(*prev_value)) return {};  // all members were lost: a start
   const std::vector<Member> prev = parse_members(*prev_value);
+  const std::set<std::string> left = ids_under(store, keys.left_prefix(round - 1));
+  return decide_change(store, keys, round, members, &prev, &left);
+}
+
+GenerationChange decide_change(Store& store, const Keys& keys, uint64_t round, const std::vector<Member>& members,
+                               const std::vector<Member>* previous, const std::set<std::string>* left_ids) {
+  if (round <= 1 || previous->empty()) return {};
+  const std::vector<Member>& prev = *previous;
+  const std::set<std::string>& left = *left_ids;
   GenerationChange change;
   change.previous_size = static_cast<int>(prev.size());
   std::set<std::string> now;
   for (const auto& m : members) now.insert(m.id);
-  const std::set<std::string> left = ids_under(store, keys.left_prefix(round - 1));
   const std::string dropped_prefix = keys.dropped(round, "");
   const bool aborted = store.get(keys.abort(round - 1)).has_value();
   bool died = false, evicted = false, leave = false;

@@ -104,6 +104,7 @@ void Membership::stop() {
   }
   if (thread_.joinable()) thread_.join();
   if (beat_thread_.joinable()) beat_thread_.join();
+  if (preparer_.joinable()) preparer_.join();  // a prepared arrival still being written
   close_probe();
   if (!frozen) {
     try {

@@ -136,6 +136,16 @@ class EDL_API Membership {
   // line of the member list (Member::note), so every member reads every member's note with the
   // decision. The elastic runtime reports its state's commit (state_sync_note). "" = none.
   void set_arrival_note(std::string note);
+  // Stop-free joins (docs/elastic.md, "Stop-free joins", step 3): this member contributed the join
+  // bit to the agreement that makes the next boundary a change to generation `round`, and every
+  // member has built the current generation. A thread of its own writes its arrival at `round` now,
+  // in the background, with the note set at that moment; the rendezvous at the boundary then takes it
+  // instead of arriving (when the note is still the same). Training thread.
+  void prepare_arrival(uint64_t round);
+  // Whether an arrival at `round` was prepared and not discarded (written or about to be). Any thread.
+  bool prepared_for(uint64_t round);
+  // Voids a prepared arrival (the generation failed: the rendezvous arrives afresh). Any thread.
+  void discard_prepared();
 
   // Watches generation `g`: on a failure (peer lease expired, abort announced) calls on_failure
   // once from the background thread; a join request sets change_pending().
@@ -193,26 +203,50 @@ class EDL_API Membership {
     bool building = true;  // until built(): probe every member each heartbeat
   };
 
+  // prepare_arrival(): requested by the training thread, written by the watch thread. Guarded by mu_.
+  struct Prepared {
+    uint64_t round = 0;    // 0 = none
+    std::string note;      // the note it arrives with
+    int64_t place = 0;     // its place in the round once written (0 = not (yet))
+    bool decider = false;  // it won the round's decider election too
+  };
+  // How this worker arrived at the round it waits for.
+  struct Arrived {
+    int64_t place = 0;      // its place in the round (1 = first): the first kBackupDeciders watch the decider closely
+    bool prepared = false;  // before the boundary (prepare_arrival): a leave request no longer ends the wait
+                            // (the decision may list it; it leaves from there), and the election was tried
+    bool decider = false;   // prepared: it won the election, it decides at once
+    bool recheck = false;   // a preparation was discarded (a failure): the decider key may be its own, or a
+                            // member that died since: judged at the first try instead of after a slice
+  };
+
   void fault(const std::string& point);
-  // Arrives at `round`; returns the arrival's place in the round (1 = first).
-  int64_t arrive(uint64_t round);
+  // Arrives at `round`; returns the arrival's place in the round (1 = first). `note`: the arrival's.
+  int64_t arrive(uint64_t round, const std::string& note);
+  // This worker's prepared arrival at `round` when it stands with `note` (place 0 = none: arrive).
+  Arrived take_prepared(uint64_t round, const std::string& note);
   // The decided member list of `round`, or nullopt when the round went stale (a newer generation).
-  // `place`: the arrival's place in the round; the first kBackupDeciders watch the decider closely.
-  std::optional<std::string> wait_decision(uint64_t round, bool member, int64_t place);
+  std::optional<std::string> wait_decision(uint64_t round, bool member, const Arrived& arrived);
+  // The first try of wait_decision: the election (or its result, prepared) and the decision when it is ours.
+  void try_to_decide(uint64_t round, bool member, const Arrived& arrived);
   // Whether <job>/gen reached `round`; then *decision = g<round>/members if `round` is current.
   bool round_over(uint64_t round, std::optional<std::string>* decision);
   bool eligible(uint64_t round, bool member);
   void decide(uint64_t round, bool member);
   void decide_first(uint64_t round);
-  void decide_next(uint64_t round);
-  std::set<std::string> await_members(uint64_t round, const std::vector<Member>& prev, std::set<std::string>* expected);
+  void decide_next(uint64_t round, const std::string& previous_members);
+  std::set<std::string> await_members(uint64_t round, const std::vector<Member>& prev, std::set<std::string>* expected,
+                                      std::set<std::string> arrived);
   // A missing member's last beat read by the decider and since when it has not changed.
   using BeatsSeen = std::map<std::string, std::pair<std::optional<std::string>, std::chrono::steady_clock::time_point>>;
   bool silent_for_a_lease(const std::string& id, BeatsSeen* seen);
-  void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error);
+  void publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error,
+               const GenerationChange* change = nullptr);
   void advance_generation(uint64_t round);  // <job>/gen := round unless it is past it (watch thread)
+  // `change`: the record already judged for `members` (null: publish judges it).
   bool publish_if_decided(uint64_t round, const std::vector<Member>& members,
-                          std::chrono::steady_clock::time_point deadline, const char* what);
+                          std::chrono::steady_clock::time_point deadline, const char* what,
+                          const GenerationChange* change = nullptr);
   std::vector<Arrival> arrivals(uint64_t round);
   std::vector<std::string> live_workers();
   uint64_t latest_generation();
@@ -254,6 +288,9 @@ class EDL_API Membership {
   int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
   std::string probe_ = "-";     // "addr:port" published in the lease
   std::string arrival_note_;    // set_arrival_note()
+  Prepared prepared_;           // prepare_arrival()
+  uint64_t discarded_ = 0;      // the round of the last preparation discarded_prepared() voided
+  std::thread preparer_;        // prepare_arrival()'s writer (joined by the training thread)
   // The decision this worker's publish() just wrote (rendezvous thread only): its wait_decision
   // returns it instead of reading it back.
   std::optional<std::string> published_;

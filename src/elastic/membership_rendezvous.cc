@@ -33,13 +33,12 @@ constexpr int64_t kBackupDeciders = 3;
 
 }  // namespace
 
-int64_t Membership::arrive(uint64_t round) {
+int64_t Membership::arrive(uint64_t round, const std::string& note) {
   int64_t seq = store_->add(keys_.seq(), 1);
-  std::string probe, note;
+  std::string probe;
   {
     std::lock_guard<std::mutex> lock(mu_);
     probe = probe_;
-    note = arrival_note_;
   }
   store_->set(keys_.in(round, opt_.worker_id),
               std::to_string(seq) + " " + opt_.hostname + " " + probe + (note.empty() ? "" : " " + note));
@@ -51,20 +50,100 @@ void Membership::set_arrival_note(std::string note) {
   arrival_note_ = std::move(note);
 }
 
+// --- a survivor's arrival prepared before the boundary (stop-free joins) ------------------------
+
+void Membership::prepare_arrival(uint64_t round) {
+  std::string note;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (prepared_.round == round || frozen_ || stopped_) return;
+    note = arrival_note_;
+    prepared_ = Prepared{round, note, 0};
+  }
+  if (preparer_.joinable()) preparer_.join();  // the previous join's, long done
+  // A thread of its own: the watch thread may be waiting on the store for up to a heartbeat, and the
+  // boundary that needs the arrival is one step away.
+  preparer_ = std::thread([this, round, note] {
+    int64_t place = 0;
+    bool decider = false;
+    try {
+      place = arrive(round, note);
+      timeline::instant(timeline::Lane::kElastic, "arrived");
+      // The election too (as wait_decision's first try: a read first); the decision waits for the boundary.
+      const std::string key = keys_.decider(round);
+      decider = !store_->get(key) && store_->compare_set(key, std::nullopt, opt_.worker_id);
+    } catch (const std::exception& e) {  // the rendezvous arrives itself (and meets the store's error)
+      EDL_LOG(2) << "edl: worker " << opt_.worker_id << ": prepared arrival at generation " << round
+                 << " failed: " << e.what();
+      place = 0;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (prepared_.round == round) {
+      prepared_.place = place;
+      prepared_.decider = decider;
+    } else if (place > 0) {
+      discarded_ = round;  // discarded meanwhile: our election may stand (rendezvous: recheck)
+    }
+  });
+}
+
+bool Membership::prepared_for(uint64_t round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return prepared_.round == round;
+}
+
+void Membership::discard_prepared() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (prepared_.round != 0) discarded_ = prepared_.round;
+  prepared_ = Prepared{};
+}
+
+// The place of the prepared arrival at `round`; waits for its three requests when they are still
+// under way (else the rendezvous would arrive a second time: harmless, but no faster).
+Membership::Arrived Membership::take_prepared(uint64_t round, const std::string& note) {
+  if (preparer_.joinable()) preparer_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  const Prepared p = prepared_;
+  prepared_ = Prepared{};
+  Arrived a;
+  if (p.round == round && p.note == note && p.place > 0) {
+    a.place = p.place;
+    a.prepared = true;
+    a.decider = p.decider;
+  } else {
+    a.recheck = p.round == round || discarded_ == round;  // a preparation of this round did not stand
+  }
+  return a;
+}
+
 GenerationView Membership::rendezvous(const GenerationView* previous) {
   start();
-  heartbeat_now();  // arrive with a fresh lease (e.g. back from SIGSTOP, whose lease expired)
   bool member = previous != nullptr;
   uint64_t round = member ? previous->id + 1 : latest_generation() + 1;
+  std::string note;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    note = arrival_note_;
+  }
+  // A stop-free join's survivor arrived (and tried the election) in the background before the
+  // boundary (prepare_arrival): its lease is fresh (it trained until now), its arrival stands, and the
+  // job is not finished (it is inside the training function; a wait slice checks it anyway).
+  Arrived arrived = member ? take_prepared(round, note) : Arrived{};
+  if (!arrived.prepared) heartbeat_now();  // arrive with a fresh lease (e.g. back from SIGSTOP, whose lease expired)
   for (;;) {
-    check_finished();
-    if (leave_requested_.load()) throw LeftBeforeAdmission();
+    if (!arrived.prepared) {
+      check_finished();
+      if (leave_requested_.load()) throw LeftBeforeAdmission();
+    }
     fault("rendezvous:arrive");
-    const int64_t place = arrive(round);
-    if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
-    timeline::instant(timeline::Lane::kElastic, "arrived");
+    if (!arrived.prepared) {
+      arrived.place = arrive(round, note);
+      if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
+      timeline::instant(timeline::Lane::kElastic, "arrived");
+    }
     fault("rendezvous:arrived");
-    auto decided = wait_decision(round, member, place);
+    auto decided = wait_decision(round, member, arrived);
+    arrived = Arrived{};
     if (auto job_error = decided ? parse_job_error(*decided) : std::nullopt) throw JobError(*job_error);
     if (decided) {
       auto members = parse_members(*decided);
@@ -109,15 +188,32 @@ bool Membership::eligible(uint64_t round, bool member) {
   return true;
 }
 
-std::optional<std::string> Membership::wait_decision(uint64_t round, bool member, int64_t place) {
-  bool tried = false;
+void Membership::try_to_decide(uint64_t round, bool member, const Arrived& arrived) {
+  if (arrived.prepared) {  // the election was tried before the boundary
+    if (arrived.decider) decide(round, member);
+    return;
+  }
+  // A read first: a thousand arrivals of a first round would each try a write (a raft round on etcd).
+  const std::string key = keys_.decider(round);
+  const auto d = store_->get(key);
+  bool mine = !d && store_->compare_set(key, std::nullopt, opt_.worker_id);
+  // After a discarded preparation, the key may hold our own election, or that of a member that died
+  // since (the failure): taken over now, not after a wait slice.
+  if (d && arrived.recheck)
+    mine = *d == opt_.worker_id || (provably_dead(*d) && store_->compare_set(key, d, opt_.worker_id));
+  if (mine) decide(round, member);
+}
+
+std::optional<std::string> Membership::wait_decision(uint64_t round, bool member, const Arrived& arrived) {
+  bool tried = false, first = true;
   const auto waiting_since = Clock::now();
+  const int64_t place = arrived.place;
+  const bool staying = arrived.prepared;
   for (;;) {
     if (!tried && eligible(round, member)) {
+      try_to_decide(round, member, first ? arrived : Arrived{});  // later tries: an election afresh
       tried = true;
-      // A read first: a thousand arrivals of a first round would each try a write (a raft round on etcd).
-      if (!store_->get(keys_.decider(round)) && store_->compare_set(keys_.decider(round), std::nullopt, opt_.worker_id))
-        decide(round, member);
+      first = false;
       if (published_) return std::exchange(published_, std::nullopt);  // our own decision: no read back
     }
     // Wait for the decision in slices; after each empty slice the decider's liveness (lease gone or
@@ -137,7 +233,7 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
     if (v) return v;
     check_finished();
     check_failed();
-    if (leave_requested_.load()) throw LeftBeforeAdmission();
+    if (!staying && leave_requested_.load()) throw LeftBeforeAdmission();
     std::optional<std::string> decision;
     if (round_over(round, &decision)) return decision;
     auto d = store_->get(keys_.decider(round));
@@ -177,9 +273,11 @@ void Membership::decide(uint64_t round, bool member) {
   span.arg("generation", static_cast<int64_t>(round));
   published_.reset();
   fault("rendezvous:decide");
-  if (latest_generation() >= round) return;  // a stale round (we were stopped or slow): never re-decide it
-  if (round == 1 || !store_->get(keys_.members(round - 1))) decide_first(round);
-  else decide_next(round);
+  // One round trip for both: whether the round went stale, and the previous generation's members.
+  const auto now = store_->get_many({keys_.gen(), keys_.members(round > 1 ? round - 1 : round)});
+  if (parse_store_int(now[0]) >= static_cast<int64_t>(round)) return;  // stale (we were stopped or slow): never re-decide it
+  if (round == 1 || !now[1]) decide_first(round);
+  else decide_next(round, *now[1]);
 }
 
 std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
@@ -247,7 +345,7 @@ void Membership::decide_first(uint64_t round) {
 // on time is caught by the `keys` request; the beats are for stores whose expiry lags, e.g. etcd
 // after a leader change). So the decider's requests do not grow with the members on their way.
 std::set<std::string> Membership::await_members(uint64_t round, const std::vector<Member>& prev,
-                                                std::set<std::string>* expected) {
+                                                std::set<std::string>* expected, std::set<std::string> arrived) {
   auto grace_end = Clock::now() + opt_.rendezvous_grace;
   const auto since = Clock::now();
   const std::string prefix = keys_.in_prefix(round);
@@ -258,7 +356,6 @@ std::set<std::string> Membership::await_members(uint64_t round, const std::vecto
   };
   std::map<std::string, const Member*> by_id;
   for (const auto& m : prev) by_id[m.id] = &m;
-  auto arrived = arrived_ids();
   std::optional<std::string> count = store_->get(keys_.count(round));
   BeatsSeen seen;
   Clock::time_point next_pass{}, next_read{};
@@ -324,8 +421,8 @@ bool Membership::silent_for_a_lease(const std::string& id, BeatsSeen* seen) {
 }
 
 // Later rounds: the survivors of the previous generation (order kept) + newcomers in arrival order.
-void Membership::decide_next(uint64_t round) {
-  auto prev = parse_members(*store_->get(keys_.members(round - 1)));
+void Membership::decide_next(uint64_t round, const std::string& previous_members) {
+  const auto prev = parse_members(previous_members);
   auto live = live_workers();
   std::set<std::string> alive(live.begin(), live.end());
   std::set<std::string> left;
@@ -342,7 +439,13 @@ void Membership::decide_next(uint64_t round) {
   // local process so recorded at once (a stopped worker whose lease expired before this round).
   for (const auto& m : prev)
     if (!alive.count(m.id) && !left.count(m.id)) store_->set(keys_.dropped(round, m.id), "dead: its lease is gone");
-  auto arrived = await_members(round, prev, &expected);
+  // One read of the arrivals serves the wait and, when every expected member is in already (a
+  // stop-free join's survivors arrive before the boundary: "Stop-free joins"), the decision too.
+  std::vector<Arrival> first = arrivals(round);
+  std::set<std::string> arrived;
+  for (const auto& a : first) arrived.insert(a.id);
+  const bool all_in = std::includes(arrived.begin(), arrived.end(), expected.begin(), expected.end());
+  if (!all_in) arrived = await_members(round, prev, &expected, std::move(arrived));
   std::set<std::string> stuck;  // alive (heartbeating) but not here after the grace: stuck in a batch
   for (const auto& id : expected)
     if (!arrived.count(id)) stuck.insert(id);
@@ -350,13 +453,16 @@ void Membership::decide_next(uint64_t round) {
 
   auto deadline = Clock::now() + opt_.rendezvous_timeout;
   std::optional<std::string> count = store_->get(keys_.count(round));
+  bool fast = all_in && !parse_job_error(previous_members);  // the first pass decides from the reads above
   for (;;) {
     std::vector<Member> members;
     std::set<std::string> in;
-    auto arr = arrivals(round);
+    auto arr = fast ? std::move(first) : arrivals(round);
     for (const auto& a : arr) in.insert(a.id);
-    live = live_workers();
-    alive = std::set<std::string>(live.begin(), live.end());
+    if (!fast) {
+      live = live_workers();
+      alive = std::set<std::string>(live.begin(), live.end());
+    }
     // Every arrival is probed once more at decision time: one that died after arriving (its lease
     // still runs) is dropped now instead of holding the new generation's connect for a lease.
     std::set<std::string> dead;
@@ -385,7 +491,11 @@ void Membership::decide_next(uint64_t round) {
     for (const auto& id : stuck)
       if (!placed.count(id))
         store_->set(keys_.dropped(round, id), "alive but did not arrive within EDL_RENDEZVOUS_GRACE_MS (stuck)");
-    if (publish_if_decided(round, members, deadline, "left for longer than")) return;
+    // The fast pass judges the change from the records it read (no member of G-1 is missing but
+    // those that left or whose lease was gone, both read above).
+    const GenerationChange change = fast ? decide_change(*store_, keys_, round, members, &prev, &left) : GenerationChange{};
+    if (publish_if_decided(round, members, deadline, "left for longer than", fast ? &change : nullptr)) return;
+    fast = false;
     // The job failed for good meanwhile (a member's user error, <job>/failed): a lone decider waiting
     // for EDL_MIN_NP must not wait out the timeout and end with "below the minimum" instead.
     check_failed();
@@ -399,9 +509,10 @@ void Membership::decide_next(uint64_t round) {
 // "only N worker(s) <what> T ms, below the minimum"; else nothing (the decider waits on). Returns
 // whether round was published.
 bool Membership::publish_if_decided(uint64_t round, const std::vector<Member>& members,
-                                    std::chrono::steady_clock::time_point deadline, const char* what) {
+                                    std::chrono::steady_clock::time_point deadline, const char* what,
+                                    const GenerationChange* change) {
   if (static_cast<int>(members.size()) >= opt_.min_np) {
-    publish(round, members, "");
+    publish(round, members, "", change);
     return true;
   }
   if (Clock::now() < deadline) return false;
@@ -412,11 +523,15 @@ bool Membership::publish_if_decided(uint64_t round, const std::vector<Member>& m
   return true;
 }
 
-void Membership::publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error) {
+void Membership::publish(uint64_t round, const std::vector<Member>& members, const std::string& job_error,
+                         const GenerationChange* change) {
   fault("rendezvous:publish");
-  if (latest_generation() >= round) return;  // stale: a newer generation exists
-  std::string value = job_error.empty() ? format_members(members, decide_change(*store_, keys_, round, members))
-                                         : format_job_error(job_error);
+  // Stale: a newer generation exists. The fast pass of decide_next read <job>/gen a few requests ago
+  // (decide), and the write below is write-once anyway.
+  if (!change && latest_generation() >= round) return;
+  std::string value = !job_error.empty() ? format_job_error(job_error)
+                      : change           ? format_members(members, *change)
+                                         : format_members(members, decide_change(*store_, keys_, round, members));
   if (!store_->compare_set(keys_.members(round), std::nullopt, value)) return;  // someone else decided
   published_ = value;  // wait_decision takes it without reading it back
   if (!job_error.empty()) {

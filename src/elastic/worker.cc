@@ -301,6 +301,7 @@ void Worker::check_lineage() {
 // A failure of generation G seen by this worker (any CommError): announce it, abort the Group, and
 // fail fast if the job failed for good meanwhile (another member's final error).
 void Worker::on_comm_failure(const std::string& why) {
+  membership_.discard_prepared();  // the rendezvous after a failure arrives afresh
   membership_.announce_abort(view_.id, why);
   on_failure(why);
   membership_.check_failed();
@@ -522,13 +523,16 @@ void Worker::notify_batch_end() {
   // boundary and evaluated at the next one, so it runs in the background during the next batch.
   // Every member evaluates the same request at the same boundary, so all of them change membership
   // at the same batch (or none does).
-  if (leave_requested_.load() && !leave_announced_) {
+  // A member whose arrival at the next generation is prepared (below) leaves from that generation:
+  // the decider may already list it.
+  if (leave_requested_.load() && !leave_announced_ && !membership_.prepared_for(view_.id + 1)) {
     membership_.announce_leave(view_.id);
     leave_announced_ = true;
   }
   // The same request carries every member's step time (slot 1 + rank) and records (slot 1 + size +
   // rank): all members then see the same vectors at the same boundary, reach the same straggler
   // verdict and (rebalancing) the same split of the next steps' records.
+  const bool agreed_here = flag_wait_ != nullptr;  // every member contributed to it: all built this generation
   if (flag_wait_) {
     auto wait = std::move(flag_wait_);
     flag_wait_ = nullptr;
@@ -545,7 +549,14 @@ void Worker::notify_batch_end() {
                               ((flag & 2) ? "a worker leaves" : "a worker joins"));
   }
   agreement_.assign(1 + 2 * static_cast<size_t>(view_.size), 0);
-  agreement_[0] = (leave_announced_ ? 2 : 0) | (membership_.change_pending() ? 1 : 0);
+  const bool join = membership_.change_pending();
+  agreement_[0] = (leave_announced_ ? 2 : 0) | (join ? 1 : 0);
+  // Stop-free joins: this join bit makes the next boundary a change to generation G+1 (whatever the
+  // others contribute), and this member will be a survivor there: it arrives now, in the background,
+  // and the rendezvous at that boundary takes the arrival ("Stop-free joins", step 3). Only once an
+  // agreement of this generation came back from every member: none is still connecting to it (a
+  // member that arrives at G+1 while another still connects to G fails G).
+  if (server_ && join && !leave_announced_ && agreed_here) membership_.prepare_arrival(view_.id + 1);
   agreement_[1 + view_.rank] = compute_us;
   agreement_[1 + view_.size + view_.rank] = static_cast<int64_t>(step_records_.exchange(0));
   flag_wait_ = group()->allreduce_max_async(agreement_.data(), agreement_.size());

@@ -30,7 +30,8 @@ void Worker::on_step_times(const std::vector<int64_t>& compute_us) {
       }
     }
   }
-  if (!evicting || leave_announced_) return;
+  // A member whose arrival at the next generation is prepared is judged again there.
+  if (!evicting || leave_announced_ || membership_.prepared_for(view_.id + 1)) return;
   if (std::find(v.evict.begin(), v.evict.end(), view_.rank) == v.evict.end()) return;
   StragglerReport me;
   me.rank = view_.rank;

@@ -216,3 +216,59 @@ TEST_CASE("stop-free sync: a skeleton to the newcomer only when the survivors ag
     CHECK(m[2]->p[0] == 1.0f);
   }
 }
+
+// Survivors arrive at the join's generation before the agreed boundary (docs/elastic.md, "Stop-free
+// joins", step 3): a leave asked for after that arrival is made from the join's generation, and a
+// kill in that window re-forms the job without the dead (its prepared arrival and election void).
+TEST_CASE("stop-free join: a survivor asked to leave after it arrived ahead leaves from the join's generation",
+          "[stopfree][leave]") {
+  Cluster c("sf_leave_prepared", 2, 3);
+  stop_free(c);
+  std::atomic<int64_t> at{0};
+  std::atomic<int> leaver{-1};
+  // The first survivor whose arrival is prepared (the one whose watch saw the join first always is:
+  // the other may see it only once the change is agreed, and then takes the path without one).
+  c.on_step = [&](int i, Worker& w, int64_t step) {
+    if (i == 0) at.store(step);
+    int none = -1;
+    if (i < 2 && w.membership().prepared_for(w.view().id + 1) && leaver.compare_exchange_strong(none, i))
+      w.request_leave();
+  };
+  c.start();
+  c.start();
+  start_at(c, at, 10);
+  c.join_all();
+  REQUIRE(leaver.load() >= 0);
+  const int stays = 1 - leaver.load();
+  c.check_finishers(2, {leaver.load()});
+  const auto& o = c.outcomes[static_cast<size_t>(leaver.load())];
+  CHECK(o.run_outcome == edl::elastic::RunOutcome::kLeft);
+  REQUIRE(o.generations.size() == 2);
+  CHECK(o.generations.back().reason == ChangeReason::kJoin);  // a survivor of the join, no failure
+  CHECK(o.generations.back().role == GenerationRole::kSurvivor);
+  for (int i : {stays, 2}) {
+    CHECK(c.outcomes[static_cast<size_t>(i)].generations.back().reason == ChangeReason::kLeave);
+    CHECK(c.outcomes[static_cast<size_t>(i)].last_size == 2);
+  }
+  CHECK(c.outcomes[static_cast<size_t>(stays)].resets == 2);  // the join and the leave
+}
+
+TEST_CASE("stop-free join: a survivor killed after it arrived ahead, before the boundary", "[stopfree][kill]") {
+  Cluster c("sf_kill_prepared", 3, 4);
+  stop_free(c);
+  std::atomic<int64_t> at{0};
+  std::atomic<bool> killed{false};
+  std::atomic<int> victim{-1};
+  c.on_step = [&](int i, Worker& w, int64_t step) {
+    if (i == 0) at.store(step);
+    if (i < 3 && w.membership().prepared_for(w.view().id + 1) && !killed.exchange(true)) {
+      victim.store(i);
+      w.simulate_crash();
+    }
+  };
+  for (int i = 0; i < 3; ++i) c.start();
+  start_at(c, at, 10);
+  c.check_finishers(3);
+  REQUIRE(killed.load());
+  CHECK(c.outcomes[static_cast<size_t>(victim.load())].killed);
+}
