@@ -113,9 +113,21 @@ size_t EtcdClient::current() const {
 }
 
 void EtcdClient::failed(size_t member) {
-  std::lock_guard<std::mutex> lock(mu_);
-  idle_[member].clear();  // connections to a failing member are not worth keeping
-  if (current_ == member) current_ = (member + 1) % endpoints_.size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_[member].clear();  // connections to a failing member are not worth keeping
+    if (current_ == member) current_ = (member + 1) % endpoints_.size();
+  }
+  // A long-lived stream on it (a waiter's shared stream, renewed only every EtcdWatchCache::kRenew)
+  // may hang with it, without an error to move it on: moved now, as the unary calls are.
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  for (EtcdWatchStop* s : streams_) {
+    std::lock_guard<std::mutex> stream_lock(s->mu_);
+    if (s->stream_ && s->member_ == member && !s->moved_) {
+      s->moved_ = true;
+      s->stream_->stop();
+    }
+  }
 }
 
 std::string EtcdClient::token() const {
@@ -301,18 +313,29 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   const EtcdEndpoint& ep = endpoints_[member];
   httplib::Client cli(ep.host, ep.port);  // a connection of its own: the stream blocks it
   if (stop) {
-    std::lock_guard<std::mutex> lock(stop->mu_);
-    if (stop->stopped_) return 0;
-    stop->stream_ = &cli;
+    {
+      std::lock_guard<std::mutex> lock(stop->mu_);
+      if (stop->stopped_) return 0;
+      stop->stream_ = &cli;
+      stop->member_ = member;
+      stop->moved_ = false;
+    }
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams_.push_back(stop);
   }
   struct Unregister {
+    EtcdClient* client;
     EtcdWatchStop* stop;
     ~Unregister() {
       if (!stop) return;
+      {
+        std::lock_guard<std::mutex> lock(client->streams_mu_);
+        client->streams_.erase(std::find(client->streams_.begin(), client->streams_.end(), stop));
+      }
       std::lock_guard<std::mutex> lock(stop->mu_);
       stop->stream_ = nullptr;
     }
-  } unregister{stop};
+  } unregister{this, stop};
   cli.set_tcp_nodelay(true);
   milliseconds limit = ms_until(deadline);
   cli.set_connection_timeout(std::min({limit, connect_timeout_, kAttemptConnectLimit}));
@@ -372,6 +395,10 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   bool ok = cli.send(req, res, err);
   if (failure) std::rethrow_exception(failure);
   if (stop && stop->stopped()) return 0;
+  if (stop) {
+    std::lock_guard<std::mutex> lock(stop->mu_);
+    if (stop->moved_) return 2;  // its member failed a unary call: reopened on the current one
+  }
   if (outcome == 0 && !buf.empty()) {  // an error answer (not newline-terminated) instead of a stream
     Json msg = Json::parse(buf, nullptr, false);
     if (msg.is_object() && msg.contains("error")) {

@@ -8,9 +8,10 @@
 // a key opens a stream (watch, then one read once etcd confirms it) and keeps the key's value up to
 // date from its events; later waits cost etcd nothing until the value changes. A value the stream
 // reports as changed is read once more (a linearizable range) before it is returned, so a waiter
-// never gets a value older than one it has read itself. The stream is renewed (a new watch and
-// read) every kRenew, which also moves it off a member that stopped answering without closing the
-// connection; a stream nobody waited on for kIdle is closed.
+// never gets a value older than one it has read itself. A stream moves to the next member when a
+// unary call of the client finds its member failing (EtcdClient::failed), and is renewed (a new watch
+// and read) every kRenew, which moves it off a member that stopped answering without closing the
+// connection even when no unary call noticed; a stream nobody waited on for kIdle is closed.
 //
 // Errors: a stream that cannot reach any member for the client's retry window makes its waiters
 // throw StoreError; the next wait opens a new stream.
@@ -48,7 +49,7 @@ class EtcdWatchCache {
   // The value of key by a linearizable read, and the revision of the store it reflects.
   std::pair<std::optional<std::string>, int64_t> read(const std::string& key);
 
-  static constexpr std::chrono::seconds kRenew{5};
+  static constexpr std::chrono::seconds kRenew{30};
   static constexpr std::chrono::seconds kIdle{2};
 
  private:
