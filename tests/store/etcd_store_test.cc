@@ -477,15 +477,14 @@ TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most ever
   const double sent = served(c, "LeaseKeepAlive") - keepalives;
   CHECK(sent >= 1);  // 2.5 s or more of refreshes
   CHECK(sent <= 1 + elapsed_s / 2);
-  // The lease is granted half its TTL (2 s) longer than asked: a refresh without a keepalive still
-  // leaves 3 s.
+  // The lease is granted twice its TTL: a refresh 2 s after the last keepalive still leaves 4 s.
   httplib::Client h("127.0.0.1", c.client_port(1));
   auto r = h.Post("/v3/kv/range", nlohmann::json{{"key", "YmVhdA=="}}.dump(), "application/json");  // "beat"
   REQUIRE(r);
   auto kv = nlohmann::json::parse(r->body)["kvs"][0];
   auto t = h.Post("/v3/lease/timetolive", nlohmann::json{{"ID", kv["lease"]}}.dump(), "application/json");
   REQUIRE(t);
-  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 5);
+  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 6);
   s->del("beat");
 }
 

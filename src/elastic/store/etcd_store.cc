@@ -409,15 +409,18 @@ class EtcdStore final : public Store {
 
   struct KeyLease {
     int64_t id = 0;
-    int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted spare_s(ttl_s) longer
+    int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted twice that
     Clock::time_point renewed;     // when the last grant or keepalive was sent
   };
-  // A key lease is granted `spare` seconds longer than asked (half the TTL, at least a second) and kept
-  // alive only when `spare` has passed since its last keepalive: every set_lease still leaves the key
-  // at least its ttl to live (at most `spare` more), and a worker beating every 500 ms with a 3 s lease
-  // sends a keepalive every fourth beat (every other beat with a one-second spare: 256 keepalives a
-  // second at 256 workers, a fifth of what a 3-member etcd serves on this machine).
-  static int64_t spare_s(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
+  // A key lease is granted twice the TTL and kept alive only when keepalive_s (half the TTL, at least
+  // a second) has passed since its last keepalive: every set_lease still leaves the key at least its
+  // ttl to live (at most twice that), a worker beating every 500 ms with a 3 s lease sends a keepalive
+  // every fourth beat (every other beat before: 256 keepalives a second at 256 workers, a fifth of
+  // what a 3-member etcd serves on this machine), and a beat thread held up for 4 s (a busy machine,
+  // an etcd election) still finds its key. The workers judge each other by probes and by their beats
+  // within the lease (docs/elastic.md, "Failure detection"): the key's own expiry is only a backstop,
+  // and a key that expired under a live worker is what must not happen.
+  static int64_t keepalive_s(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
 
   std::string new_marker() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -434,7 +437,7 @@ class EtcdStore final : public Store {
     return etcd_int(r, "ID");
   }
 
-  // The lease of a set_lease key, refreshed (keepalive, at most once per spare_s) or granted anew
+  // The lease of a set_lease key, refreshed (keepalive, at most once per keepalive_s) or granted anew
   // when absent, expired or of another TTL.
   int64_t key_lease(const std::string& key, int64_t ttl_s) {
     KeyLease kl;
@@ -445,7 +448,7 @@ class EtcdStore final : public Store {
     }
     if (kl.id != 0 && kl.ttl_s == ttl_s) {
       const auto sent = Clock::now();
-      if (sent - kl.renewed < std::chrono::seconds(spare_s(ttl_s))) return kl.id;  // still at least ttl_s to live
+      if (sent - kl.renewed < std::chrono::seconds(keepalive_s(ttl_s))) return kl.id;  // still at least ttl_s to live
       Json r = client_.call_ok("/v3/lease/keepalive", Json{{"ID", std::to_string(kl.id)}}, "keepalive of key '" + key + "'");
       if (r.contains("result") && etcd_int(r["result"], "TTL") > 0) {  // TTL 0: the lease expired
         std::lock_guard<std::mutex> lock(mu_);
@@ -458,7 +461,7 @@ class EtcdStore final : public Store {
 
   int64_t new_key_lease(const std::string& key, int64_t ttl_s) {
     const auto sent = Clock::now();
-    KeyLease kl{grant(ttl_s + spare_s(ttl_s), "lease of key '" + key + "'"), ttl_s, sent};
+    KeyLease kl{grant(2 * ttl_s, "lease of key '" + key + "'"), ttl_s, sent};
     std::lock_guard<std::mutex> lock(mu_);
     key_leases_[key] = kl;
     return kl.id;

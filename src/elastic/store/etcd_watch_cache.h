@@ -8,7 +8,10 @@
 // a key opens a stream (watch, then one read once etcd confirms it) and keeps the key's value up to
 // date from its events; later waits cost etcd nothing until the value changes. A value the stream
 // reports as changed is read once more (a linearizable range) before it is returned, so a waiter
-// never gets a value older than one it has read itself. A stream moves to the next member when a
+// never gets a value older than one it has read itself — unless the stream was opened (and read)
+// after the wait began: then its value is the store's at some moment of the wait, which is what a
+// read would prove (a one-shot wait on a new key, such as a round's decision, costs a watch and a
+// read, not a third request). A stream moves to the next member when a
 // unary call of the client finds its member failing (EtcdClient::failed), and is renewed (a new watch
 // and read) every kRenew, which moves it off a member that stopped answering without closing the
 // connection even when no unary call noticed; a stream nobody waited on for kIdle is closed.
@@ -55,6 +58,7 @@ class EtcdWatchCache {
  private:
   struct Entry {
     bool synced = false;           // value is the key's value since the stream's last read
+    Clock::time_point synced_since;  // when that read was sent: value reflects the store no earlier
     std::optional<std::string> value;
     int64_t revision = 0;          // store revision `value` reflects (events at or below it are old)
     std::optional<std::string> error;  // the stream gave up (StoreError text)
