@@ -112,14 +112,16 @@ size_t EtcdClient::current() const {
   return current_;
 }
 
-void EtcdClient::failed(size_t member) {
+void EtcdClient::failed(size_t member, bool move_streams) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     idle_[member].clear();  // connections to a failing member are not worth keeping
     if (current_ == member) current_ = (member + 1) % endpoints_.size();
   }
   // A long-lived stream on it (a waiter's shared stream, renewed only every EtcdWatchCache::kRenew)
-  // may hang with it, without an error to move it on: moved now, as the unary calls are.
+  // may stay open on a member that lost its leader, without an error to move it on: moved now, as
+  // the unary calls are.
+  if (!move_streams) return;
   std::lock_guard<std::mutex> lock(streams_mu_);
   for (EtcdWatchStop* s : streams_) {
     std::lock_guard<std::mutex> stream_lock(s->mu_);
@@ -228,7 +230,7 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   if (!readable) {
     reply.why = where + ": " + (complete ? "HTTP " + std::to_string(status) + " with an unreadable body"
                                          : httplib::to_string(err));
-    failed(m);
+    failed(m, complete || err != httplib::Error::Read);  // a read that timed out moves no stream
     return reply;
   }
   if (complete) release(m, std::move(cli));  // else the connection is in an unknown state: dropped
@@ -243,7 +245,9 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   if (retriable_code(reply.code()) || status >= 500) {
     reply.kind = EtcdReply::kLost;
     reply.why = where + ": " + reply.message();
-    failed(m);
+    // Only a member without a leader (cut off from the others) moves the streams: "request timed
+    // out" is what every member of an overloaded cluster answers.
+    failed(m, reply.message().find("no leader") != std::string::npos);
     return reply;
   }
   if (!user_.empty() && !tok.empty() && reply.message().find("invalid auth token") != std::string::npos) {

@@ -138,8 +138,11 @@ class EtcdClient {
   void authenticate(Clock::time_point deadline);
   // Throws AuthError for etcd's authentication errors (their text is in `message`).
   void check_auth_error(const std::string& message) const;
-  // Moves the current member on from `member` and closes the long-lived streams open on it.
-  void failed(size_t member);
+  // Moves the current member on from `member`; with move_streams, also the long-lived streams open on
+  // it (after an answer saying that it has no leader, or a broken connection — not after a timeout,
+  // which an overloaded cluster gives on every member: moving hundreds of streams then only adds
+  // requests).
+  void failed(size_t member, bool move_streams = true);
   // One watch stream on one member; returns 1 (done), 0 (deadline), 2 (events that did not end the
   // wait: reopen to renew the read timeout), -1 (stream lost: *why set).
   int watch_once(size_t member, const std::string& key, Clock::time_point deadline,

@@ -12,9 +12,10 @@
 // after the wait began: then its value is the store's at some moment of the wait, which is what a
 // read would prove (a one-shot wait on a new key, such as a round's decision, costs a watch and a
 // read, not a third request). A stream moves to the next member when a
-// unary call of the client finds its member failing (EtcdClient::failed), and is renewed (a new watch
-// and read) every kRenew, which moves it off a member that stopped answering without closing the
-// connection even when no unary call noticed; a stream nobody waited on for kIdle is closed.
+// unary call of the client finds its member without a leader or its connection broken
+// (EtcdClient::failed; not after a timeout), and is renewed (a new watch and read) every kRenew, which moves it off a member
+// that stopped answering without closing the connection; a stream nobody waited on for kIdle is
+// closed.
 //
 // Errors: a stream that cannot reach any member for the client's retry window makes its waiters
 // throw StoreError; the next wait opens a new stream.
@@ -52,7 +53,7 @@ class EtcdWatchCache {
   // The value of key by a linearizable read, and the revision of the store it reflects.
   std::pair<std::optional<std::string>, int64_t> read(const std::string& key);
 
-  static constexpr std::chrono::seconds kRenew{30};
+  static constexpr std::chrono::seconds kRenew{15};
   static constexpr std::chrono::seconds kIdle{2};
 
  private:
