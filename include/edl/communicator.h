@@ -91,6 +91,12 @@ struct CommunicatorOptions {
   Hierarchical hierarchical = Hierarchical::kAuto;
   // Full or sparse mesh (see Mesh). Default kAuto; the runtime passes EDL_MESH.
   Mesh mesh = Mesh::kAuto;
+  // The caller knows that every rank runs on this host (the elastic runtime sets it when its
+  // decision lists every member on this worker's host). The sparse mesh then needs no transport
+  // setup exchange after the mesh is built: every rank's settings are checked by its neighbours in
+  // the mesh handshake instead (docs/collectives.md, "Sparse mesh"). Every rank must pass the same
+  // value (a neighbour that differs fails construction with CommError). Default false.
+  bool one_host_known = false;
 };
 
 class EDL_API Communicator {

@@ -65,6 +65,7 @@ class MeshBuilder {
     id_.prefix_tag = fnv1a(prefix);
     id_.size = c.size_;
     id_.secret = c.options_.secret;
+    id_.setup = TcpCommunicator::setup_word(c.options_);
     dialled_.resize(static_cast<size_t>(c.size_));
     peers_ = static_cast<int>(c.topo_.peers().size());
   }
@@ -92,13 +93,12 @@ class MeshBuilder {
       accept_new();
       step_accepted();
       step_dialled();
-      ++turns_;
     }
     if (!t0) return;
     handshakes_us = timeline::now_us() - t0;
     timespec c1{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    span.arg("peers", peers_).arg("dialled_us", all_dialled_us).arg("done_us", handshakes_us).arg("turns", turns_);
+    span.arg("peers", peers_).arg("dialled_us", all_dialled_us).arg("done_us", handshakes_us);
     span.arg("store_reads", store_reads_).arg("cpu_us", (c1.tv_sec - c0.tv_sec) * 1000000 + (c1.tv_nsec - c0.tv_nsec) / 1000);
   }
 
@@ -169,10 +169,12 @@ class MeshBuilder {
   }
 
   // Waits for bytes on the listener and the handshakes in progress. On the sparse mesh it also
-  // watches the completed connections: there no peer can finish its construction (the setup's
-  // allgather needs every rank) before this rank's mesh is complete, so a peer that hangs up now is
-  // lost (PeerLostError). On the full mesh a peer may legitimately be done and gone already; one
-  // that died is seen by the next collective instead.
+  // watches the completed connections: a peer that hangs up before this rank's mesh is complete is
+  // lost (PeerLostError). Without one_host_known no peer can even finish its construction before
+  // then (the setup's allgather needs every rank); with it a neighbour may finish first, but it
+  // keeps its connections until its communicator fails, and then this generation fails anyway. On
+  // the full mesh a peer may legitimately be done and gone already; one that died is seen by the
+  // next collective instead.
   void wait_readable(int max_ms) {
     std::vector<pollfd> fds;
     std::vector<int> done_peer;  // per entry of fds: the peer of a completed connection, or -1
@@ -255,6 +257,10 @@ class MeshBuilder {
         reject(it++, "rank " + std::to_string(p) + " is already connected");
         continue;
       }
+      if (c_.topo_.is_sparse()) {  // its settings, authenticated: the sparse mesh's transport check
+        const std::string why = TcpCommunicator::setup_mismatch(id_.setup, it->hs.peer_setup());
+        if (!why.empty()) throw CommError(setup() + ": rank " + std::to_string(p) + " at " + it->addr + " has " + why);
+      }
       c_.recv_fd_[p] = it->fd;
       ++accepted_ok_;
       it = accepted_.erase(it);
@@ -315,7 +321,6 @@ class MeshBuilder {
   int peers_ = 0;  // linked peers: connections to accept and to dial
   int accepted_ok_ = 0;
   int dialled_ok_ = 0;
-  int64_t turns_ = 0;        // loop turns (timeline)
   int64_t store_reads_ = 0;  // get_many calls for addresses (timeline)
 };
 

@@ -49,15 +49,16 @@ std::string describe(const HelloWire& h) {
          std::to_string(h.generation);
 }
 
-std::string transcript_mac(const Identity& id, char role, int from, int to, const std::string& nonce_c,
-                           const std::string& nonce_a) {
-  std::string t = "edl-mesh-v1";
+std::string transcript_mac(const Identity& id, char role, int from, int to, uint64_t setup,
+                           const std::string& nonce_c, const std::string& nonce_a) {
+  std::string t = "edl-mesh-v2";
   t.push_back(role);
   put<uint64_t>(t, id.generation);
   put<uint64_t>(t, id.prefix_tag);
   put<int32_t>(t, id.size);
   put<int32_t>(t, from);
   put<int32_t>(t, to);
+  put<uint64_t>(t, setup);
   t += nonce_c;
   t += nonce_a;
   crypto::Digest d = crypto::hmac_sha256(id.secret, t);
@@ -123,16 +124,17 @@ std::string AcceptSide::on_hello() {
     return "";
   }
   peer_ = h.rank;
+  std::memcpy(&peer_setup_, h.mac, sizeof(peer_setup_));
   nonce_c_.assign(reinterpret_cast<const char*>(h.nonce), kNonceBytes);
   HelloWire c = make_wire(kChallengeMagic, id_, rank_, nonce_a_);
-  std::string mac = transcript_mac(id_, 'A', rank_, peer_, nonce_c_, nonce_a_);
+  std::string mac = transcript_mac(id_, 'A', rank_, peer_, peer_setup_, nonce_c_, nonce_a_);
   std::memcpy(c.mac, mac.data(), mac.size());
   state_ = State::kWantProof;
   return bytes_of(c);
 }
 
 std::string AcceptSide::on_proof() {
-  std::string expect = transcript_mac(id_, 'C', peer_, rank_, nonce_c_, nonce_a_);
+  std::string expect = transcript_mac(id_, 'C', peer_, rank_, peer_setup_, nonce_c_, nonce_a_);
   if (!crypto::constant_time_equal(std::string_view(reinterpret_cast<const char*>(buf_.data()), kProofBytes), expect)) {
     state_ = State::kRejected;
     reason_ = "the connection claiming rank " + std::to_string(peer_) +
@@ -154,7 +156,11 @@ ConnectSide::ConnectSide(Identity id, int my_rank, int peer, std::string nonce)
   check_nonce(nonce_c_);
 }
 
-std::string ConnectSide::hello() const { return bytes_of(make_wire(kHelloMagic, id_, rank_, nonce_c_)); }
+std::string ConnectSide::hello() const {
+  HelloWire h = make_wire(kHelloMagic, id_, rank_, nonce_c_);
+  std::memcpy(h.mac, &id_.setup, sizeof(id_.setup));
+  return bytes_of(h);
+}
 
 size_t ConnectSide::wanted() const {
   switch (state_) {
@@ -194,7 +200,7 @@ std::string ConnectSide::on_challenge() {
     return "";
   }
   const std::string nonce_a(reinterpret_cast<const char*>(h.nonce), kNonceBytes);
-  const std::string expect = transcript_mac(id_, 'A', peer_, rank_, nonce_c_, nonce_a);
+  const std::string expect = transcript_mac(id_, 'A', peer_, rank_, id_.setup, nonce_c_, nonce_a);
   if (!crypto::constant_time_equal(std::string_view(reinterpret_cast<const char*>(h.mac), sizeof(h.mac)), expect)) {
     state_ = State::kFailed;
     auth_failure_ = true;
@@ -202,7 +208,7 @@ std::string ConnectSide::on_challenge() {
     return "";
   }
   state_ = State::kWantAccept;
-  return transcript_mac(id_, 'C', rank_, peer_, nonce_c_, nonce_a);
+  return transcript_mac(id_, 'C', rank_, peer_, id_.setup, nonce_c_, nonce_a);
 }
 
 void ConnectSide::on_accept() {

@@ -3,8 +3,9 @@
 // moves the bytes; the fuzz target tests/fuzz/mesh_hello_fuzz.cc drives the acceptor side directly.
 //
 // Step by step (docs/collectives.md, "Mesh bootstrap"); fixed-size messages, host byte order:
-//   1. connector -> acceptor  Hello (96 B): magic "EDLMESH2", generation, prefix tag, rank, size,
-//                             nonce_c (32 random bytes), 32 zero bytes.
+//   1. connector -> acceptor  Hello (96 B): magic "EDLMESH3", generation, prefix tag, rank, size,
+//                             nonce_c (32 random bytes), the connector's setup word (8 bytes: its
+//                             transport settings, opaque here), 24 zero bytes.
 //      The acceptor checks magic, prefix tag (job), generation, size and that the rank is another
 //      rank of this generation; otherwise it rejects (closes) the connection.
 //   2. acceptor -> connector  Challenge (96 B): magic "EDLMCHAL", its generation, tag, rank, size,
@@ -14,8 +15,10 @@
 //   4. acceptor -> connector  Accept (8 B): "EDLMACPT" once mac_c verified (constant-time compare),
 //                             or Reject (8 B): "EDLMREJT" when it did not verify, then it closes.
 //      A connection closed without a Reject is a lost peer (it died), never an authentication failure.
-//   transcript(role) = "edl-mesh-v1" | role | generation | tag | size | sender rank | receiver rank |
-//                      nonce_c | nonce_a
+//   transcript(role) = "edl-mesh-v2" | role | generation | tag | size | sender rank | receiver rank |
+//                      connector's setup word | nonce_c | nonce_a
+// The acceptor learns the connector's setup word (AcceptSide::peer_setup), authenticated once the
+// proof verified; the caller compares it with its own (the handshake itself does not judge it).
 // Both sides prove the secret over both fresh nonces; the role byte keeps one side's MAC from
 // being reflected as the other's, and the secret never crosses the wire. An empty secret is a valid
 // (well-known) key: the handshake then only keeps jobs and generations apart.
@@ -38,13 +41,14 @@ struct Identity {
   uint64_t prefix_tag = 0;  // FNV-1a of the store prefix
   int32_t size = 0;
   std::string secret;  // job secret (EDL_JOB_SECRET); may be empty
+  uint64_t setup = 0;  // this rank's setup word, sent in its Hellos (opaque to the handshake)
 };
 
 constexpr size_t kNonceBytes = 32;
 constexpr size_t kHelloBytes = 96;  // Hello and Challenge
 constexpr size_t kProofBytes = 32;
 constexpr size_t kAcceptBytes = 8;
-constexpr uint64_t kHelloMagic = 0x324853454d4c4445ull;      // "EDLMESH2" (bytes on the wire)
+constexpr uint64_t kHelloMagic = 0x334853454d4c4445ull;      // "EDLMESH3" (bytes on the wire)
 constexpr uint64_t kChallengeMagic = 0x4c4148434d4c4445ull;  // "EDLMCHAL"
 constexpr uint64_t kAcceptMagic = 0x545043414d4c4445ull;     // "EDLMACPT"
 constexpr uint64_t kRejectMagic = 0x544a45524d4c4445ull;     // "EDLMREJT"
@@ -57,7 +61,7 @@ struct HelloWire {
   int32_t rank;
   int32_t size;
   uint8_t nonce[kNonceBytes];
-  uint8_t mac[32];  // zero in a Hello
+  uint8_t mac[32];  // a Hello: the connector's setup word (8 bytes), then zeros
 };
 static_assert(sizeof(HelloWire) == kHelloBytes, "mesh Hello is 96 bytes");
 
@@ -77,6 +81,8 @@ class EDL_API AcceptSide {
   State state() const { return state_; }
   const std::string& reason() const { return reason_; }
   int peer_rank() const { return peer_; }  // valid from kWantProof on
+  // The connector's setup word from its Hello; authenticated once kDone.
+  uint64_t peer_setup() const { return peer_setup_; }
 
  private:
   std::string on_hello();
@@ -89,6 +95,7 @@ class EDL_API AcceptSide {
   std::array<uint8_t, kHelloBytes> buf_{};
   size_t got_ = 0;
   int peer_ = -1;
+  uint64_t peer_setup_ = 0;
   std::string reason_;
 };
 
@@ -122,7 +129,8 @@ class EDL_API ConnectSide {
 };
 
 // HMAC-SHA256 over the transcript (exposed for tests).
-EDL_API std::string transcript_mac(const Identity& id, char role, int from, int to, const std::string& nonce_c,
-                                   const std::string& nonce_a);
+// `setup`: the connector's setup word (its Hello's).
+EDL_API std::string transcript_mac(const Identity& id, char role, int from, int to, uint64_t setup,
+                                   const std::string& nonce_c, const std::string& nonce_a);
 
 }  // namespace edl::collective::mesh

@@ -61,6 +61,9 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   co.hierarchical = collective::hierarchical_from_name(config_.hierarchical);
   co.mesh = collective::mesh_from_name(config_.mesh);
   co.host_id = config_.hostname;
+  // Every rank counts the same ranks on its host (the elastic decision's hosts, or edl-run's
+  // EDL_LOCAL_SIZE): the sparse mesh then skips its transport exchange.
+  co.one_host_known = size > 1 && local_size == size;
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
   g->comm = Communicator::create(store, prefix, rank, size, co);
   if (auto plugin = collective::device_plugin()) {

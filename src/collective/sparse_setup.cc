@@ -7,16 +7,60 @@
 // HostLayout: on several hosts the hierarchical children are built as on the full mesh; on one host
 // the collectives stay on TCP (the shared-memory transport needs the full mesh: Mesh::kAuto gives
 // it up to TcpCommunicator::kShmFullMeshRanks ranks).
+// When the caller knows that every rank runs on this host (CommunicatorOptions::one_host_known)
+// there is no exchange at all: each rank's setup word (setup_word) rides in its mesh Hellos, every
+// accepted neighbour's is compared with this rank's (setup_mismatch: CommError at construction), and
+// since the mesh is connected, matching neighbours mean matching ranks.
 #include <cstring>
 
 #include "collective/hierarchy.h"
+#include "collective/socket.h"
 #include "common/logging.h"
 #include "edl/error.h"
 
 namespace edl::collective {
+
+namespace {
+// The fields of a setup word: one byte each.
+int field(uint64_t word, int i) { return static_cast<int>((word >> (8 * i)) & 0xff); }
+enum Field { kTransport = 0, kHierarchical = 1, kLoopback = 2, kOneHostKnown = 3 };
+}  // namespace
+
+uint64_t TcpCommunicator::setup_word(const CommunicatorOptions& o) {
+  return static_cast<uint64_t>(o.transport) | static_cast<uint64_t>(o.hierarchical) << 8 |
+         static_cast<uint64_t>(is_loopback_address(o.bind_address) ? 1 : 0) << 16 |
+         static_cast<uint64_t>(o.one_host_known ? 1 : 0) << 24;
+}
+
+std::string TcpCommunicator::setup_mismatch(uint64_t mine, uint64_t theirs) {
+  auto differs = [&](int f, const char* name, const char* values) {
+    return "another " + std::string(name) + " setting (" + std::to_string(field(theirs, f)) + ", this rank " +
+           std::to_string(field(mine, f)) + "; " + values + ")";
+  };
+  if (field(theirs, kTransport) != field(mine, kTransport))
+    return differs(kTransport, "EDL_TRANSPORT", "0 auto, 1 tcp, 2 shm");
+  if (field(theirs, kHierarchical) != field(mine, kHierarchical))
+    return differs(kHierarchical, "EDL_HIERARCHICAL", "0 auto, 1 off, 2 on");
+  if (field(theirs, kOneHostKnown) != field(mine, kOneHostKnown))
+    return differs(kOneHostKnown, "one_host_known",
+                   "1 = the caller knows every rank runs on this host: the ranks' views of their hosts differ");
+  if (field(mine, kOneHostKnown) && field(theirs, kLoopback) != field(mine, kLoopback))
+    return differs(kLoopback, "loopback listening address",
+                   "1 = loopback: EDL_BIND_ADDR differs between the ranks of one host");
+  return "";
+}
+
 void TcpCommunicator::sparse_setup(const std::shared_ptr<Store>& store, const std::string& prefix) {
   const std::string setup = "communicator setup on rank " + std::to_string(rank_);
   const TransportHello mine = TransportHello::of(options_);
+  if (options_.one_host_known) {
+    // Every neighbour's setup word matched ours in its handshake (MeshBuilder), and the mesh is
+    // connected, so every rank has our settings and listens on loopback exactly when we do.
+    one_host_ = mine.loopback == 1;
+    EDL_LOG(3) << setup << ": " << size_ << " ranks on one host (known to the caller): TCP on the sparse mesh, no "
+               << "transport exchange";
+    return;
+  }
   const std::string host = mine.host_id();
   std::vector<uint8_t> all;
   try {

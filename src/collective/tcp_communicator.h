@@ -205,8 +205,14 @@ class EDL_API TcpCommunicator final : public Communicator {
   void build_mesh(Store& store, const std::string& prefix);
   // Sparse mesh: the transport hello as an allgather (every rank's transport settings, host id and
   // whether it listens on loopback), then the hierarchical children when the hosts allow them
-  // (sparse_setup.cc; the shared-memory transport needs the full mesh).
+  // (sparse_setup.cc; the shared-memory transport needs the full mesh). With
+  // options.one_host_known no exchange: the mesh handshake checked the neighbours' setup words.
   void sparse_setup(const std::shared_ptr<Store>& store, const std::string& prefix);
+  // The setup word a rank sends in its mesh Hellos (sparse_setup.cc): transport, hierarchical,
+  // loopback, one_host_known.
+  static uint64_t setup_word(const CommunicatorOptions& o);
+  // Why a sparse-mesh neighbour's setup word `theirs` cannot work with ours ("" when it can).
+  static std::string setup_mismatch(uint64_t mine, uint64_t theirs);
   // After the mesh: agree on the transport with the peers and attach the shared segment, or build
   // the hierarchical children through the store (shm_setup.cc).
   void setup_transport(const std::shared_ptr<Store>& store, const std::string& prefix);

@@ -72,9 +72,11 @@ void set_current_group(Group* g);
 // sync; returns true when no member had been synced before (a fresh start: the first generation of
 // a job, or every member of the last generation was lost).
 EDL_API bool sync_state(State& s, Group& g);
-// The same sync when every member's state_sync_note() is known (the decision carries them: the
-// notes the members arrived with, in rank order): the allgather is skipped. Each member checks its
-// own note against its state; a state that moved since its arrival fails the generation (CommError).
+// The same sync from the notes the members arrived with (the decision carries them, in rank order):
+// the allgather is skipped. A member without a note ("": a newcomer that joined before its State
+// existed) counts as fresh with nothing committed; with no note at all, or a malformed one, the
+// allgather runs. Each member checks its own note (or, without one, that its commit would not
+// change the plan) against its state; a mismatch fails the generation (CommError).
 EDL_API bool sync_state(State& s, Group& g, const std::vector<std::string>& notes);
 // "c<committed step>.<fresh 0|1>.<commit bytes>": what sync_state's allgather would carry from this
 // member; "" while nothing is committed.

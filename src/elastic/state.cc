@@ -387,6 +387,36 @@ bool parse_sync_note(const std::string& note, std::array<int64_t, kSyncFields>* 
   return true;
 }
 
+// What a sync does, from every member's fields (v: kSyncFields per rank, `size` ranks).
+struct SyncPlan {
+  int best = 0;              // the source: highest step, synced before fresh, then lowest rank
+  bool nothing_moves = true;  // every member holds the same commit and none is fresh
+  bool all_fresh = true;     // no member synced before (a fresh start)
+};
+
+SyncPlan plan_sync(const std::vector<int64_t>& v, int size) {
+  auto step = [&](int r) { return v[kSyncFields * r]; };
+  auto fresh = [&](int r) { return v[kSyncFields * r + 1] != 0; };
+  auto better = [&](int a, int b) {  // is rank a a better source than rank b?
+    if (step(a) != step(b)) return step(a) > step(b);
+    return fresh(a) < fresh(b);
+  };
+  SyncPlan p;
+  bool any_fresh = false;
+  for (int r = 0; r < size; ++r) {
+    if (r > 0 && better(r, p.best)) p.best = r;
+    if (step(r) != step(0)) p.nothing_moves = false;
+    any_fresh = any_fresh || fresh(r);
+    p.all_fresh = p.all_fresh && fresh(r);
+  }
+  p.nothing_moves = p.nothing_moves && !any_fresh;
+  return p;
+}
+
+// The fields a member without a note stands for in the sync from notes: a newcomer that joined
+// before its State existed, with nothing to offer (it only receives).
+constexpr std::array<int64_t, kSyncFields> kNoNote = {-1, 1, 0};
+
 bool sync_from(State& s, Group& g, const std::vector<int64_t>& v);
 
 }  // namespace
@@ -416,17 +446,35 @@ bool sync_state(State& s, Group& g) {
 bool sync_state(State& s, Group& g, const std::vector<std::string>& notes) {
   if (g.size() == 1 || notes.size() != static_cast<size_t>(g.size())) return sync_state(s, g);
   std::vector<int64_t> v(kSyncFields * g.size());
+  bool any_note = false;
   for (int r = 0; r < g.size(); ++r) {
-    std::array<int64_t, kSyncFields> f{};
+    std::array<int64_t, kSyncFields> f = kNoNote;
     // Every member reads the same decision, so all take the same path here.
-    if (!parse_sync_note(notes[static_cast<size_t>(r)], &f)) return sync_state(s, g);
+    const std::string& note = notes[static_cast<size_t>(r)];
+    if (!note.empty() && !parse_sync_note(note, &f)) return sync_state(s, g);
+    any_note = any_note || !note.empty();
     std::copy(f.begin(), f.end(), v.begin() + kSyncFields * r);
   }
+  if (!any_note) return sync_state(s, g);  // nobody reported a commit (the job's first generation)
   const auto mine = sync_fields(s);
-  if (!std::equal(mine.begin(), mine.end(), v.begin() + kSyncFields * g.rank()))
+  const std::string& my_note = notes[static_cast<size_t>(g.rank())];
+  if (my_note.empty()) {
+    // This member arrived without a note and is counted as having nothing to offer. That holds
+    // unless its commit would change the plan (it would be the source, or it synced before while
+    // everyone else is fresh): then it fails the generation, and arrives at the next with a note.
+    std::vector<int64_t> real = v;
+    std::copy(mine.begin(), mine.end(), real.begin() + kSyncFields * g.rank());
+    const SyncPlan assumed = plan_sync(v, g.size()), actual = plan_sync(real, g.size());
+    if (actual.best != assumed.best || actual.all_fresh != assumed.all_fresh)
+      throw CommError("State::sync: this member arrived without a note of its commit (it joined before its State "
+                      "existed) and its commit (step " + std::to_string(mine[0]) +
+                      (mine[1] ? ", fresh" : ", synced") + ") changes which member is the source; the generation is "
+                      "formed again");
+  } else if (!std::equal(mine.begin(), mine.end(), v.begin() + kSyncFields * g.rank())) {
     throw CommError("State::sync: this member's commit (step " + std::to_string(mine[0]) +
-                    ") moved after it arrived at the rendezvous (its note says " +
-                    notes[static_cast<size_t>(g.rank())] + "); the generation is formed again");
+                    ") moved after it arrived at the rendezvous (its note says " + my_note +
+                    "); the generation is formed again");
+  }
   return sync_from(s, g, v);
 }
 
@@ -435,27 +483,12 @@ namespace {
 // The rest of a sync once every member's fields are known (v: kSyncFields per rank).
 bool sync_from(State& s, Group& g, const std::vector<int64_t>& v) {
   auto& im = s.impl();
-  constexpr int kFields = kSyncFields;
-  auto step = [&](int r) { return v[kFields * r]; };
-  auto fresh = [&](int r) { return v[kFields * r + 1] != 0; };
-  auto better = [&](int a, int b) {  // is rank a a better source than rank b?
-    if (step(a) != step(b)) return step(a) > step(b);
-    return fresh(a) < fresh(b);
-  };
-  int best = 0;
-  bool all_same = true;
-  for (int r = 1; r < g.size(); ++r) {
-    if (better(r, best)) best = r;
-    if (step(r) != step(0)) all_same = false;
-  }
-  bool any_fresh = false, all_fresh = true;
-  for (int r = 0; r < g.size(); ++r) {
-    any_fresh = any_fresh || fresh(r);
-    all_fresh = all_fresh && fresh(r);
-  }
-  if (step(best) < 0) throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
-  if (all_same && !any_fresh) return false;  // every member holds the same commit of the same history
-  const int64_t len = v[kFields * best + 2];
+  const SyncPlan p = plan_sync(v, g.size());
+  const int best = p.best;
+  if (v[kSyncFields * best] < 0)
+    throw InvalidArgument("State::sync: no member has committed state (call commit() first)");
+  if (p.nothing_moves) return false;  // every member holds the same commit of the same history
+  const int64_t len = v[kSyncFields * best + 2];
   // The broadcast goes through the spare commit buffer (no more buffers than a commit holds, no
   // fresh pages): the best member copies its commit into it, the others receive into it and adopt it.
   std::shared_ptr<std::string> buf = im.take_buffer();
@@ -469,7 +502,7 @@ bool sync_from(State& s, Group& g, const std::vector<int64_t>& v) {
     s.restore();  // the best member also rolls back to its commit (uncommitted work is discarded)
   }
   im.synced = true;
-  return all_fresh;
+  return p.all_fresh;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "collective/harness.h"
 #include "collective/mesh_handshake.h"
@@ -162,6 +163,33 @@ TEST_CASE("mesh handshake: genuine pairs complete, a wrong secret or a reflected
   CHECK(run("", "", false).first == mesh::AcceptSide::State::kDone);  // no secret configured
 }
 
+TEST_CASE("mesh handshake: the acceptor learns the connector's setup word, authenticated", "[collective][mesh]") {
+  auto run = [](bool tamper) {
+    mesh::Identity ic = identity("p/", 3, 2, "s"), ia = ic;
+    ic.setup = 0x01000102;
+    ia.setup = 0x01000001;  // the acceptor's own word is not the connector's business
+    mesh::ConnectSide c(ic, 1, 0, std::string(32, 'c'));
+    mesh::AcceptSide a(ia, 0, std::string(32, 'a'));
+    std::string h = c.hello();
+    if (tamper) h[64] ^= 1;  // the setup word, changed in flight
+    std::string challenge = a.feed(reinterpret_cast<const uint8_t*>(h.data()), h.size());
+    std::string proof = c.feed(reinterpret_cast<const uint8_t*>(challenge.data()), challenge.size());
+    if (!proof.empty()) {
+      std::string ok = a.feed(reinterpret_cast<const uint8_t*>(proof.data()), proof.size());
+      c.feed(reinterpret_cast<const uint8_t*>(ok.data()), ok.size());
+    }
+    return std::make_tuple(a.state(), c.state(), a.peer_setup());
+  };
+  auto [a, c, setup] = run(false);
+  CHECK(a == mesh::AcceptSide::State::kDone);
+  CHECK(c == mesh::ConnectSide::State::kDone);
+  CHECK(setup == 0x01000102u);
+  auto [ta, tc, tsetup] = run(true);  // the acceptor's MAC covers the word it received: no match
+  CHECK(tc == mesh::ConnectSide::State::kFailed);
+  CHECK(ta != mesh::AcceptSide::State::kDone);
+  CHECK(tsetup == 0x01000103u);
+}
+
 TEST_CASE("mesh: strangers at a rank's listener are refused while the genuine mesh builds", "[collective][mesh]") {
   auto store = make_memory_store();
   const std::string prefix = test::unique_prefix("strangers");
@@ -214,7 +242,7 @@ TEST_CASE("mesh: strangers at a rank's listener are refused while the genuine me
   REQUIRE(read_exact(wrong_secret, challenge, sizeof(challenge), deadline));
   mesh::HelloWire cw;
   std::memcpy(&cw, challenge, sizeof(cw));
-  std::string forged = mesh::transcript_mac(identity(prefix, 0, n, "guess"), 'C', 1, 0, std::string(32, '\0'),
+  std::string forged = mesh::transcript_mac(identity(prefix, 0, n, "guess"), 'C', 1, 0, 0, std::string(32, '\0'),
                                             std::string(reinterpret_cast<const char*>(cw.nonce), 32));
   REQUIRE(collective::write_all(wrong_secret, forged.data(), forged.size(), deadline));
   // 8) a claimant of rank 2 that stops after the hello (holds the slot without proving anything).

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <tuple>
 
@@ -369,4 +370,90 @@ TEST_CASE("sparse mesh: the combined negotiation message round-trips and refuses
   CHECK(lo.fresh[0].lo_rank == 0);
   CHECK(lo.fresh[0].bad_rank == 5);
   CHECK(lo.all == std::vector<uint64_t>{1, 0});
+}
+
+TEST_CASE("sparse mesh: one_host_known skips the transport exchange after the build", "[collective][sparse][setup]") {
+  const int n = 9;
+  std::vector<uint64_t> combines(n, 99);
+  std::vector<int> one_host(n, -1);
+  test::run_ranks_with(
+      n,
+      [](int) {
+        CommunicatorOptions o = sparse_options();
+        o.one_host_known = true;
+        return o;
+      },
+      [&](int rank, TcpCommunicator& comm) {
+        combines[rank] = comm.stats().combines;
+        one_host[rank] = comm.one_host() ? 1 : 0;
+        std::vector<float> v(100000, static_cast<float>(rank));  // the one-host thresholds choose
+        comm.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+        for (float x : v) TREQUIRE(x == static_cast<float>(n * (n - 1) / 2));
+      },
+      "one-host-known");
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(combines[r] == 0);  // no collective during construction
+    CHECK(one_host[r] == 1);  // every rank listens on loopback
+  }
+  // Without it: the transport hello's allgather (one combine) during construction.
+  test::run_ranks_with(
+      n, [](int) { return sparse_options(); },
+      [&](int rank, TcpCommunicator& comm) {
+        combines[rank] = comm.stats().combines;
+        one_host[rank] = comm.one_host() ? 1 : 0;
+      },
+      "one-host-unknown");
+  for (int r = 0; r < n; ++r) {
+    CHECK(combines[r] == 1);
+    CHECK(one_host[r] == 1);
+  }
+}
+
+TEST_CASE("sparse mesh with one_host_known: a rank with other settings fails the build with CommError naming it",
+          "[collective][sparse][setup]") {
+  const int n = 9, odd = 4;
+  struct Variant {
+    const char* what;  // named by the error
+    std::function<void(CommunicatorOptions&)> change;
+  };
+  for (const Variant& v : {Variant{"EDL_TRANSPORT", [](CommunicatorOptions& o) { o.transport = Transport::kAuto; }},
+                           Variant{"EDL_HIERARCHICAL", [](CommunicatorOptions& o) { o.hierarchical = Hierarchical::kOn; }},
+                           Variant{"one_host_known", [](CommunicatorOptions& o) { o.one_host_known = false; }}}) {
+    INFO(v.what);
+    auto store = make_memory_store();
+    const std::string prefix = test::unique_prefix("setup-mismatch");
+    std::vector<std::string> kind(n), message(n);
+    test::run_threads(n, [&](int r) {
+      CommunicatorOptions o = sparse_options(5000);
+      o.one_host_known = true;
+      if (r == odd) v.change(o);
+      try {
+        auto comm = TcpCommunicator::connect(store, prefix, r, n, o);
+        float x = 1;  // a rank that is no neighbour may finish the build: its first collective fails
+        comm->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+        kind[r] = "none";
+      } catch (const CommError& e) {
+        kind[r] = dynamic_cast<const PeerLostError*>(&e) ? "lost" : "comm";
+        message[r] = e.what();
+      } catch (const std::exception& e) {
+        kind[r] = "other";
+        message[r] = e.what();
+      }
+    });
+    // The first handshake across the difference to complete fails with CommError naming the
+    // setting and the rank; that rank's connections close, so the others fail as when a rank dies
+    // during the build (PeerLostError), or at their first collective. Nobody succeeds or hangs.
+    int named = 0;
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << ": " << kind[r] << " " << message[r]);
+      CHECK((kind[r] == "comm" || kind[r] == "lost"));
+      if (kind[r] != "comm") continue;
+      CHECK(message[r].find(v.what) != std::string::npos);
+      const bool about_odd = message[r].find("rank " + std::to_string(odd)) != std::string::npos;
+      CHECK((r == odd || about_odd));
+      ++named;
+    }
+    CHECK(named >= 1);
+  }
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <deque>
 #include <future>
 #include <string>
 #include <vector>
@@ -60,7 +61,7 @@ struct Rank {
 
 // Runs sync_state(notes) on every rank of a LocalComm generation; returns each rank's result or
 // exception, and the allgathers run.
-std::vector<std::future<bool>> sync_all(std::vector<Rank>& ranks, const std::vector<std::string>& notes,
+std::vector<std::future<bool>> sync_all(std::deque<Rank>& ranks, const std::vector<std::string>& notes,
                                         const std::string& prefix, std::atomic<int>* allgathers) {
   auto hub = edl::elastic::testing::LocalHub::get(prefix, static_cast<int>(ranks.size()));
   std::vector<std::future<bool>> out;
@@ -75,14 +76,14 @@ std::vector<std::future<bool>> sync_all(std::vector<Rank>& ranks, const std::vec
   return out;
 }
 
-std::vector<std::string> notes_of(std::vector<Rank>& ranks) {
+std::vector<std::string> notes_of(std::deque<Rank>& ranks) {
   std::vector<std::string> notes;
   for (auto& r : ranks) notes.push_back(edl::elastic::state_sync_note(r.state));
   return notes;
 }
 
 // The first sync of fresh states (a fresh start: true on every rank); afterwards they are synced.
-void first_sync(std::vector<Rank>& ranks, const std::string& prefix) {
+void first_sync(std::deque<Rank>& ranks, const std::string& prefix) {
   std::atomic<int> allgathers{0};
   for (auto& f : sync_all(ranks, notes_of(ranks), prefix, &allgathers)) CHECK(f.get());
   CHECK(allgathers.load() == 0);
@@ -91,7 +92,7 @@ void first_sync(std::vector<Rank>& ranks, const std::string& prefix) {
 }  // namespace
 
 TEST_CASE("sync from the arrival notes: no allgather, the laggard adopts the best commit", "[state][sync]") {
-  std::vector<Rank> ranks(3);
+  std::deque<Rank> ranks(3);
   first_sync(ranks, "sync-note-0/");
   for (auto& r : ranks) r.train(4);
   ranks[1].train(1);  // rank 1 committed one step more (it passed a boundary the others did not)
@@ -111,25 +112,63 @@ TEST_CASE("sync from the arrival notes: no allgather, the laggard adopts the bes
   CHECK(allgathers.load() == 0);
 }
 
-TEST_CASE("sync without a note from every member falls back to the allgather", "[state][sync]") {
-  std::vector<Rank> ranks(3);
+TEST_CASE("a member without a note only receives (no allgather), and with no note at all or a malformed one the allgather runs",
+          "[state][sync]") {
+  std::deque<Rank> ranks(3);
   first_sync(ranks, "sync-note-1/");
   for (auto& r : ranks) r.train(2);
   ranks[2].train(2);
+  // Rank 1 arrived without a note (a newcomer that joined before its State existed): it is counted
+  // as having nothing to offer, and rank 2's commit reaches everyone with the broadcast alone.
   std::vector<std::string> notes = {edl::elastic::state_sync_note(ranks[0].state), "",
                                     edl::elastic::state_sync_note(ranks[2].state)};
   std::atomic<int> allgathers{0};
   for (auto& f : sync_all(ranks, notes, "sync-note-c/", &allgathers)) CHECK_FALSE(f.get());
-  CHECK(allgathers.load() == 3);
+  CHECK(allgathers.load() == 0);
   for (auto& r : ranks) CHECK(r.w == std::vector<float>(8, 4.0f));
+  // No note from anyone (the job's first generation): the allgather.
+  notes.assign(3, "");
+  for (auto& f : sync_all(ranks, notes, "sync-note-c2/", &allgathers)) CHECK_FALSE(f.get());
+  CHECK(allgathers.load() == 3);
   // A malformed note is no note.
-  notes = {"c4.0.x", notes[2], notes[2]};
+  notes = {"c4.0.x", edl::elastic::state_sync_note(ranks[2].state), edl::elastic::state_sync_note(ranks[2].state)};
   for (auto& f : sync_all(ranks, notes, "sync-note-d/", &allgathers)) CHECK_FALSE(f.get());
   CHECK(allgathers.load() == 6);
 }
 
+TEST_CASE("a newcomer without a note joins by the broadcast alone", "[state][sync]") {
+  std::deque<Rank> ranks(3);
+  first_sync(ranks, "sync-note-3/");
+  for (auto& r : ranks) r.train(3);
+  ranks.emplace_back();  // rank 3: a newcomer, its initial commit (step 0, fresh), no note
+  std::vector<std::string> notes = notes_of(ranks);
+  notes[3] = "";
+  std::atomic<int> allgathers{0};
+  for (auto& f : sync_all(ranks, notes, "sync-note-g/", &allgathers)) CHECK_FALSE(f.get());
+  CHECK(allgathers.load() == 0);
+  for (auto& r : ranks) {
+    CHECK(r.state.step == 3);
+    CHECK(r.w == std::vector<float>(8, 3.0f));
+  }
+}
+
+TEST_CASE("a member without a note whose commit would be the source fails the generation", "[state][sync]") {
+  std::deque<Rank> ranks(3);
+  first_sync(ranks, "sync-note-4/");
+  for (auto& r : ranks) r.train(2);
+  ranks[1].train(1);  // the best commit, but rank 1 reports no note
+  std::vector<std::string> notes = {edl::elastic::state_sync_note(ranks[0].state), "",
+                                    edl::elastic::state_sync_note(ranks[2].state)};
+  std::atomic<int> allgathers{0};
+  auto f = sync_all(ranks, notes, "sync-note-f/", &allgathers);
+  CHECK_THROWS_AS(f[1].get(), edl::CommError);
+  // The others broadcast from rank 0 (the best they know of) and fail once rank 1 gives up.
+  for (int r : {0, 2}) CHECK_THROWS(f[r].get());
+  CHECK(allgathers.load() == 0);
+}
+
 TEST_CASE("a member whose commit moved after it arrived fails the generation", "[state][sync]") {
-  std::vector<Rank> ranks(2);
+  std::deque<Rank> ranks(2);
   first_sync(ranks, "sync-note-2/");
   for (auto& r : ranks) r.train(3);
   std::vector<std::string> notes(2, edl::elastic::state_sync_note(ranks[0].state));
