@@ -317,11 +317,16 @@ void Membership::check_store() {
 // its watchers and, one store round trip later, by every member.
 void Membership::check_peers(const Watch& w) {
   std::vector<int> ranks = watched_ranks(w.view.rank, static_cast<int>(w.view.members.size()));
-  std::vector<std::string> lease_keys;
-  for (int r : ranks) lease_keys.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
+  std::vector<std::string> wanted;
+  for (int r : ranks) wanted.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
+  // While the communicator is being built, their arrival keys at the next round too (see moved_on).
+  if (w.building)
+    for (int r : ranks) wanted.push_back(keys_.in(w.view.id + 1, w.view.members[static_cast<size_t>(r)].id));
   // One request for them all (get_many: one round trip on tcp://, one txn on etcd://): at 256
-  // workers on etcd, a get per watched lease was 1,024 reads a second, more than the beats.
-  const std::vector<std::optional<std::string>> leases = store_->get_many(lease_keys);
+  // workers on etcd, a get per watched lease was 1,024 reads a second, more than the beats, and so
+  // was a get per arrival key during a rebuild.
+  const std::vector<std::optional<std::string>> read = store_->get_many(wanted);
+  const std::vector<std::optional<std::string>> leases(read.begin(), read.begin() + static_cast<std::ptrdiff_t>(ranks.size()));
   std::map<std::string, std::string> beats;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const auto& m = w.view.members[static_cast<size_t>(ranks[i])];
@@ -345,7 +350,7 @@ void Membership::check_peers(const Watch& w) {
     // A member that arrived at the next round while we still connect will never connect to G (a
     // member gets there only after G failed, or after a batch boundary that all members passed).
     bool moved_on = lease && !refused && !quiet && w.building && m.id != opt_.worker_id &&
-                    store_->get(keys_.in(w.view.id + 1, m.id)).has_value();
+                    read[ranks.size() + i].has_value();
     if (moved_on) {  // still connecting now, after that read (`w` is a copy: built() may have come since)
       std::lock_guard<std::mutex> lock(mu_);
       moved_on = watch_.epoch == w.epoch && watch_.building;

@@ -460,7 +460,7 @@ TEST_CASE("etcd store: waits on one key share one watch stream and never return 
   CHECK(woken == 8);
 }
 
-TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most once a second", "[store][etcd]") {
+TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most every half TTL", "[store][etcd]") {
   EtcdCluster& c = EtcdCluster::shared();
   if (!has_etcd(c)) return;
   c.clear();
@@ -468,23 +468,23 @@ TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most once
   s->set_lease("beat", "0", 3s);  // the grant
   const double keepalives = served(c, "LeaseKeepAlive");
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 1; i <= 15; ++i) {
+  for (int i = 1; i <= 25; ++i) {
     std::this_thread::sleep_for(100ms);
     s->set_lease("beat", std::to_string(i), 3s);
     CHECK(s->get("beat") == std::optional<std::string>(std::to_string(i)));
   }
   const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double sent = served(c, "LeaseKeepAlive") - keepalives;
-  CHECK(sent >= 1);  // 1.5 s or more of refreshes
-  CHECK(sent <= 1 + elapsed_s);
-  // The lease is granted a second longer than asked: a refresh without a keepalive still leaves 3 s.
+  CHECK(sent >= 1);  // 2.5 s or more of refreshes
+  CHECK(sent <= 1 + elapsed_s / 2);
+  // The lease is granted twice its TTL: a refresh 2 s after the last keepalive still leaves 4 s.
   httplib::Client h("127.0.0.1", c.client_port(1));
   auto r = h.Post("/v3/kv/range", nlohmann::json{{"key", "YmVhdA=="}}.dump(), "application/json");  // "beat"
   REQUIRE(r);
   auto kv = nlohmann::json::parse(r->body)["kvs"][0];
   auto t = h.Post("/v3/lease/timetolive", nlohmann::json{{"ID", kv["lease"]}}.dump(), "application/json");
   REQUIRE(t);
-  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 4);
+  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 6);
   s->del("beat");
 }
 
@@ -565,9 +565,9 @@ TEST_CASE("etcd store: adds of 1 draw tickets: exact, O(1) txns each, linearizab
     for (size_t i = 0; i < want.size(); ++i) want[i] = 101 + static_cast<int64_t>(i);
     CHECK(all == want);  // each add applied once and saw its own value
     CHECK(clients[5]->get("hot") == std::optional<std::string>(std::to_string(100 + kThreads * kAdds)));
-    // A CAS loop costs about kThreads / 2 txns per add in such a burst; tickets cost 2 plus the
-    // publications that found the counter moved on.
-    CHECK(served(c, "Txn") - txns < 4.0 * kThreads * kAdds);
+    // A CAS loop costs about kThreads / 2 txns per add in such a burst; tickets cost 2 (the draw and
+    // one publication, whatever the other adders did), plus the first add's CAS.
+    CHECK(served(c, "Txn") - txns < 3.0 * kThreads * kAdds);
   }
   SECTION("adds of other deltas meanwhile") {
     auto all = burst("mixed", [&] {

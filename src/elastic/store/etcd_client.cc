@@ -112,10 +112,24 @@ size_t EtcdClient::current() const {
   return current_;
 }
 
-void EtcdClient::failed(size_t member) {
-  std::lock_guard<std::mutex> lock(mu_);
-  idle_[member].clear();  // connections to a failing member are not worth keeping
-  if (current_ == member) current_ = (member + 1) % endpoints_.size();
+void EtcdClient::failed(size_t member, bool move_streams) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_[member].clear();  // connections to a failing member are not worth keeping
+    if (current_ == member) current_ = (member + 1) % endpoints_.size();
+  }
+  // A long-lived stream on it (a waiter's shared stream, renewed only every EtcdWatchCache::kRenew)
+  // may stay open on a member that lost its leader, without an error to move it on: moved now, as
+  // the unary calls are.
+  if (!move_streams) return;
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  for (EtcdWatchStop* s : streams_) {
+    std::lock_guard<std::mutex> stream_lock(s->mu_);
+    if (s->stream_ && s->member_ == member && !s->moved_) {
+      s->moved_ = true;
+      s->stream_->stop();
+    }
+  }
 }
 
 std::string EtcdClient::token() const {
@@ -216,7 +230,7 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   if (!readable) {
     reply.why = where + ": " + (complete ? "HTTP " + std::to_string(status) + " with an unreadable body"
                                          : httplib::to_string(err));
-    failed(m);
+    failed(m, complete || err != httplib::Error::Read);  // a read that timed out moves no stream
     return reply;
   }
   if (complete) release(m, std::move(cli));  // else the connection is in an unknown state: dropped
@@ -231,7 +245,9 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   if (retriable_code(reply.code()) || status >= 500) {
     reply.kind = EtcdReply::kLost;
     reply.why = where + ": " + reply.message();
-    failed(m);
+    // Only a member without a leader (cut off from the others) moves the streams: "request timed
+    // out" is what every member of an overloaded cluster answers.
+    failed(m, reply.message().find("no leader") != std::string::npos);
     return reply;
   }
   if (!user_.empty() && !tok.empty() && reply.message().find("invalid auth token") != std::string::npos) {
@@ -301,18 +317,29 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   const EtcdEndpoint& ep = endpoints_[member];
   httplib::Client cli(ep.host, ep.port);  // a connection of its own: the stream blocks it
   if (stop) {
-    std::lock_guard<std::mutex> lock(stop->mu_);
-    if (stop->stopped_) return 0;
-    stop->stream_ = &cli;
+    {
+      std::lock_guard<std::mutex> lock(stop->mu_);
+      if (stop->stopped_) return 0;
+      stop->stream_ = &cli;
+      stop->member_ = member;
+      stop->moved_ = false;
+    }
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams_.push_back(stop);
   }
   struct Unregister {
+    EtcdClient* client;
     EtcdWatchStop* stop;
     ~Unregister() {
       if (!stop) return;
+      {
+        std::lock_guard<std::mutex> lock(client->streams_mu_);
+        client->streams_.erase(std::find(client->streams_.begin(), client->streams_.end(), stop));
+      }
       std::lock_guard<std::mutex> lock(stop->mu_);
       stop->stream_ = nullptr;
     }
-  } unregister{stop};
+  } unregister{this, stop};
   cli.set_tcp_nodelay(true);
   milliseconds limit = ms_until(deadline);
   cli.set_connection_timeout(std::min({limit, connect_timeout_, kAttemptConnectLimit}));
@@ -372,6 +399,10 @@ int EtcdClient::watch_once(size_t member, const std::string& key, Clock::time_po
   bool ok = cli.send(req, res, err);
   if (failure) std::rethrow_exception(failure);
   if (stop && stop->stopped()) return 0;
+  if (stop) {
+    std::lock_guard<std::mutex> lock(stop->mu_);
+    if (stop->moved_) return 2;  // its member failed a unary call: reopened on the current one
+  }
   if (outcome == 0 && !buf.empty()) {  // an error answer (not newline-terminated) instead of a stream
     Json msg = Json::parse(buf, nullptr, false);
     if (msg.is_object() && msg.contains("error")) {

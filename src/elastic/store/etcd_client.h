@@ -64,7 +64,9 @@ struct EtcdReply {
 };
 
 // Ends a watch() from another thread at once (shuts its stream's socket down): for a long-lived
-// stream whose owner no longer needs it (EtcdWatchCache). Thread-safe.
+// stream whose owner no longer needs it (EtcdWatchCache). The client also uses it to move such a
+// stream off a member that a unary call found failing (the stream reopens on the next member).
+// Thread-safe.
 class EtcdWatchStop {
  public:
   void stop();
@@ -74,6 +76,8 @@ class EtcdWatchStop {
   friend class EtcdClient;
   mutable std::mutex mu_;
   bool stopped_ = false;
+  bool moved_ = false;                 // shut down by failed(member_): reopen elsewhere
+  size_t member_ = 0;                  // the member of the open stream
   httplib::Client* stream_ = nullptr;  // the open stream's connection, while there is one
 };
 
@@ -134,7 +138,11 @@ class EtcdClient {
   void authenticate(Clock::time_point deadline);
   // Throws AuthError for etcd's authentication errors (their text is in `message`).
   void check_auth_error(const std::string& message) const;
-  void failed(size_t member);
+  // Moves the current member on from `member`; with move_streams, also the long-lived streams open on
+  // it (after an answer saying that it has no leader, or a broken connection — not after a timeout,
+  // which an overloaded cluster gives on every member: moving hundreds of streams then only adds
+  // requests).
+  void failed(size_t member, bool move_streams = true);
   // One watch stream on one member; returns 1 (done), 0 (deadline), 2 (events that did not end the
   // wait: reopen to renew the read timeout), -1 (stream lost: *why set).
   int watch_once(size_t member, const std::string& key, Clock::time_point deadline,
@@ -152,6 +160,8 @@ class EtcdClient {
   std::string token_;  // etcd auth token ("" = none)
   size_t current_ = 0;
   std::vector<std::vector<std::unique_ptr<httplib::Client>>> idle_;  // per member
+  std::mutex streams_mu_;                // after mu_ and never with an EtcdWatchStop's lock held
+  std::vector<EtcdWatchStop*> streams_;  // long-lived watch() streams now open
 };
 
 }  // namespace edl::store

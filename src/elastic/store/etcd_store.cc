@@ -256,10 +256,20 @@ class EtcdStore final : public Store {
   static constexpr size_t kMaxTxnOps = 128;
 
   static std::string ticket_key(const std::string& key) { return std::string(kReserved) + "ctr/" + key; }
-  // Per epoch (the create revision of T), so that an add whose epoch ended can still tell whether
-  // its ticket was published before the end.
-  static std::string publish_key(int64_t epoch, const std::string& key) {
-    return std::string(kReserved) + "pub/" + std::to_string(epoch) + "/" + key;
+  // Per epoch, so that an add whose epoch ended can still tell whether its ticket was published
+  // before the end. The epoch's token is chosen by the add that starts the epoch (its request
+  // marker's id: unique) and kept in T's value ("<base> <token>"), so that P can be written by the
+  // very txn that starts the epoch: every later publication finds P and takes one txn.
+  static std::string publish_key(const std::string& token, const std::string& key) {
+    return std::string(kReserved) + "pub/" + token + "/" + key;
+  }
+  static std::string epoch_token(const std::string& marker) { return marker.substr(std::string(kReserved).size() + 4); }
+  // T's value: the epoch's base and token.
+  static std::pair<int64_t, std::string> parse_ticket(const std::optional<std::string>& value, const std::string& key) {
+    const std::string v = value.value_or("");
+    const size_t space = v.find(' ');
+    EDL_CHECK(space != std::string::npos, StoreError, "etcd store: the ticket key of '" + key + "' holds '" + v + "', not '<base> <token>'");
+    return {parse_counter(v.substr(0, space), key), v.substr(space + 1)};
   }
 
   // An add as one compare-and-swap loop on the counter (deltas other than 1, and the first add of
@@ -273,12 +283,16 @@ class EtcdStore final : public Store {
     for (int races = 0;;) {
       const int64_t next = add_checked(parse_counter(cur.value, key), delta, key);
       Json r = exactly_once_txn(marker, "add to key '" + key + "'", [&](int64_t lease) {
-        Json end_or_start = delta == 1 ? put_op(t, std::to_string(next), lease) : delete_op(t);
+        Json ops = {put_op(key, std::to_string(next)), put_op(marker, std::to_string(next), lease)};
+        if (delta == 1) {  // a new epoch, with its version 1 published
+          ops.push_back(put_op(t, std::to_string(next) + " " + epoch_token(marker), lease));
+          ops.push_back(put_op(publish_key(epoch_token(marker), key), padded(1), lease));
+        } else {
+          ops.push_back(delete_op(t));
+        }
         Json cmp = {compare(key, "MOD", std::to_string(cur.mod_revision)), compare(marker, "VERSION", "0")};
         if (delta == 1) cmp.push_back(compare(t, "CREATE", "0"));  // a new epoch only where none runs
-        return Json{{"compare", cmp},
-                    {"success", {put_op(key, std::to_string(next)), put_op(marker, std::to_string(next), lease), end_or_start}},
-                    {"failure", {range_op(key), range_op(marker), range_op(t, true)}}};
+        return Json{{"compare", cmp}, {"success", ops}, {"failure", {range_op(key), range_op(marker), range_op(t, true)}}};
       });
       if (r.value("succeeded", false)) return next;
       Kv mark = first_kv(r["responses"][1]["response_range"]);
@@ -298,7 +312,8 @@ class EtcdStore final : public Store {
       Json bump = {{"key", b64(t)}, {"ignore_value", true}, {"ignore_lease", true}, {"prev_kv", true}};
       // No epoch and no counter yet (the first add of a key): created in the same round trip.
       Json create = {{"compare", {compare(key, "VERSION", "0"), compare(t, "CREATE", "0"), compare(marker, "VERSION", "0")}},
-                     {"success", {put_op(key, "1"), put_op(t, "1", lease), put_op(marker, "1", lease)}},
+                     {"success", {put_op(key, "1"), put_op(t, "1 " + epoch_token(marker), lease),
+                                  put_op(publish_key(epoch_token(marker), key), padded(1), lease), put_op(marker, "1", lease)}},
                      {"failure", {range_op(key)}}};
       return Json{{"compare", {compare(t, "CREATE", "0", "GREATER"), compare(marker, "VERSION", "0")}},
                   {"success", {Json{{"request_put", bump}}, put_op(marker, "T", lease)}},
@@ -322,10 +337,10 @@ class EtcdStore final : public Store {
     }
     EDL_CHECK(before.value && before.version > 0, StoreError,
               "store " + client_.url() + ": add to key '" + key + "': its ticket key vanished inside the txn");
-    const int64_t base = parse_counter(before.value, key);
+    const auto [base, token] = parse_ticket(before.value, key);
     const int64_t mine = before.version + 1;  // T's version after our bump
     const int64_t value = add_checked(base, before.version, key);
-    return publish(key, before.create_revision, base, mine) ? std::optional<int64_t>(value) : std::nullopt;
+    return publish(key, before.create_revision, token, base, mine) ? std::optional<int64_t>(value) : std::nullopt;
   }
 
   // T before the bump an earlier attempt made at `revision` (its answer was lost): read from history.
@@ -337,14 +352,34 @@ class EtcdStore final : public Store {
     return after;
   }
 
-  // Makes ticket `mine` of epoch `epoch` visible; false when the epoch ended before anyone published it.
-  bool publish(const std::string& key, int64_t epoch, int64_t base, int64_t mine) {
-    const std::string t = ticket_key(key), p = publish_key(epoch, key);
+  // P's values are zero-padded to 20 digits, so that etcd's byte-wise VALUE compare orders them as numbers.
+  static std::string padded(int64_t v) {
+    char buf[24];
+    std::snprintf(buf, sizeof(buf), "%020lld", static_cast<long long>(v));
+    return buf;
+  }
+
+  // Makes ticket `mine` of the epoch (T's create revision `epoch`, its `token`) visible; false when the
+  // epoch ended before anyone published it. One txn, whatever the other adders do: "P below `mine`"
+  // writes the counter and P for `mine` (both only move forward: every ticket up to `mine` was drawn),
+  // "P at or above" means already visible. P is written when the epoch starts; should it be gone
+  // (its lease expired while T's had not), the counter is written only while T is still at the
+  // version written (a ticket drawn long ago must not move back a counter that the lost P had moved
+  // past), retried with T's newest version.
+  bool publish(const std::string& key, int64_t epoch, const std::string& token, int64_t base, int64_t mine) {
+    const std::string t = ticket_key(key), p = publish_key(token, key);
     int64_t version = mine;
     for (;;) {
       // Idempotent (a deterministic value under a compare): retried blindly across lost answers.
-      Json txn = {{"compare", {compare(t, "VERSION", std::to_string(version)), compare(t, "CREATE", std::to_string(epoch))}},
-                  {"success", {put_op(key, std::to_string(base + version - 1)), put_op(p, std::to_string(version), marker_lease())}},
+      Json put_version = {put_op(key, std::to_string(base + version - 1)), put_op(p, padded(version), marker_lease())};
+      Json first = {{"compare", {compare(p, "VERSION", "0"), compare(t, "VERSION", std::to_string(version))}},
+                    {"success", put_version},
+                    {"failure", {range_op(t), range_op(p)}}};
+      Json forward = {{"compare", {compare(p, "VALUE", b64(padded(version)), "LESS")}},
+                      {"success", put_version},
+                      {"failure", {Json{{"request_txn", first}}}}};
+      Json txn = {{"compare", {compare(t, "CREATE", std::to_string(epoch))}},
+                  {"success", {Json{{"request_txn", forward}}}},
                   {"failure", {range_op(t), range_op(p)}}};
       EtcdReply reply = client_.call("/v3/kv/txn", txn, Clock::now() + client_.retry_window());
       if (reply.kind == EtcdReply::kEtcdError && reply.message().find("lease not found") != std::string::npos) {
@@ -354,25 +389,38 @@ class EtcdStore final : public Store {
       }
       if (reply.kind != EtcdReply::kOk)
         throw StoreError("store " + client_.url() + ": add to key '" + key + "' failed: " + reply.message());
-      const Json& r = reply.body;
-      if (r.value("succeeded", false)) return true;
-      Kv now = first_kv(r["responses"][0]["response_range"]);
-      Kv published = first_kv(r["responses"][1]["response_range"]);
+      const Json* r = &reply.body;
+      const bool running = r->value("succeeded", false);
+      if (running) {
+        r = &(*r)["responses"][0]["response_txn"];  // forward
+        if (r->value("succeeded", false)) return true;
+        r = &(*r)["responses"][0]["response_txn"];  // first
+        if (r->value("succeeded", false)) return true;
+      }
+      Kv now = first_kv((*r)["responses"][0]["response_range"]);
+      Kv published = first_kv((*r)["responses"][1]["response_range"]);
       if (published.value && std::stoll(*published.value) >= mine) return true;
-      if (!now.value || now.create_revision != epoch) return false;
+      if (!running) return false;
+      EDL_CHECK(now.value && now.version >= version, StoreError,
+                "store " + client_.url() + ": add to key '" + key + "': its ticket key moved back inside its epoch");
       version = now.version;
     }
   }
 
   struct KeyLease {
     int64_t id = 0;
-    int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted kSpareSecond longer
+    int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted twice that
     Clock::time_point renewed;     // when the last grant or keepalive was sent
   };
-  // A key lease is granted one second longer than asked and kept alive only when a second has passed
-  // since its last keepalive: every set_lease still leaves the key at least its ttl to live (at most
-  // a second more), at half the keepalives of a refresh every 500 ms (the worker's heartbeat).
-  static constexpr std::chrono::seconds kSpareSecond{1};
+  // A key lease is granted twice the TTL and kept alive only when keepalive_s (half the TTL, at least
+  // a second) has passed since its last keepalive: every set_lease still leaves the key at least its
+  // ttl to live (at most twice that), a worker beating every 500 ms with a 3 s lease sends a keepalive
+  // every fourth beat (every other beat before: 256 keepalives a second at 256 workers, a fifth of
+  // what a 3-member etcd serves on this machine), and a beat thread held up for 4 s (a busy machine,
+  // an etcd election) still finds its key. The workers judge each other by probes and by their beats
+  // within the lease (docs/elastic.md, "Failure detection"): the key's own expiry is only a backstop,
+  // and a key that expired under a live worker is what must not happen.
+  static int64_t keepalive_s(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
 
   std::string new_marker() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -389,7 +437,7 @@ class EtcdStore final : public Store {
     return etcd_int(r, "ID");
   }
 
-  // The lease of a set_lease key, refreshed (keepalive, at most once per kSpareSecond) or granted anew
+  // The lease of a set_lease key, refreshed (keepalive, at most once per keepalive_s) or granted anew
   // when absent, expired or of another TTL.
   int64_t key_lease(const std::string& key, int64_t ttl_s) {
     KeyLease kl;
@@ -400,7 +448,7 @@ class EtcdStore final : public Store {
     }
     if (kl.id != 0 && kl.ttl_s == ttl_s) {
       const auto sent = Clock::now();
-      if (sent - kl.renewed < kSpareSecond) return kl.id;  // still at least ttl_s to live
+      if (sent - kl.renewed < std::chrono::seconds(keepalive_s(ttl_s))) return kl.id;  // still at least ttl_s to live
       Json r = client_.call_ok("/v3/lease/keepalive", Json{{"ID", std::to_string(kl.id)}}, "keepalive of key '" + key + "'");
       if (r.contains("result") && etcd_int(r["result"], "TTL") > 0) {  // TTL 0: the lease expired
         std::lock_guard<std::mutex> lock(mu_);
@@ -413,18 +461,20 @@ class EtcdStore final : public Store {
 
   int64_t new_key_lease(const std::string& key, int64_t ttl_s) {
     const auto sent = Clock::now();
-    KeyLease kl{grant(ttl_s + kSpareSecond.count(), "lease of key '" + key + "'"), ttl_s, sent};
+    KeyLease kl{grant(2 * ttl_s, "lease of key '" + key + "'"), ttl_s, sent};
     std::lock_guard<std::mutex> lock(mu_);
     key_leases_[key] = kl;
     return kl.id;
   }
 
   // The lease the request markers hang on: granted for a while, replaced once a third of it has passed,
-  // so that a marker outlives every retry of its request (retry_window) by far.
+  // so that a marker outlives every retry of its request (retry_window) by far. Five minutes: a grant is
+  // a raft write, and with a shorter life (it was a minute and a half) every worker of a large job
+  // granted a new one every 30 s, mostly in the middle of a rendezvous.
   int64_t marker_lease() {
     std::lock_guard<std::mutex> lock(marker_mu_);
     if (marker_lease_ != 0 && Clock::now() < marker_renew_) return marker_lease_;
-    int64_t ttl_s = std::max<int64_t>(60, 3 * (client_.retry_window().count() + 999) / 1000);
+    int64_t ttl_s = std::max<int64_t>(300, 3 * (client_.retry_window().count() + 999) / 1000);
     marker_lease_ = grant(ttl_s, "request-marker lease");
     marker_renew_ = Clock::now() + std::chrono::seconds(ttl_s / 3);
     return marker_lease_;

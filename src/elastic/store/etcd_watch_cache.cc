@@ -36,10 +36,12 @@ void EtcdWatchCache::update(Entry& e, std::optional<std::string> value, int64_t 
 // renewed every kRenew until nobody waited on the key for kIdle, or stop().
 void EtcdWatchCache::stream(const std::string& key, const std::shared_ptr<Entry>& e) {
   auto on_created = [&] {
+    const auto sent = Clock::now();
     auto [value, revision] = read(key);
     std::lock_guard<std::mutex> lock(mu_);
     update(*e, std::move(value), revision);
     e->synced = true;
+    e->synced_since = sent;
     cv_.notify_all();
     return false;
   };
@@ -142,7 +144,8 @@ void EtcdWatchCache::join_retired() {
 
 std::optional<std::string> EtcdWatchCache::wait_change(const std::string& key, const std::optional<std::string>& known,
                                                        Clock::time_point deadline) {
-  if (Clock::now() >= deadline) return read(key).first;
+  const auto called = Clock::now();
+  if (called >= deadline) return read(key).first;
   std::shared_ptr<Entry> e = acquire(key);
   struct Release {
     EtcdWatchCache* cache;
@@ -153,6 +156,7 @@ std::optional<std::string> EtcdWatchCache::wait_change(const std::string& key, c
   for (;;) {
     if (e->error) throw StoreError(*e->error);
     if (e->synced && e->value != known) {
+      if (e->synced_since >= called) return e->value;  // the stream's read was sent after the wait began
       // Changed by the stream: confirmed by a read (the stream may lag behind what the caller read).
       lock.unlock();
       auto [value, revision] = read(key);

@@ -8,9 +8,14 @@
 // a key opens a stream (watch, then one read once etcd confirms it) and keeps the key's value up to
 // date from its events; later waits cost etcd nothing until the value changes. A value the stream
 // reports as changed is read once more (a linearizable range) before it is returned, so a waiter
-// never gets a value older than one it has read itself. The stream is renewed (a new watch and
-// read) every kRenew, which also moves it off a member that stopped answering without closing the
-// connection; a stream nobody waited on for kIdle is closed.
+// never gets a value older than one it has read itself — unless the stream was opened (and read)
+// after the wait began: then its value is the store's at some moment of the wait, which is what a
+// read would prove (a one-shot wait on a new key, such as a round's decision, costs a watch and a
+// read, not a third request). A stream moves to the next member when a
+// unary call of the client finds its member without a leader or its connection broken
+// (EtcdClient::failed; not after a timeout), and is renewed (a new watch and read) every kRenew, which moves it off a member
+// that stopped answering without closing the connection; a stream nobody waited on for kIdle is
+// closed.
 //
 // Errors: a stream that cannot reach any member for the client's retry window makes its waiters
 // throw StoreError; the next wait opens a new stream.
@@ -48,12 +53,13 @@ class EtcdWatchCache {
   // The value of key by a linearizable read, and the revision of the store it reflects.
   std::pair<std::optional<std::string>, int64_t> read(const std::string& key);
 
-  static constexpr std::chrono::seconds kRenew{5};
+  static constexpr std::chrono::seconds kRenew{15};
   static constexpr std::chrono::seconds kIdle{2};
 
  private:
   struct Entry {
     bool synced = false;           // value is the key's value since the stream's last read
+    Clock::time_point synced_since;  // when that read was sent: value reflects the store no earlier
     std::optional<std::string> value;
     int64_t revision = 0;          // store revision `value` reflects (events at or below it are old)
     std::optional<std::string> error;  // the stream gave up (StoreError text)
