@@ -359,7 +359,11 @@ std::set<std::string> Membership::await_members(uint64_t round, const std::vecto
   std::optional<std::string> count = store_->get(keys_.count(round));
   BeatsSeen seen;
   Clock::time_point next_pass{}, next_read{};
-  bool unread = false;  // the arrival counter moved since `arrived` was read
+  // The arrival counter moved since `arrived` was read: `arrived` (read by the caller) may miss an
+  // arrival made between that read and the counter's (an arrival writes its key, then bumps the
+  // counter), and the counter would then never move again: without this the decider waited out
+  // the whole EDL_RENDEZVOUS_GRACE_MS for a member that was already in.
+  bool unread = parse_store_int(count) != static_cast<int64_t>(arrived.size());
   for (;;) {
     std::vector<std::string> missing;
     for (const auto& id : *expected)
@@ -444,6 +448,7 @@ void Membership::decide_next(uint64_t round, const std::string& previous_members
   std::vector<Arrival> first = arrivals(round);
   std::set<std::string> arrived;
   for (const auto& a : first) arrived.insert(a.id);
+  fault("rendezvous:arrivals-read");
   const bool all_in = std::includes(arrived.begin(), arrived.end(), expected.begin(), expected.end());
   if (!all_in) arrived = await_members(round, prev, &expected, std::move(arrived));
   std::set<std::string> stuck;  // alive (heartbeating) but not here after the grace: stuck in a batch

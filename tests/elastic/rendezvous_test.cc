@@ -619,3 +619,40 @@ TEST_CASE("a member slow to beat but alive is not dropped at a rendezvous", "[re
   CHECK(v2.size == 3);
   CHECK(job.base->keys("j/g2/dropped/").empty());
 }
+
+// The decider reads the arrivals, then the arrival counter: a member that arrives between the two
+// reads is counted but not in the set read. The decider must read the arrivals again instead of
+// waiting for the counter to move (it never would: everyone is in) until EDL_RENDEZVOUS_GRACE_MS.
+TEST_CASE("an arrival between the decider's read of the arrivals and of the counter is not waited out",
+          "[rendezvous]") {
+  auto store = edl::make_memory_store();
+  std::vector<std::unique_ptr<Membership>> ms(3);
+  std::atomic<bool> armed{false}, read_done{false};
+  for (int i = 0; i < 3; ++i) {
+    auto o = opts("j14", "w" + std::to_string(i), 1, 0);
+    o.lease = 10000ms;
+    o.rendezvous_grace = 60000ms;  // waited out, the test would take a minute (and fail the bound below)
+    o.fault = [&](const std::string& point) {
+      if (point != "rendezvous:arrivals-read" || !armed.load() || read_done.exchange(true)) return;
+      // The late member arrives now, before the decider reads the counter.
+      for (int k = 0; k < 1000 && store->get("j14/g2/n").value_or("") != "3"; ++k) std::this_thread::sleep_for(10ms);
+    };
+    ms[i] = std::make_unique<Membership>(store, o);
+  }
+  std::vector<std::future<GenerationView>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
+  std::vector<GenerationView> g1;
+  for (auto& x : f) g1.push_back(x.get());
+  armed = true;
+  // w2 arrives at generation 2 only once the decider (w0 or w1) has read the arrivals.
+  const int late = 2;
+  std::vector<std::future<GenerationView>> f2;
+  for (int i = 0; i < 3; ++i)
+    f2.push_back(std::async(std::launch::async, [&, i] {
+      while (i == late && !read_done.load()) std::this_thread::sleep_for(5ms);
+      return ms[i]->rendezvous(&g1[i]);
+    }));
+  for (auto& x : f2) REQUIRE(x.wait_for(30s) == std::future_status::ready);
+  for (auto& x : f2) CHECK(x.get().size == 3);
+  for (auto& m : ms) m->stop();
+}
