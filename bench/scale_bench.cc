@@ -2,7 +2,7 @@
 // one rank, join of one rank, with the control plane's cost per rank.
 //
 //   scale_bench [--ranks 16,64] [--store embedded,etcd] [--kills 3] [--step-ms 200] [--params 256]
-//               [--cooldown-s 3] [--phase-timeout-s 300] [--keep-logs] [--json PATH]
+//               [--cooldown-s 3] [--phase-timeout-s 300] [--lease-ms 0] [--keep-logs] [--json PATH]
 //
 // For each store and each N, edl-run starts N synthetic workers (testing/elastic_worker.cc: a tiny
 // model, one averaged allreduce per step, commit every step) with --min-np N-1 --max-np N:
@@ -17,7 +17,8 @@
 // "events","spawn_ms","cpu_ms_per_rank" (CPU time of all workers during the phase / N, median),
 // "sockets_per_rank" (most sockets any worker holds after the phase),"sockets_target" (2 log2 N + 4),
 // "store_ops_per_s" (requests the store served during the phase / its length),"store_cpu_ms",
-// "evictions" (members of a generation missing from the next one that the bench did not kill),"ok"}.
+// "evictions" (members of a generation missing from the next one that the bench did not kill),"ok"},
+// and "lease_ms" when --lease-ms gave the job a lease other than the default (EDL_LEASE_MS).
 // The embedded store is the StoreServer edl-run embeds, hosted here (edl-run --store tcp://...) so
 // that its requests and its loop thread's CPU time are counted; etcd is a private 3-member cluster
 // (testing/etcd_cluster.h): its members' CPU time and grpc_server_msg_received_total.
@@ -299,6 +300,7 @@ int main(int argc, char** argv) {
     ("params", "model size (floats)", cxxopts::value<size_t>()->default_value("256"))
     ("cooldown-s", "edl-run restarts a killed worker after this pause", cxxopts::value<int>()->default_value("3"))
     ("phase-timeout-s", "give up a phase after this long", cxxopts::value<double>()->default_value("300"))
+    ("lease-ms", "EDL_LEASE_MS of the jobs (0: the default)", cxxopts::value<int>()->default_value("0"))
     ("edl-run", "path of edl-run", cxxopts::value<std::string>()->default_value(EDL_RUN_PATH))
     ("worker", "path of the synthetic worker", cxxopts::value<std::string>()->default_value(EDL_ELASTIC_WORKER_PATH))
     ("seed", "random seed (victims)", cxxopts::value<unsigned>()->default_value("7"))
@@ -339,6 +341,9 @@ int main(int argc, char** argv) {
   if (!(s.step_ms > 0)) return bad("--step-ms", "a positive time", fmt(s.step_ms));
   if (s.params == 0) return bad("--params", "a positive size", "0");
   if (!(s.phase_timeout_ms > 0)) return bad("--phase-timeout-s", "a positive time", fmt(s.phase_timeout_ms / 1000));
+  const int lease_ms = a["lease-ms"].as<int>();
+  if (lease_ms < 0) return bad("--lease-ms", "milliseconds >= 0", std::to_string(lease_ms));
+  if (lease_ms > 0) ::setenv("EDL_LEASE_MS", std::to_string(lease_ms).c_str(), 1);  // edl-run and its workers inherit it
   install_job_cleanup();
   char tmpl[] = "/tmp/edl_scale_bench_XXXXXX";
   if (!::mkdtemp(tmpl)) {
@@ -397,6 +402,7 @@ int main(int argc, char** argv) {
                  {"sockets_target", target}, {"store_ops_per_s", pick(&Event::store_ops_per_s)},
                  {"store_cpu_ms", pick(&Event::store_cpu_ms)}, {"evictions", evictions}, {"ok", row_ok}};
         if (std::string(phase) == "start" && !v.empty()) row["spawn_ms"] = v.front().spawn_ms;
+        if (lease_ms > 0) row["lease_ms"] = lease_ms;
         json.write(row);
       }
     }
