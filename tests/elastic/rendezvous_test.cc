@@ -40,6 +40,16 @@ MembershipOptions opts(const std::string& job, const std::string& id, int min_np
   return o;
 }
 
+// The first generation of `ms`, every member's rendezvous run concurrently.
+std::vector<GenerationView> form_first(std::vector<std::unique_ptr<Membership>>& ms) {
+  std::vector<std::future<GenerationView>> f;
+  for (size_t i = 0; i < ms.size(); ++i)
+    f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
+  std::vector<GenerationView> g;
+  for (auto& x : f) g.push_back(x.get());
+  return g;
+}
+
 std::vector<std::string> ids(const GenerationView& v) {
   std::vector<std::string> out;
   for (const auto& m : v.members) out.push_back(m.id);
@@ -423,10 +433,7 @@ TEST_CASE("a decider killed mid-decision is taken over through its probe, before
     };
     ms[i] = std::make_unique<Membership>(store, o);
   }
-  std::vector<std::future<GenerationView>> f;
-  for (int i = 0; i < 3; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
-  std::vector<GenerationView> g1;
-  for (auto& x : f) g1.push_back(x.get());
+  std::vector<GenerationView> g1 = form_first(ms);
   armed = true;
   std::vector<std::future<GenerationView>> f2;
   for (int i = 0; i < 3; ++i) f2.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(&g1[i]); }));
@@ -639,10 +646,7 @@ TEST_CASE("an arrival between the decider's read of the arrivals and of the coun
     };
     ms[i] = std::make_unique<Membership>(store, o);
   }
-  std::vector<std::future<GenerationView>> f;
-  for (int i = 0; i < 3; ++i) f.push_back(std::async(std::launch::async, [&, i] { return ms[i]->rendezvous(nullptr); }));
-  std::vector<GenerationView> g1;
-  for (auto& x : f) g1.push_back(x.get());
+  std::vector<GenerationView> g1 = form_first(ms);
   armed = true;
   // w2 arrives at generation 2 only once the decider (w0 or w1) has read the arrivals.
   const int late = 2;
