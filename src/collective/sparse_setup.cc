@@ -14,7 +14,6 @@
 #include <cstring>
 
 #include "collective/hierarchy.h"
-#include "collective/socket.h"
 #include "common/logging.h"
 #include "edl/error.h"
 
@@ -26,10 +25,13 @@ int field(uint64_t word, int i) { return static_cast<int>((word >> (8 * i)) & 0x
 enum Field { kTransport = 0, kHierarchical = 1, kLoopback = 2, kOneHostKnown = 3 };
 }  // namespace
 
+uint64_t TcpCommunicator::setup_word(const TransportHello& h, bool one_host_known) {
+  return static_cast<uint64_t>(h.transport & 0xff) | static_cast<uint64_t>(h.hierarchical & 0xff) << 8 |
+         static_cast<uint64_t>(h.loopback ? 1 : 0) << 16 | static_cast<uint64_t>(one_host_known ? 1 : 0) << 24;
+}
+
 uint64_t TcpCommunicator::setup_word(const CommunicatorOptions& o) {
-  return static_cast<uint64_t>(o.transport) | static_cast<uint64_t>(o.hierarchical) << 8 |
-         static_cast<uint64_t>(is_loopback_address(o.bind_address) ? 1 : 0) << 16 |
-         static_cast<uint64_t>(o.one_host_known ? 1 : 0) << 24;
+  return setup_word(TransportHello::of(o), o.one_host_known);
 }
 
 std::string TcpCommunicator::setup_mismatch(uint64_t mine, uint64_t theirs) {
@@ -80,14 +82,8 @@ void TcpCommunicator::sparse_setup(const std::shared_ptr<Store>& store, const st
     std::memcpy(&h, all.data() + sizeof(TransportHello) * static_cast<size_t>(p), sizeof(h));
     if (!h.valid())
       throw CommError(setup + ": rank " + std::to_string(p) + " sent a malformed transport hello" + peer_text(p));
-    if (h.transport != mine.transport)
-      throw CommError(setup + ": rank " + std::to_string(p) + " has another EDL_TRANSPORT setting (" +
-                      std::to_string(h.transport) + ", this rank " + std::to_string(mine.transport) +
-                      "; 0 auto, 1 tcp, 2 shm)");
-    if (h.hierarchical != mine.hierarchical)
-      throw CommError(setup + ": rank " + std::to_string(p) + " has another EDL_HIERARCHICAL setting (" +
-                      std::to_string(h.hierarchical) + ", this rank " + std::to_string(mine.hierarchical) +
-                      "; 0 auto, 1 off, 2 on)");
+    const std::string why = setup_mismatch(setup_word(mine, false), setup_word(h, false));
+    if (!why.empty()) throw CommError(setup + ": rank " + std::to_string(p) + " has " + why);
     one_host_ = one_host_ && h.loopback == 1;
     host_of[p] = h.host_id();
     if (host_of[p] != host) {

@@ -109,6 +109,7 @@ struct CommStats {
 
 class ShmTransport;
 class Hierarchy;
+struct TransportHello;
 
 // "auto" | "tcp" | "shm" (Config::transport, already validated) as a Transport.
 inline Transport transport_from_name(const std::string& s) {
@@ -211,6 +212,8 @@ class EDL_API TcpCommunicator final : public Communicator {
   // The setup word a rank sends in its mesh Hellos (sparse_setup.cc): transport, hierarchical,
   // loopback, one_host_known.
   static uint64_t setup_word(const CommunicatorOptions& o);
+  // The same word from a transport hello (the allgather's), with one_host_known as given.
+  static uint64_t setup_word(const TransportHello& h, bool one_host_known);
   // Why a sparse-mesh neighbour's setup word `theirs` cannot work with ours ("" when it can).
   static std::string setup_mismatch(uint64_t mine, uint64_t theirs);
   // After the mesh: agree on the transport with the peers and attach the shared segment, or build
