@@ -76,7 +76,14 @@ NCCL_DIR=$("$PY" -c 'import glob, os, nvidia
 for p in nvidia.__path__:
     for f in glob.glob(os.path.join(p, "**", "libnccl.so.2"), recursive=True):
         print(os.path.dirname(f)); raise SystemExit' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$BUNDLE/lib${NCCL_DIR:+:$NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# torch's own CUDA runtime ahead of the bundle's libcudart.so.13 (built here with CUDA 13.0.88): the
+# loader keeps one library per soname, and the bundle's first in the path made libtorch_cuda run on
+# it (the first run on a GPU: every torch program died of SIGSEGV at its first CUDA tensor).
+CUDART_DIR=$("$PY" -c 'import glob, os, nvidia
+for p in nvidia.__path__:
+    for f in glob.glob(os.path.join(p, "**", "libcudart.so.13"), recursive=True):
+        print(os.path.dirname(f)); raise SystemExit' 2>/dev/null || true)
+export LD_LIBRARY_PATH="${CUDART_DIR:+$CUDART_DIR:}$BUNDLE/lib${NCCL_DIR:+:$NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
   [ -e "$d/libcuda.so.1" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
@@ -91,7 +98,7 @@ DRIVER=$(echo "${GPU#*,}" | tr -d ' ')
 [ -n "$GPU" ] || { DEVICE_NAME=none; DRIVER=none; }
 TORCH_INFO=$("$PY" -c 'import torch; c = torch.cuda.is_available(); print(torch.__version__, torch.version.cuda, torch._C._GLIBCXX_USE_CXX11_ABI, ".".join(map(str, torch.cuda.nccl.version())) if c else "-", c)' 2>/dev/null | tail -1)
 read -r TORCH_VERSION TORCH_CUDA TORCH_ABI TORCH_NCCL TORCH_GPU <<<"${TORCH_INFO:-none none none none False}"
-say "commit $COMMIT; gpu '${DEVICE_NAME}' driver $DRIVER; $PY: torch $TORCH_VERSION cuda $TORCH_CUDA cxx11_abi $TORCH_ABI nccl $TORCH_NCCL gpu $TORCH_GPU; libnccl from ${NCCL_DIR:-the loader path}"
+say "commit $COMMIT; gpu '${DEVICE_NAME}' driver $DRIVER; $PY: torch $TORCH_VERSION cuda $TORCH_CUDA cxx11_abi $TORCH_ABI nccl $TORCH_NCCL gpu $TORCH_GPU; libnccl from ${NCCL_DIR:-the loader path}; libcudart from ${CUDART_DIR:-the bundle}"
 [ $REHEARSE = 1 ] || export EDL_REQUIRE_GPU=1
 
 # --- the bundle (always checked; the rehearsal fails on what the device call would) -----------------
@@ -145,7 +152,7 @@ if want build; then
   [ "$B_RC" = 0 ] || tail -30 "$W/torch_build.log"
 fi
 for f in "$KB/test_torch_gpu" "$KB/torch_bench"; do
-  [ -x "$f" ] && say "$(basename "$f") loads: $(ldd "$f" | awk '/libnccl|libtorch_cuda|libedl|libc10_cuda/{printf "%s ", $3}')"
+  [ -x "$f" ] && say "$(basename "$f") loads: $(ldd "$f" | awk '/libnccl|libtorch_cuda|libedl|libc10_cuda|libcudart/{printf "%s ", $3}')"
 done
 EDL_RUN="$BUNDLE/bin/edl-run"
 : >"$W/torch_tests.log"

@@ -89,6 +89,10 @@ int allreduce_rank(const BenchContext& c, const std::string& impl, int n, int ra
   for (size_t bytes : c.sizes) {
     const size_t count = bytes / 4;
     ok(cudaMemcpy(send, init.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    // A pageable cudaMemcpy may return before its DMA finished; the collectives run on the
+    // non-blocking stream s, which does not wait for the legacy stream (the first run counted 91,360
+    // wrong elements at 1 MiB without this).
+    ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     auto op = [&] {
       if (comm) {
         ok(ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, comm, s), "ncclAllReduce");

@@ -64,6 +64,7 @@ int fusion_child(const BenchContext& c, const std::string& file) {
     ok(cudaMalloc(&out[t], counts[t] * 4), "cudaMalloc");
     ok(cudaMemcpy(in[t], host[t].data(), counts[t] * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
   }
+  ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the uploads are done before the kernels on s
   std::vector<edl::cuda::Segment> pack, unpack;
   for (const auto& p : passes[0].pieces) {
     float* buf = static_cast<float*>(buffer) + p.buffer_offset;

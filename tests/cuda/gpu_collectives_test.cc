@@ -43,7 +43,8 @@ int dtype_op_rank(const std::string& dir, int rank, int n, const std::string& wa
         std::vector<uint8_t> host = inputs(rank, count, dt);
         DeviceBuffer d(bytes + kGuard);
         cuda_ok(cudaMemset(d.p, 0xAB, bytes + kGuard), "cudaMemset");
-        if (bytes) d.upload(host.data(), bytes);
+        if (bytes) d.upload(host.data(), bytes);  // synchronizes: the memset and the upload are done
+        else cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
         const std::string name = "t" + std::to_string(k++);
         edl::cuda::allreduce(count ? d.p : nullptr, count, dt, reinterpret_cast<edl::cuda::Stream>(s), op, name);
         edl::allreduce(count ? host.data() : nullptr, count, dt, op, name + ".host");

@@ -115,7 +115,12 @@ struct DeviceBuffer {
   ~DeviceBuffer() { (void)cudaFree(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void upload(const void* h, size_t n) { cuda_ok(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice), "upload"); }
+  // cudaMemcpy from pageable memory may return before the DMA has finished (CUDA's documented
+  // behaviour): the synchronize orders the upload before work on any stream, non-blocking ones too.
+  void upload(const void* h, size_t n) {
+    cuda_ok(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice), "upload");
+    cuda_ok(cudaDeviceSynchronize(), "upload (synchronize)");
+  }
   std::vector<uint8_t> download(size_t n) const {
     std::vector<uint8_t> h(n);
     cuda_ok(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost), "download");
