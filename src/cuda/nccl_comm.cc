@@ -1,7 +1,6 @@
 #include "cuda/nccl_comm.h"
 
 #include <dlfcn.h>
-#include <stdlib.h>
 
 #include <algorithm>
 
@@ -29,15 +28,6 @@ const char* result_name(ncclResult_t r) {
 
 NcclApi load_api() {
   NcclApi a;
-  // NCCL connects a collective's peers lazily by default (NCCL_RUNTIME_CONNECT=1), over the
-  // bootstrap's point-to-point sockets, during the collective. A member killed then leaves a
-  // connection in a survivor's bootstrap listen queue, and ncclCommShrink, which accepts on that
-  // socket, reads it and fails ("Connection closed by remote peer"; seen on the first GPU run: the
-  // kill -9 test's shrink failed on both survivors). Connecting everything while the generation is
-  // built (inside the connect deadline) keeps a generation's bootstrap sockets quiet after it
-  // formed. A value the user set is kept; NCCL reads it once per process, at its first
-  // communicator (one that another library made first decides it).
-  if (setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0) != 0) EDL_LOG(1) << "GPU path: setenv NCCL_RUNTIME_CONNECT failed";
   int code = 0;
   if (ncclGetVersion(&code) != ncclSuccess) code = 0;
   a.version = nccl_version(code);
