@@ -307,25 +307,54 @@ void Membership::check_store() {
 }
 
 // One read of the watched members' leases per round (watched_ranks: the next kWatchedPeers members
-// in ring order; whatever the job's size; one get_many), and while the communicator is being built also
-// its arrival key at the next round. A watched member is reported when its lease is gone (the store
-// expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's own
-// expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
-// communicator is being built, when its liveness probe is refused (the process died) or when it
-// arrived at the next rendezvous instead of connecting. The report is an abort of the generation
-// (g<G>/abort + g<G>/event), which every member's watch thread is waiting on: each death is seen by
-// its watchers and, one store round trip later, by every member.
+// in ring order; whatever the job's size), and while the communicator is being built also their
+// arrival keys at the next round. The read is get_many_watched: on etcd the values come from watch
+// streams on those keys (no request per heartbeat: at 256 workers a read per worker per heartbeat
+// was 512 requests a second, as many as the beats); a member that looks failed there is judged again
+// from a linearizable get_many (a stream may lag), so a lagging stream costs a read, never a false
+// report. A watched member is reported when its lease is gone (the store expired or removed it),
+// when it is silent by the beats we read (SilenceTracker: the store's own expiry may lag, e.g.
+// etcd's whole-second TTLs restarted by a leader change), or, while the communicator is being built,
+// when its liveness probe is refused (the process died) or when it arrived at the next rendezvous
+// instead of connecting. The report is an abort of the generation (g<G>/abort + g<G>/event), which
+// every member's watch thread is waiting on: each death is seen by its watchers and, one store round
+// trip later, by every member.
 void Membership::check_peers(const Watch& w) {
   std::vector<int> ranks = watched_ranks(w.view.rank, static_cast<int>(w.view.members.size()));
-  std::vector<std::string> wanted;
-  for (int r : ranks) wanted.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
-  // While the communicator is being built, their arrival keys at the next round too (see moved_on).
+  std::vector<std::string> leases, arrivals;
+  for (int r : ranks) leases.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
+  // While the communicator is being built, their arrival keys at the next round too (see moved_on):
+  // read, not watched (a stream per key and generation would cost more than the reads of a build).
   if (w.building)
-    for (int r : ranks) wanted.push_back(keys_.in(w.view.id + 1, w.view.members[static_cast<size_t>(r)].id));
-  // One request for them all (get_many: one round trip on tcp://, one txn on etcd://): at 256
-  // workers on etcd, a get per watched lease was 1,024 reads a second, more than the beats, and so
-  // was a get per arrival key during a rebuild.
-  const std::vector<std::optional<std::string>> read = store_->get_many(wanted);
+    for (int r : ranks) arrivals.push_back(keys_.in(w.view.id + 1, w.view.members[static_cast<size_t>(r)].id));
+  auto read = store_->get_many_watched(leases);
+  if (!arrivals.empty()) {
+    auto more = store_->get_many(arrivals);
+    read.insert(read.end(), more.begin(), more.end());
+  }
+  auto failed = peer_failures(w, ranks, read);
+  if (!failed.empty()) {  // confirmed by a read: a stream may lag
+    std::vector<std::string> wanted = leases;
+    wanted.insert(wanted.end(), arrivals.begin(), arrivals.end());
+    failed = peer_failures(w, ranks, store_->get_many(wanted));
+  }
+  for (const auto& [r, why] : failed) {
+    const auto& m = w.view.members[static_cast<size_t>(r)];
+    if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
+    if (store_->get(keys_.finished())) return;               // the job is over; leases go away
+    std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
+                         std::to_string(w.view.id) + ") " + why;
+    announce_abort(w.view.id, reason);
+    report_failure(w.epoch, reason);
+    return;
+  }
+}
+
+// check_peers' verdict on one read of the watched members' keys (`read`: their leases, then while
+// building their arrival keys at the next round): the rank of each member that looks failed, and why.
+std::vector<std::pair<int, std::string>> Membership::peer_failures(const Watch& w, const std::vector<int>& ranks,
+                                                                   const std::vector<std::optional<std::string>>& read) {
+  std::vector<std::pair<int, std::string>> out;
   const std::vector<std::optional<std::string>> leases(read.begin(), read.begin() + static_cast<std::ptrdiff_t>(ranks.size()));
   std::map<std::string, std::string> beats;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -357,20 +386,15 @@ void Membership::check_peers(const Watch& w) {
       if (!moved_on) continue;
     }
     if (lease && !refused && !quiet && !moved_on) continue;
-    if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
-    if (store_->get(keys_.finished())) return;               // the job is over; leases go away
-    std::string why = moved_on  ? "arrived at the rendezvous of generation " + std::to_string(w.view.id + 1) +
-                                      " instead of connecting"
-                      : refused ? "died: its liveness probe was refused"
-                      : !lease ? "stopped heartbeating: its lease expired"
-                               : "stopped heartbeating: its lease expired (no new beat for " +
-                                     std::to_string(silent[m.id].count()) + " ms as seen by worker " + opt_.worker_id + ")";
-    std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
-                         std::to_string(w.view.id) + ") " + why;
-    announce_abort(w.view.id, reason);
-    report_failure(w.epoch, reason);
-    return;
+    out.emplace_back(r, moved_on  ? "arrived at the rendezvous of generation " + std::to_string(w.view.id + 1) +
+                                             " instead of connecting"
+                             : refused ? std::string("died: its liveness probe was refused")
+                             : !lease  ? std::string("stopped heartbeating: its lease expired")
+                                       : "stopped heartbeating: its lease expired (no new beat for " +
+                                             std::to_string(silent[m.id].count()) + " ms as seen by worker " +
+                                             opt_.worker_id + ")");
   }
+  return out;
 }
 
 // The progress deadline, judged by this worker's own monotonic clock: in a synchronous job a rank

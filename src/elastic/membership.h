@@ -261,6 +261,8 @@ class EDL_API Membership {
   void lost_store(const std::string& what);  // a StoreError of a background thread: escalate it
   void write_pending(std::unique_lock<std::mutex>& lock);
   void check_peers(const Watch& w);
+  std::vector<std::pair<int, std::string>> peer_failures(const Watch& w, const std::vector<int>& ranks,
+                                                         const std::vector<std::optional<std::string>>& read);
   void handle_event(const Watch& w);
   void report_failure(uint64_t epoch, const std::string& reason);
   void cleanup(uint64_t from, uint64_t to);

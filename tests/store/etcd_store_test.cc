@@ -708,3 +708,40 @@ TEST_CASE("etcd store: attempts that all time out make the client wait longer, n
   CHECK(silent.unanswered() >= 2);
   CHECK(silent.unanswered() <= 4);
 }
+
+// get_many_watched (what a worker reads its watched peers' leases with, every heartbeat): the first
+// read opens a watch stream per key and reads them; later reads cost etcd no request and still see
+// every change (a put, a delete, a lease that expires), never a value older than one a get_many read.
+TEST_CASE("etcd store: get_many_watched reads from watch streams: no request per read, changes and expiry seen",
+          "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  auto s = edl::connect_store(c.url(0), opts(20s));
+  auto other = edl::connect_store(c.url(1), opts(20s));
+  other->set("watched/a", "1");
+  other->set_lease("watched/b", "beat 1", 1000ms);
+  const std::vector<std::string> keys = {"watched/a", "watched/b", "watched/none"};
+  auto expect = [&](const std::vector<std::optional<std::string>>& want) {
+    for (auto deadline = std::chrono::steady_clock::now() + 8s;;) {
+      auto got = s->get_many_watched(keys);
+      if (got == want || std::chrono::steady_clock::now() > deadline) return got == want;
+      std::this_thread::sleep_for(10ms);
+    }
+  };
+  CHECK(expect({"1", "beat 1", std::nullopt}));
+  std::this_thread::sleep_for(300ms);  // the streams are in sync
+  const double requests = served(c, "Txn") + served(c, "Range") + served(c, "Watch");
+  for (int i = 0; i < 50; ++i) CHECK(s->get_many_watched(keys) == std::vector<std::optional<std::string>>{"1", "beat 1", std::nullopt});
+  CHECK(served(c, "Txn") + served(c, "Range") + served(c, "Watch") - requests == 0);
+
+  other->set("watched/a", "2");
+  other->set("watched/none", "now");
+  CHECK(expect({"2", "beat 1", "now"}));
+  // A read moves a lagging stream forward: nothing older than it is returned afterwards.
+  other->set("watched/a", "3");
+  CHECK(s->get_many({"watched/a", "watched/b"}) == std::vector<std::optional<std::string>>{"3", "beat 1"});
+  CHECK(s->get_many_watched(keys)[0] == std::optional<std::string>("3"));
+  // The lease (TTL 1 s, granted 2 s) expires: the stream sees the deletion.
+  CHECK(expect({"3", std::nullopt, "now"}));
+}

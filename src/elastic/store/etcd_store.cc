@@ -124,11 +124,38 @@ class EtcdStore final : public Store {
       Json ops = Json::array();
       for (size_t j = i; j < std::min(keys.size(), i + kMaxTxnOps); ++j) ops.push_back(range_op(keys[j]));
       Json r = client_.call_ok("/v3/kv/txn", Json{{"success", ops}}, "read of " + std::to_string(keys.size()) + " keys");
-      for (const auto& resp : r["responses"]) out.push_back(first_kv(resp["response_range"]).value);
+      const int64_t revision = etcd_int(r.value("header", Json::object()), "revision");
+      for (const auto& resp : r["responses"]) {
+        out.push_back(first_kv(resp["response_range"]).value);
+        if (out.size() <= keys.size()) watches_.observed(keys[out.size() - 1], out.back(), revision);
+      }
     }
     EDL_CHECK(out.size() == keys.size(), StoreError,
               "store " + client_.url() + ": etcd answered a read of " + std::to_string(keys.size()) + " keys with " +
                   std::to_string(out.size()) + " values");
+    return out;
+  }
+
+  // From the watch streams of EtcdWatchCache::peek (opened on a key's first read here, kept while it
+  // is read at least every EtcdWatchCache::kIdlePeek): a worker reading its watched peers' leases
+  // every heartbeat costs etcd no request once the streams are open (a watch and a read per key, and
+  // again every kRenew). Keys without a stream in sync are read (one get_many).
+  std::vector<std::optional<std::string>> get_many_watched(const std::vector<std::string>& keys) override {
+    std::vector<std::optional<std::string>> out(keys.size());
+    std::vector<std::string> unread;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (auto v = watches_.peek(keys[i])) {
+        out[i] = std::move(*v);
+      } else {
+        unread.push_back(keys[i]);
+        at.push_back(i);
+      }
+    }
+    if (!unread.empty()) {
+      auto read = get_many(unread);
+      for (size_t j = 0; j < at.size(); ++j) out[at[j]] = std::move(read[j]);
+    }
     return out;
   }
 
