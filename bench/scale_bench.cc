@@ -1,7 +1,7 @@
 // scale_bench: an elastic job of many real processes on this machine (issue 25): start, kill -9 of
 // one rank, join of one rank, with the control plane's cost per rank.
 //
-//   scale_bench [--ranks 16,64] [--store embedded,etcd] [--kills 3] [--step-ms 200] [--params 256]
+//   scale_bench [--ranks 16,64] [--store embedded,redis,etcd] [--kills 3] [--step-ms 200] [--params 256]
 //               [--cooldown-s 3] [--phase-timeout-s 300] [--lease-ms 0] [--keep-logs] [--json PATH]
 //
 // For each store and each N, edl-run starts N synthetic workers (testing/elastic_worker.cc: a tiny
@@ -20,8 +20,9 @@
 // "evictions" (members of a generation missing from the next one that the bench did not kill),"ok"},
 // and "lease_ms" when --lease-ms gave the job a lease other than the default (EDL_LEASE_MS).
 // The embedded store is the StoreServer edl-run embeds, hosted here (edl-run --store tcp://...) so
-// that its requests and its loop thread's CPU time are counted; etcd is a private 3-member cluster
-// (testing/etcd_cluster.h): its members' CPU time and grpc_server_msg_received_total.
+// that its requests and its loop thread's CPU time are counted; redis is a private redis-server per
+// job (testing/redis_server.h): its CPU time and INFO's total_commands_processed; etcd is a private
+// 3-member cluster (testing/etcd_cluster.h): its members' CPU time and grpc_server_msg_received_total.
 // Exit 1 when a row is not ok (or a phase failed), 2 on bad flags.
 #include <signal.h>
 #include <unistd.h>
@@ -47,6 +48,8 @@
 #include "common/elastic_job.h"
 #include "edl/store_server.h"
 #include "testing/etcd_cluster.h"
+#include "testing/process.h"
+#include "testing/redis_server.h"
 
 #ifndef EDL_RUN_PATH
 #define EDL_RUN_PATH "edl-run"
@@ -59,7 +62,8 @@ namespace {
 
 using namespace edl::bench;
 
-// The store of a run and what it served: the embedded StoreServer, or a private etcd cluster.
+// The store of a run and what it served: the embedded StoreServer, a private redis-server (one
+// per job), or a private etcd cluster.
 class StoreUnderTest {
  public:
   StoreUnderTest(std::string kind, edl::testing::EtcdCluster* etcd) : kind_(std::move(kind)), etcd_(etcd) {
@@ -67,13 +71,16 @@ class StoreUnderTest {
       edl::StoreServerOptions so;
       so.secret = "scale-bench-secret";
       server_ = std::make_unique<edl::StoreServer>(so);
+    } else if (kind_ == "redis") {
+      redis_ = std::make_unique<edl::testing::RedisServer>();
     }
   }
-  std::string url() const { return server_ ? server_->url() : etcd_->url(); }
+  std::string url() const { return server_ ? server_->url() : redis_ ? redis_->url() : etcd_->url(); }
   std::string secret() const { return server_ ? "scale-bench-secret" : ""; }
   // Requests served so far and the store's CPU time (ms).
   std::pair<double, double> counters() const {
     if (server_) return {static_cast<double>(server_->request_count()), server_->cpu_time().count() / 1e6};
+    if (redis_) return {redis_->commands_processed(), std::max(0.0, cpu_ms_of(redis_->pid()))};
     double req = 0, cpu = 0;
     for (int i = 0; i < etcd_->size(); ++i) {
       std::istringstream m(etcd_->metrics(i));
@@ -88,6 +95,7 @@ class StoreUnderTest {
   std::string kind_;
   edl::testing::EtcdCluster* etcd_;
   std::unique_ptr<edl::StoreServer> server_;
+  std::unique_ptr<edl::testing::RedisServer> redis_;
 };
 
 // The first step time of every worker in every generation, kept up to date from the log.
@@ -294,7 +302,7 @@ int main(int argc, char** argv) {
   cxxopts::Options opts("scale_bench", "An elastic job of many processes: start, kill -9, join; control-plane cost per rank");
   opts.add_options()
     ("ranks", "job sizes (processes)", cxxopts::value<std::string>()->default_value("16,64"))
-    ("store", "stores: embedded, etcd", cxxopts::value<std::string>()->default_value("embedded"))
+    ("store", "stores: embedded, redis, etcd", cxxopts::value<std::string>()->default_value("embedded"))
     ("kills", "kill -9 (and join) events per job", cxxopts::value<int>()->default_value("3"))
     ("step-ms", "compute time of one step", cxxopts::value<double>()->default_value("200"))
     ("params", "model size (floats)", cxxopts::value<size_t>()->default_value("256"))
@@ -335,7 +343,7 @@ int main(int argc, char** argv) {
   if (ranks.empty()) return bad("--ranks", "job sizes of at least 2", a["ranks"].as<std::string>());
   std::vector<std::string> stores = split(a["store"].as<std::string>());
   for (const auto& st : stores)
-    if (st != "embedded" && st != "etcd") return bad("--store", "embedded and/or etcd", st);
+    if (st != "embedded" && st != "etcd" && st != "redis") return bad("--store", "embedded, redis and/or etcd", st);
   if (s.kills < 0) return bad("--kills", "a count >= 0", std::to_string(s.kills));
   if (s.cooldown_s < 0) return bad("--cooldown-s", "seconds >= 0", std::to_string(s.cooldown_s));
   if (!(s.step_ms > 0)) return bad("--step-ms", "a positive time", fmt(s.step_ms));
@@ -365,6 +373,10 @@ int main(int argc, char** argv) {
         std::printf("scale_bench: etcd is not installed; skipping the etcd store\n");
         continue;
       }
+    }
+    if (kind == "redis" && edl::testing::find_program("redis-server").empty()) {
+      std::printf("scale_bench: redis-server is not installed; skipping the redis store\n");
+      continue;
     }
     for (int n : ranks) {
       StoreUnderTest store(kind, etcd.get());

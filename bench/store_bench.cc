@@ -230,13 +230,7 @@ int main(int argc, char** argv) {
                             o.secret = "bench-secret";
                             return edl::connect_store(url, o);
                           },
-                          [rs] {
-                            auto r = edl::testing::run_command({"redis-cli", "-p", std::to_string(rs->port()), "--no-auth-warning",
-                                                                "-a", "bench-secret", "INFO", "stats"});
-                            auto p = r.output.find("total_commands_processed:");
-                            double req = p == std::string::npos ? 0 : std::stod(r.output.substr(p + 25));
-                            return std::make_pair(req, std::max(0.0, cpu_ms_of(rs->pid())));
-                          }});
+                          [rs] { return std::make_pair(rs->commands_processed(), std::max(0.0, cpu_ms_of(rs->pid()))); }});
     } else if (item == "etcd") {
       etcd = std::make_unique<edl::testing::EtcdCluster>(3);
       if (!etcd->available()) {

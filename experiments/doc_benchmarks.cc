@@ -1,6 +1,7 @@
 // docs/benchmarks.md: one section per bench (see doc_benchmarks.h).
 #include "doc_benchmarks.h"
 #include "doc_chaos.h"
+#include "doc_gpu.h"
 #include "doc_scale.h"
 #include "doc_modes.h"
 
@@ -590,6 +591,8 @@ const std::vector<Section>& sections() {
       {"scale_bench", "Scale: hundreds of processes (start, kill -9, join)", "", scale_section},
       {"allreduce_sparse", "Allreduce at 2-16 ranks before / after the sparse mesh", "", allreduce_sparse_section},
       {"join_bench", "Stop-free joins (what a join costs the survivors)", "", join_section},
+      {"gpu_allreduce_bench", "GPU allreduce, fusion kernels and recovery (one GPU, device tool)", "",
+       gpu_allreduce_section},
       {"autoscale_bench", "Autoscaling advice (s_{k,d}, ResNet20)", "", autoscale_section},
       {"metrics_timeline", "Job metrics around a kill and a join",
        "A 2-worker job under `edl-run --metrics-file` (scripts/metrics-timeline.sh, docs/observability.md): "

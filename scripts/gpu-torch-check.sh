@@ -77,8 +77,8 @@ for p in nvidia.__path__:
     for f in glob.glob(os.path.join(p, "**", "libnccl.so.2"), recursive=True):
         print(os.path.dirname(f)); raise SystemExit' 2>/dev/null || true)
 # torch's own CUDA runtime ahead of the bundle's libcudart.so.13 (built here with CUDA 13.0.88): the
-# loader keeps one library per soname, and the bundle's first in the path made libtorch_cuda run on
-# it (the first run on a GPU: every torch program died of SIGSEGV at its first CUDA tensor).
+# loader keeps one library per soname, and libtorch_cuda should run on the runtime it was built with
+# (libedl_cuda needs only 13.0's; the process then holds one runtime).
 CUDART_DIR=$("$PY" -c 'import glob, os, nvidia
 for p in nvidia.__path__:
     for f in glob.glob(os.path.join(p, "**", "libcudart.so.13"), recursive=True):

@@ -113,6 +113,21 @@ void RedisServer::flush() {
   }
 }
 
+double RedisServer::commands_processed() const {
+  double n = 0;
+  if (redisContext* c = connect_auth(port_, password_)) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "INFO stats"));
+    if (r && r->type == REDIS_REPLY_STRING) {
+      const std::string info(r->str, r->len);
+      const auto p = info.find("total_commands_processed:");
+      if (p != std::string::npos) n = std::strtod(info.c_str() + p + 25, nullptr);
+    }
+    if (r) freeReplyObject(r);
+    redisFree(c);
+  }
+  return n;
+}
+
 RedisServer& RedisServer::shared() {
   static RedisServer server("redis-secret");
   return server;

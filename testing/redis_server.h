@@ -25,6 +25,9 @@ class RedisServer {
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   // Removes every key (between test cases).
   void flush();
+  // Commands the server processed so far (INFO stats: total_commands_processed; the INFO itself
+  // included); 0 when it cannot be asked.
+  double commands_processed() const;
   // Kills the server now with SIGKILL (no shutdown save).
   void kill();
   // Starts it again on the same port and directory (with appendonly, the data comes back).

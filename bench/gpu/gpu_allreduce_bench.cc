@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       "warmup", "untimed iterations per size", cxxopts::value<int>()->default_value("3"))(
       "impls", "rows: nccl_direct,edl_nccl,edl_host,fusion,recovery",
       cxxopts::value<std::string>()->default_value("nccl_direct,edl_nccl,edl_host,fusion,recovery"))(
-      "kills", "recovery trials per path (shrink, reinit)", cxxopts::value<int>()->default_value("5"))(
+      "kills", "recovery trials per case (shrink after an idle kill, shrink or fallback after a busy kill, reinit)", cxxopts::value<int>()->default_value("5"))(
       "fusion-reps", "repetitions of the fusion timing", cxxopts::value<int>()->default_value("20"))(
       "commit", "the commit the rows name", cxxopts::value<std::string>()->default_value("unknown"))(
       "json", "append one JSON object per row to this file", cxxopts::value<std::string>()->default_value(""))(

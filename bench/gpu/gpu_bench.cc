@@ -103,7 +103,7 @@ Json Output::base(const std::string& impl, int ranks, size_t bytes, double time_
 
 void Output::emit(const Json& row) {
   std::string extra;
-  for (const char* k : {"path", "recovery_ms", "d2d_gbps", "pack_unpack_gbps"})
+  for (const char* k : {"kill", "path", "recovery_ms", "d2d_gbps", "pack_unpack_gbps"})
     if (row.contains(k)) extra += std::string(k) + "=" + (row[k].is_string() ? row[k].get<std::string>() : fmt(row[k].get<double>())) + " ";
   table_.row({row["impl"].get<std::string>(), std::to_string(row["ranks"].get<int>()),
               std::to_string(row["bytes"].get<size_t>()), fmt(row["time_us"].get<double>()),

@@ -1,11 +1,13 @@
 // The recovery rows of gpu_allreduce_bench: 3 ranks allreduce 256 KiB in a loop; rank 2 is killed
-// with SIGKILL; the survivors' allreduce fails (PeerLostError), they build the next generation of 2
-// — by ncclCommShrink (EDL_NCCL_SHRINK=1) or a fresh communicator (EDL_NCCL_SHRINK=0) — and run one
-// allreduce. recovery_ms: from the kill to the later survivor's completed allreduce (both clocks are
+// with SIGKILL, mid-allreduce (`kill` busy) or after it stopped submitting (`kill` idle: the
+// survivors wait in the host negotiation, no NCCL work in flight); the survivors' allreduce fails
+// (PeerLostError), they build the next generation of 2 — by ncclCommShrink (EDL_NCCL_SHRINK=1) or a
+// fresh communicator (EDL_NCCL_SHRINK=0) — and run one allreduce. recovery_ms: from the kill to the later survivor's completed allreduce (both clocks are
 // the machine's monotonic clock). `path` is what the generation actually took ("shrink", or
 // "reinit": asked for, or a shrink that failed and fell back); #wrong counts wrong elements of
 // the survivors' result. --kills trials per path, each with fresh processes.
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
@@ -24,7 +26,7 @@ void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-int recovery_rank(const BenchContext& c, const std::string& tag, const std::string& dir, int rank) {
+int recovery_rank(const BenchContext& c, const std::string& tag, const std::string& dir, int rank, bool idle) {
   start_rank_runtime(c.store_url, 20000);
   install_generation(tag, 1, rank, 3);
   float* d = nullptr;
@@ -35,6 +37,8 @@ int recovery_rank(const BenchContext& c, const std::string& tag, const std::stri
       ok(cudaMemcpy(d, ones.data(), kFloats * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
       edl::cuda::allreduce(d, kFloats, DataType::kFloat32, nullptr, ReduceOp::kSum, "loop");
       if (it == 3) write_file(dir + "/warm" + std::to_string(rank), "1");
+      if (it == 3 && idle && rank == 2)
+        for (;;) ::pause();  // until the SIGKILL
     }
   } catch (const CommError&) {
   }
@@ -51,11 +55,12 @@ int recovery_rank(const BenchContext& c, const std::string& tag, const std::stri
   return 0;
 }
 
-void trial(const BenchContext& c, bool shrink, int k, Output& out) {
-  const std::string tag = std::string("recovery-") + (shrink ? "shrink-" : "reinit-") + std::to_string(k);
+void trial(const BenchContext& c, bool shrink, bool idle, int k, Output& out) {
+  const std::string tag = std::string("recovery-") + (shrink ? "shrink-" : "reinit-") + (idle ? "idle-" : "busy-") +
+                          std::to_string(k);
   const std::string dir = c.dir + "/" + tag;
   mkdir_p(dir);
-  RankSet ranks(dir, 3, [&](int r) { return recovery_rank(c, tag, dir, r); },
+  RankSet ranks(dir, 3, [&](int r) { return recovery_rank(c, tag, dir, r, idle); },
                 {std::string("EDL_NCCL_SHRINK=") + (shrink ? "1" : "0")});
   for (int r = 0; r < 3; ++r)
     if (!await_file(dir + "/warm" + std::to_string(r), 120)) {
@@ -89,6 +94,7 @@ void trial(const BenchContext& c, bool shrink, int k, Output& out) {
   row["path"] = path;
   row["recovery_ms"] = ms;
   row["shrink_requested"] = shrink;
+  row["kill"] = idle ? "idle" : "busy";
   row["trial"] = k;
   out.emit(row);
 }
@@ -96,8 +102,9 @@ void trial(const BenchContext& c, bool shrink, int k, Output& out) {
 }  // namespace
 
 void recovery_rows(const BenchContext& c, Output& out) {
-  for (bool shrink : {true, false})
-    for (int k = 0; k < c.kills; ++k) trial(c, shrink, k, out);
+  for (int k = 0; k < c.kills; ++k) trial(c, true, true, k, out);  // the shrink NCCL 2.28 can do
+  for (int k = 0; k < c.kills; ++k) trial(c, true, false, k, out);
+  for (int k = 0; k < c.kills; ++k) trial(c, false, false, k, out);
 }
 
 }  // namespace edl::bench::gpu

@@ -118,18 +118,36 @@ std::unique_ptr<NcclComm> NcclComm::init(const ncclUniqueId& id, int rank, int s
   return c;
 }
 
-std::unique_ptr<NcclComm> NcclComm::shrink(const std::vector<int>& exclude, int new_rank, int new_size,
-                                           const std::string& name, Clock::time_point deadline,
-                                           const std::atomic<bool>* cancel) {
+bool NcclComm::shrinkable(Clock::time_point deadline, std::string* why) {
+  if (!nccl_api().can_shrink()) {
+    *why = "NCCL " + nccl_api().version.text() + " has no ncclCommShrink / ncclCommRevoke";
+    return false;
+  }
+  try {
+    DevicePin pin(device_);
+    // A revoke still in progress (the last generation's teardown) must end first.
+    const ncclResult_t st = poll_state("the last communicator before its shrink", deadline, nullptr);
+    if (st == ncclSuccess) return true;
+    *why = "its state is " + std::string(result_name(st)) +
+           " (NCCL shrinks only a communicator without a recorded error; a member lost in the middle of a "
+           "collective leaves one)";
+  } catch (const Error& e) {
+    *why = e.what();
+  }
+  return false;
+}
+
+std::unique_ptr<NcclComm> NcclComm::start_shrink(const std::vector<int>& exclude, int new_rank, int new_size,
+                                                 const std::string& name, Clock::time_point deadline,
+                                                 const std::atomic<bool>* cancel) {
   const NcclApi& api = nccl_api();
   if (!api.can_shrink())
     throw CommError("GPU path: NCCL " + api.version.text() + " has no ncclCommShrink / ncclCommRevoke");
+  std::string why;
+  if (!shrinkable(deadline, &why)) throw CommError("GPU path: " + name_ + " cannot be shrunk: " + why);
+  if (cancel && cancel->load())
+    throw AbortedError("GPU path: ncclCommShrink into " + name + ": given up (the generation failed while it was being built)");
   DevicePin pin(device_);
-  // A revoke still in progress (the last generation's teardown) must end first.
-  (void)poll_state("the last communicator before its shrink", deadline, cancel);
-  // NCCL writes the child's handle into child->comm_ from its own thread once the shrink is done;
-  // the child object outlives that (a failed or late shrink aborts this parent first, which joins
-  // NCCL's thread).
   std::unique_ptr<NcclComm> child(new NcclComm(new_rank, new_size, device_, name));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -142,22 +160,37 @@ std::unique_ptr<NcclComm> NcclComm::shrink(const std::vector<int>& exclude, int 
     if (aborted_.load()) throw AbortedError("GPU path: ncclCommShrink of an aborted communicator (" + name_ + ")");
     r = api.shrink(comm_, ex.data(), static_cast<int>(ex.size()), &child->comm_, &config, NCCL_SHRINK_ABORT);
   }
+  // A refusal returns before NCCL's job starts: the child was never handed out.
   if (r != ncclSuccess && r != ncclInProgress) throw_nccl(r, "ncclCommShrink into " + name, comm_);
+  return child;
+}
+
+std::unique_ptr<NcclComm> NcclComm::finish_shrink(std::unique_ptr<NcclComm> child, Clock::time_point deadline,
+                                                  const std::atomic<bool>* cancel) {
+  const std::string what = "ncclCommShrink into " + child->name_;
   ncclResult_t st;
   try {
-    // The parent reports ncclInProgress until NCCL's thread has built the child, then the job's
-    // result (a failed child is still handed out, so the parent's state decides).
-    st = poll_state("ncclCommShrink into " + name, deadline, cancel);
+    DevicePin pin(device_);
+    // The job runs on the parent (NCCL's ncclAsyncLaunch): the parent reports ncclInProgress until
+    // it ended, then its result; the child's handle is published at the job's end.
+    st = poll_state(what, deadline, cancel);
   } catch (...) {
-    abort();  // stops and joins the shrink job before `child` (which it writes) goes away
+    cancel_shrink(std::move(child));
     throw;
   }
   const ncclComm_t nc = child->handle();
-  if (st != ncclSuccess || !nc)  // destroying `child` aborts a half-built communicator
-    throw_nccl(st != ncclSuccess ? st : ncclInternalError, "ncclCommShrink into " + name, comm_);
-  const ncclResult_t cs = child->poll_state("NCCL communicator " + name, deadline, cancel);
-  if (cs != ncclSuccess) throw_nccl(cs, "ncclCommShrink into " + name, nc);
+  if (st != ncclSuccess || !nc) {
+    cancel_shrink(std::move(child));
+    throw_nccl(st != ncclSuccess ? st : ncclInternalError, what, nullptr);
+  }
+  const ncclResult_t cs = child->poll_state("NCCL communicator " + child->name_, deadline, cancel);
+  if (cs != ncclSuccess) throw_nccl(cs, what, nc);  // destroying `child` aborts it
   return child;
+}
+
+void NcclComm::cancel_shrink(std::unique_ptr<NcclComm> child) {
+  abort();  // stops and joins the shrink job before `child` (which it writes) goes away
+  child.reset();
 }
 
 NcclComm::~NcclComm() { abort(); }

@@ -4,8 +4,13 @@
 //   init()    ncclCommInitRankConfig from a unique id, polled with ncclCommGetAsyncError until
 //             ready, the deadline or the cancel flag (then ncclCommAbort and TimeoutError /
 //             AbortedError).
-//   shrink()  ncclCommShrink(NCCL_SHRINK_ABORT) of this communicator without `exclude`, polled the
-//             same way; only where the loaded NCCL has it (nccl_api()).
+//   shrink    ncclCommShrink(NCCL_SHRINK_ABORT) of this communicator without `exclude`, in two
+//             halves (start_shrink, finish_shrink) so that the ranks can agree that every one of
+//             them started it before any waits for it: a rank whose NCCL refuses at once would
+//             otherwise leave the others waiting in the shrink's bootstrap until the deadline. Only
+//             where the loaded NCCL has it (nccl_api()), and only from a communicator whose state is
+//             clean (shrinkable(): NCCL 2.28 refuses to shrink one whose proxy recorded a peer's
+//             error, e.g. the socket of a member killed in the middle of a collective).
 //   enqueue   allreduce / broadcast / allgather / grouped broadcasts on a stream: each call returns
 //             once NCCL has queued the work on the stream (a non-blocking call that answers
 //             ncclInProgress is polled until it is queued, bounded by the deadline).
@@ -59,9 +64,23 @@ class NcclComm {
   static std::unique_ptr<NcclComm> init(const ncclUniqueId& id, int rank, int size, int device,
                                         const std::string& name, Clock::time_point deadline,
                                         const std::atomic<bool>* cancel);
-  std::unique_ptr<NcclComm> shrink(const std::vector<int>& exclude, int new_rank, int new_size,
-                                   const std::string& name, Clock::time_point deadline,
-                                   const std::atomic<bool>* cancel);
+  // True when this communicator can be the parent of a shrink: not aborted, a revoke in progress
+  // ended (waited for until `deadline`), and its state (the proxy's included) ncclSuccess; else
+  // false with the reason in *why.
+  bool shrinkable(Clock::time_point deadline, std::string* why);
+  // The first half: calls ncclCommShrink and returns the child, whose handle NCCL publishes from
+  // its own thread when the shrink ends. Throws (PeerLostError / CommError / AbortedError) when the
+  // call is refused; nothing is then left running.
+  std::unique_ptr<NcclComm> start_shrink(const std::vector<int>& exclude, int new_rank, int new_size,
+                                         const std::string& name, Clock::time_point deadline,
+                                         const std::atomic<bool>* cancel);
+  // The second half: waits until the child is ready (deadline: TimeoutError, *cancel:
+  // AbortedError, or NCCL's error); on any failure this parent is aborted first (which stops and
+  // joins NCCL's shrink job) and the child with it.
+  std::unique_ptr<NcclComm> finish_shrink(std::unique_ptr<NcclComm> child, Clock::time_point deadline,
+                                          const std::atomic<bool>* cancel);
+  // Gives up a started shrink (another rank's start failed): aborts this parent, then the child.
+  void cancel_shrink(std::unique_ptr<NcclComm> child);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;

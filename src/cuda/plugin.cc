@@ -4,16 +4,23 @@
 //
 // make(): every rank sends its RankRecord over the generation's host communicator, all apply
 // decide_plan() (generation_plan.h), then
-//   kShrink  ncclCommShrink of the last generation's communicator (bounded by the connect deadline);
-//            a second exchange of one byte says whether every rank's shrink succeeded, else every
-//            rank aborts its part and falls back to kInit (store key ".../gpu/nccl-id-retry");
+//   kShrink  ncclCommShrink of the last generation's communicator (offered by a rank only when that
+//            communicator's state is clean: NCCL 2.28 refuses one whose proxy recorded a lost peer),
+//            in two halves with an exchange of one byte after each: every rank started it (a
+//            refusal comes back at once), then every rank finished it (bounded by the connect
+//            deadline; a rank whose wait failed writes ".../gpu/shrink-failed", which stops the
+//            others' waits). Any failure: every rank aborts its part and falls back to kInit with a
+//            connect deadline of its own (store key ".../gpu/nccl-id-retry");
 //   kInit    rank 0's ncclGetUniqueId through the store (".../gpu/nccl-id"), non-blocking
 //            ncclCommInitRankConfig bounded by the connect deadline and the build's cancel flag;
 // and with NCCL a 1-element warm-up allreduce (connections are made here, not in training).
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "collective/device.h"
 #include "common/logging.h"
@@ -66,13 +73,21 @@ void fault_point(const collective::DeviceGenerationContext& ctx, const char* poi
   if (ctx.test_kill_at == point) ::kill(::getpid(), SIGKILL);
 }
 
-RankRecord my_record(const collective::DeviceGenerationContext& ctx) {
+RankRecord my_record(const collective::DeviceGenerationContext& ctx, Clock::time_point deadline) {
   RankRecord r;
   r.device_ok = probe_device(&r.why);
   r.transport = ctx.gpu_transport == "host" ? Transport::kHost : Transport::kNccl;
   r.can_shrink = ctx.nccl_shrink && r.device_ok && nccl_api().can_shrink();
   if (auto* prev = dynamic_cast<CudaBackend*>(ctx.previous.get())) {
-    if (NcclComm* p = prev->shrink_parent()) {
+    NcclComm* p = prev->shrink_parent();
+    std::string why;
+    // At most 2 s for the last generation's revoke to end: a parent that is not clean by then is
+    // not offered (the plan then builds a fresh communicator at once).
+    if (p && r.can_shrink && !p->shrinkable(std::min(deadline, Clock::now() + std::chrono::seconds(2)), &why)) {
+      EDL_LOG(2) << "GPU path: generation " << ctx.id << ": the last communicator is not shrunk: " << why;
+      p = nullptr;
+    }
+    if (p) {
       r.parent_usable = true;
       r.parent_generation = prev->generation();
       r.parent_rank = p->rank();
@@ -106,28 +121,89 @@ std::unique_ptr<NcclComm> init_comm(const collective::DeviceGenerationContext& c
   return NcclComm::init(id, ctx.rank, ctx.size, device, name, deadline, ctx.cancel.get());
 }
 
+// True when every rank's `mine` is true; else logs the first rank whose part failed.
+bool all_ranks_ok(const collective::DeviceGenerationContext& ctx, bool mine, const std::string& why, const char* part) {
+  const auto oks = allgather_bytes(*ctx.host, mine ? "1" : "0");
+  for (size_t r = 0; r < oks.size(); ++r)
+    if (oks[r] != "1") {
+      EDL_LOG(1) << "GPU path: generation " << ctx.id << ": the shrink " << part << " on rank " << r
+                 << (why.empty() ? "" : " (here: " + why + ")") << "; building a fresh NCCL communicator";
+      return false;
+    }
+  return true;
+}
+
+// While a started shrink is waited for: set when a rank's shrink failed (the store key `key`, which
+// that rank writes) or the build's own cancel flag is, so that no rank waits in the shrink's
+// bootstrap for a member that has given up.
+class ShrinkWatch {
+ public:
+  ShrinkWatch(const collective::DeviceGenerationContext& ctx, std::string key) : ctx_(ctx), key_(std::move(key)) {
+    thread_ = std::thread([this] {
+      try {
+        while (!done_.load()) {
+          if ((ctx_.cancel && ctx_.cancel->load()) || ctx_.store->wait({key_}, std::chrono::milliseconds(50))) {
+            cancel_.store(true);
+            return;
+          }
+        }
+      } catch (const Error& e) {  // the store is gone: the shrink's own deadline still bounds the wait
+        EDL_LOG(1) << "GPU path: watching " << key_ << ": " << e.what();
+      }
+    });
+  }
+  ~ShrinkWatch() {
+    done_.store(true);
+    thread_.join();
+  }
+  const std::atomic<bool>* flag() const { return &cancel_; }
+  void give_up() {
+    try {
+      ctx_.store->set(key_, "1");
+    } catch (const Error& e) {
+      EDL_LOG(1) << "GPU path: writing " << key_ << ": " << e.what();
+    }
+  }
+
+ private:
+  const collective::DeviceGenerationContext& ctx_;
+  std::string key_;
+  std::atomic<bool> done_{false}, cancel_{false};
+  std::thread thread_;
+};
+
 // The shrink of plan.exclude out of the previous generation's communicator, agreed by all ranks:
-// null when some rank's part failed (every rank then aborts its part).
+// null when some rank's part failed (every rank then aborts its part). Two agreements: every rank
+// started it (a refusal comes back at once and leaves nothing running), then every rank finished.
 std::unique_ptr<NcclComm> agreed_shrink(const collective::DeviceGenerationContext& ctx, const GenerationPlan& plan,
                                         Clock::time_point deadline) {
-  std::unique_ptr<NcclComm> comm;
+  auto* prev = dynamic_cast<CudaBackend*>(ctx.previous.get());
+  NcclComm* parent = prev ? prev->shrink_parent() : nullptr;
+  std::unique_ptr<NcclComm> child;
   std::string why;
   try {
-    auto* prev = dynamic_cast<CudaBackend*>(ctx.previous.get());
-    NcclComm* parent = prev ? prev->shrink_parent() : nullptr;
     if (!parent) throw CommError("no parent communicator");
     fault_point(ctx, "gpu:shrink");
-    comm = parent->shrink(plan.exclude, ctx.rank, ctx.size, "edl/g" + std::to_string(ctx.id), deadline, ctx.cancel.get());
+    child = parent->start_shrink(plan.exclude, ctx.rank, ctx.size, "edl/g" + std::to_string(ctx.id), deadline,
+                                 ctx.cancel.get());
   } catch (const CommError& e) {
     why = e.what();
   }
-  const auto oks = allgather_bytes(*ctx.host, comm ? "1" : "0");
-  for (size_t r = 0; r < oks.size(); ++r)
-    if (oks[r] != "1") {
-      EDL_LOG(1) << "GPU path: generation " << ctx.id << ": the shrink failed on rank " << r
-                 << (why.empty() ? "" : " (here: " + why + ")") << "; building a fresh NCCL communicator";
-      return nullptr;  // destroying `comm` aborts this rank's part
+  if (!all_ranks_ok(ctx, child != nullptr, why, "did not start")) {
+    if (child) parent->cancel_shrink(std::move(child));
+    return nullptr;
+  }
+  std::unique_ptr<NcclComm> comm;
+  {
+    ShrinkWatch watch(ctx, ctx.prefix + "gpu/shrink-failed");
+    try {
+      comm = parent->finish_shrink(std::move(child), deadline, watch.flag());
+    } catch (const CommError& e) {
+      why = e.what();
+      watch.give_up();
     }
+  }
+  if (!all_ranks_ok(ctx, comm != nullptr, why, "failed")) return nullptr;  // destroying `comm` aborts it
   return comm;
 }
 
@@ -135,7 +211,7 @@ class CudaPlugin final : public collective::DevicePlugin {
  public:
   std::shared_ptr<collective::DeviceBackend> make(const collective::DeviceGenerationContext& ctx) override {
     const auto deadline = Clock::now() + ctx.connect_timeout;
-    const RankRecord mine = my_record(ctx);
+    const RankRecord mine = my_record(ctx, deadline);
     const auto bytes = allgather_bytes(*ctx.host, encode_record(mine));
     std::vector<RankRecord> records;
     for (size_t r = 0; r < bytes.size(); ++r) records.push_back(decode_record(bytes[r].data(), bytes[r].size(), static_cast<int>(r)));
@@ -152,10 +228,10 @@ class CudaPlugin final : public collective::DevicePlugin {
     std::unique_ptr<NcclComm> comm;
     if (plan.mode == PlanMode::kShrink) {
       comm = agreed_shrink(ctx, plan, deadline);
-      if (!comm) {
+      if (!comm) {  // a fresh communicator, with a connect deadline of its own
         plan.mode = PlanMode::kInit;
         plan.reason = "the shrink failed";
-        comm = init_comm(ctx, device, ctx.prefix + "gpu/nccl-id-retry", deadline);
+        comm = init_comm(ctx, device, ctx.prefix + "gpu/nccl-id-retry", Clock::now() + ctx.connect_timeout);
       }
     } else if (plan.mode == PlanMode::kInit) {
       comm = init_comm(ctx, device, ctx.prefix + "gpu/nccl-id", deadline);

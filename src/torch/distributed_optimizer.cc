@@ -152,8 +152,10 @@ void DistributedOptimizer::init(std::vector<std::pair<std::string, ::torch::Tens
   for (auto& [name, p] : named) {
     if (!p.requires_grad()) continue;
     if (params_.empty()) cuda_ = p.is_cuda();
+    // The first parameter decides; params_ is still empty while it is checked.
+    const bool first_device = params_.empty() || p.device() == params_.front().device();
     EDL_CHECK(p.scalar_type() == ::torch::kFloat32 && p.layout() == ::torch::kStrided &&
-                  (cuda_ ? p.is_cuda() && p.device() == params_.front().device() : p.is_cpu()) &&
+                  (cuda_ ? p.is_cuda() && first_device : p.is_cpu()) &&
                   (!cuda_ || p.is_contiguous()),
               InvalidArgument,
               "edl::torch::DistributedOptimizer: parameter '" + name + "' is not a dense float32 " +
