@@ -165,6 +165,8 @@ void Membership::heartbeat() {
                     std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall) + " " + probe_,
                     opt_.lease);
   last_beat_.store(sent.time_since_epoch().count());
+  const auto done = Clock::now();
+  if (done - sent > opt_.heartbeat) last_slow_beat_.store(done.time_since_epoch().count());
 }
 
 void Membership::publish_later(const std::string& key, const std::string& value) {
@@ -387,7 +389,8 @@ std::vector<std::pair<int, std::string>> Membership::peer_failures(const Watch& 
   // Our own beats are this observer's view of the store's health: reads served from watch streams
   // are never late, but a store too busy to take our beats is too busy to take our peers' (at 256
   // workers on etcd a healthy member's beats were 3.6 s late): a beat that has not reached the store
-  // for two beat periods is an interruption of our view (SilenceTracker), as a late round is.
+  // for two beat periods, or that took more than a heartbeat to get through, is an interruption of
+  // our view (SilenceTracker), as a late round is: every member gets the recovery time after it.
   milliseconds period;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -395,6 +398,7 @@ std::vector<std::pair<int, std::string>> Membership::peer_failures(const Watch& 
   }
   const auto now = Clock::now();
   const bool beats_late = now - Clock::time_point(Clock::duration(last_beat_.load())) > 2 * period;
+  const auto slow_beat = Clock::time_point(Clock::duration(last_slow_beat_.load()));
   std::map<std::string, milliseconds> silent;
   {
     std::lock_guard<std::mutex> lock(silence_mu_);
@@ -403,6 +407,7 @@ std::vector<std::pair<int, std::string>> Membership::peer_failures(const Watch& 
       silence_epoch_ = w.epoch;
     }
     if (beats_late) silence_.interrupted(now);
+    if (slow_beat != Clock::time_point{}) silence_.interrupted(slow_beat);
     for (auto& [id, quiet] : silence_.observe(beats, now)) silent[id] = quiet;
   }
   for (size_t i = 0; i < ranks.size(); ++i) {

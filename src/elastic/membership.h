@@ -289,6 +289,7 @@ class EDL_API Membership {
   bool stopped_ = false;
   std::atomic<uint64_t> beat_{0};
   std::atomic<std::chrono::steady_clock::rep> last_beat_{0};  // when the last beat that reached the store was sent
+  std::atomic<std::chrono::steady_clock::rep> last_slow_beat_{0};  // when the last beat that took over a heartbeat got through
   std::mutex probe_mu_;
   int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
   std::string probe_ = "-";     // "addr:port" published in the lease

@@ -16,6 +16,7 @@
 // Thread-safety: none (its owner serializes the calls).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -52,7 +53,7 @@ class EDL_API SilenceTracker {
   // The observer's view of the store is interrupted at `at` although its rounds were not late (they
   // were served from watch streams, while its own beats could not get through): the recovery count
   // restarts as after a late round.
-  void interrupted(Clock::time_point at) { recovered_ = at; }
+  void interrupted(Clock::time_point at) { recovered_ = std::max(recovered_, at); }
 
   // Forgets every member (a new generation is watched: its members are judged afresh).
   void reset();

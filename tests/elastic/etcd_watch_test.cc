@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <future>
-#include <sstream>
 #include <thread>
 
 #include "edl/store.h"
@@ -19,19 +18,6 @@ using edl::elastic::MembershipOptions;
 using edl::testing::EtcdCluster;
 
 namespace {
-
-// Requests of one gRPC method the cluster received so far (each HTTP request of the JSON gateway is one).
-double served(const EtcdCluster& c, const std::string& method) {
-  double n = 0;
-  for (int i = 0; i < c.size(); ++i) {
-    std::istringstream m(c.metrics(i));
-    for (std::string line; std::getline(m, line);)
-      if (line.rfind("grpc_server_msg_received_total{", 0) == 0 &&
-          line.find("grpc_method=\"" + method + "\"") != std::string::npos)
-        n += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return n;
-}
 
 MembershipOptions opts(const std::string& id) {
   MembershipOptions o;
@@ -70,9 +56,9 @@ TEST_CASE("etcd: the watched peers' leases cost no read per heartbeat, and a pee
 
   // 20 heartbeats of a's watch thread: no Range or read txn for b's lease (b's beats are Txns: a put
   // each, so the reads are told apart by Range, which a single-key get_many is).
-  const double ranges = served(c, "Range");
+  const double ranges = c.received("Range");
   std::this_thread::sleep_for(2000ms);
-  CHECK(served(c, "Range") - ranges <= 2);  // at most the event stream's renewal read
+  CHECK(c.received("Range") - ranges <= 2);  // at most the event stream's renewal read
   auto fut = reason.get_future();
   CHECK(fut.wait_for(0ms) == std::future_status::timeout);  // b beats: never reported
 

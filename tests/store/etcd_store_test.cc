@@ -400,19 +400,8 @@ TEST_CASE("etcd store: leases revoked behind the client's back are granted again
 
 namespace {
 
-// Messages of one gRPC method the whole cluster received so far (grpc_server_msg_received_total: the
-// JSON gateway forwards every HTTP request, and every watch or keepalive stream's messages, to it).
-double served(const EtcdCluster& c, const std::string& method) {
-  double n = 0;
-  for (int i = 0; i < c.size(); ++i) {
-    std::istringstream m(c.metrics(i));
-    for (std::string line; std::getline(m, line);)
-      if (line.rfind("grpc_server_msg_received_total{", 0) == 0 &&
-          line.find("grpc_method=\"" + method + "\"") != std::string::npos)
-        n += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return n;
-}
+// Messages of one gRPC method the whole cluster received so far.
+double served(const EtcdCluster& c, const std::string& method) { return c.received(method); }
 
 }  // namespace
 
@@ -477,14 +466,15 @@ TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most ever
   const double sent = served(c, "LeaseKeepAlive") - keepalives;
   CHECK(sent >= 1);  // 2.5 s or more of refreshes
   CHECK(sent <= 1 + elapsed_s / 2);
-  // The lease is granted twice its TTL: a refresh 2 s after the last keepalive still leaves 4 s.
+  // A lease of 3 s is granted its TTL + max(TTL, 10 s): a refresh 2 s after the last keepalive still
+  // leaves 11 s.
   httplib::Client h("127.0.0.1", c.client_port(1));
   auto r = h.Post("/v3/kv/range", nlohmann::json{{"key", "YmVhdA=="}}.dump(), "application/json");  // "beat"
   REQUIRE(r);
   auto kv = nlohmann::json::parse(r->body)["kvs"][0];
   auto t = h.Post("/v3/lease/timetolive", nlohmann::json{{"ID", kv["lease"]}}.dump(), "application/json");
   REQUIRE(t);
-  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 6);
+  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 13);
   s->del("beat");
 }
 
@@ -752,4 +742,6 @@ TEST_CASE("etcd store: get_many_watched reads from watch streams: no request per
   CHECK(s->get_many_watched(keys)[0] == std::optional<std::string>("3"));
   // The lease (TTL 1 s, granted 2 s) expires: the stream sees the deletion.
   CHECK(expect({"3", std::nullopt, "now"}));
+  other->del("watched/none");
+  CHECK(expect({"3", std::nullopt, std::nullopt}));
 }
