@@ -199,6 +199,19 @@ std::string EtcdCluster::metrics(int i) const {
   return res && res->status == 200 ? res->body : "";
 }
 
+double EtcdCluster::received(const std::string& method) const {
+  double n = 0;
+  for (int i = 0; i < size(); ++i) {
+    if (!running(i)) continue;
+    std::istringstream m(metrics(i));
+    for (std::string line; std::getline(m, line);)
+      if (line.rfind("grpc_server_msg_received_total{", 0) == 0 &&
+          line.find("grpc_method=\"" + method + "\"") != std::string::npos)
+        n += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return n;
+}
+
 void EtcdCluster::kill(int i) {
   Member& m = members_[i];
   if (m.pid <= 0) return;

@@ -41,6 +41,10 @@ class EtcdCluster {
   pid_t pid(int i) const { return members_[i].pid; }  // -1 when killed
   // Member i's Prometheus metrics (GET /metrics on its client port); "" when it does not answer.
   std::string metrics(int i) const;
+  // Messages of one gRPC method ("Range", "Txn", "Watch", ...) the members received so far
+  // (grpc_server_msg_received_total: the JSON gateway forwards every HTTP request, and every watch
+  // or keepalive stream's messages, to it); killed members count nothing.
+  double received(const std::string& method) const;
 
   // The index of the leader as the running members see it; waits up to 20 s for one (throws otherwise).
   int leader() const;

@@ -69,6 +69,15 @@ class EDL_API Store {
   // arrivals, a rank reading its peers' addresses). The default calls get() for each key.
   virtual std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys);
 
+  // The values of `keys` as recently seen (nullopt where absent), for keys a caller reads over and
+  // over (a worker reads the leases of the members it watches every heartbeat). A backend may serve
+  // them from watch streams it keeps open on the keys while they are read (etcd://: no request per
+  // read; docs/store.md), so a value may lag the store by the stream's delivery (or, on a stream that
+  // stalled, by up to its renewal); per key it never moves back, and never behind a value that
+  // get()/get_many() returned. A caller that acts on what it sees confirms with get_many(). The
+  // default is get_many().
+  virtual std::vector<std::optional<std::string>> get_many_watched(const std::vector<std::string>& keys);
+
   // Blocking get: waits up to timeout for key, then returns its value; throws StoreError on timeout.
   std::string get_wait(const std::string& key, std::chrono::milliseconds timeout);
 };

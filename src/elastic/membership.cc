@@ -149,6 +149,10 @@ void Membership::drain_probe() {
 void Membership::heartbeat_now() {
   std::lock_guard<std::mutex> lock(mu_);
   if (frozen_ || stopped_) return;
+  // A beat that reached the store within the last beat period leaves the lease fresh: at a rendezvous
+  // after a failure every survivor gets here at once, and on etcd each beat is a raft write.
+  const auto last = Clock::time_point(Clock::duration(last_beat_.load()));
+  if (last != Clock::time_point{} && Clock::now() - last < beat_period()) return;
   heartbeat();
 }
 
@@ -156,9 +160,13 @@ void Membership::heartbeat_now() {
 // another host's clock (docs/elastic.md, "Failure detection").
 void Membership::heartbeat() {
   int64_t wall = wall_ms() + opt_.wall_clock_offset.count();
+  const auto sent = Clock::now();
   beat_store_->set_lease(keys_.lease(opt_.worker_id),
                     std::to_string(++beat_) + " " + opt_.hostname + " " + std::to_string(wall) + " " + probe_,
                     opt_.lease);
+  last_beat_.store(sent.time_since_epoch().count());
+  const auto done = Clock::now();
+  if (done - sent > opt_.heartbeat) last_slow_beat_.store(done.time_since_epoch().count());
 }
 
 void Membership::publish_later(const std::string& key, const std::string& value) {
@@ -196,8 +204,21 @@ void Membership::write_pending(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-// The beat thread: refreshes the lease every heartbeat, on its own store connection when there is
-// one, and nothing else that could make it late (the peer checks and waits run on the watch thread).
+// How often the lease is written: every heartbeat, stretched in generations of more than
+// kBeatStretchFrom members to at most a third of the lease. Each beat is a store write (on etcd a
+// raft write: at 256 workers, 512 a second with the 500 ms default, half of what a 3-member etcd
+// serves on a 2-core machine); a live member still shows a new beat at least twice per lease, so the
+// silence rule (no new beat for a lease) is unchanged, and a stopped member is seen within the lease
+// + one beat period. Caller holds mu_.
+milliseconds Membership::beat_period() const {
+  constexpr int kBeatStretchFrom = 128;
+  const auto stretched = opt_.heartbeat * std::max(1, watch_.view.size / kBeatStretchFrom);
+  return std::max(opt_.heartbeat, std::min<milliseconds>(stretched, opt_.lease / 3));
+}
+
+// The beat thread: every heartbeat it drains the liveness probe and, once per beat_period(), refreshes
+// the lease, on its own store connection when there is one, and nothing else that could make it late
+// (the peer checks and waits run on the watch thread).
 void Membership::beat_loop() {
   auto next = Clock::now() + opt_.heartbeat;
   bool failing = false;
@@ -209,10 +230,14 @@ void Membership::beat_loop() {
     }
     next = std::max(next + opt_.heartbeat, Clock::now());  // a late beat does not start a burst
     const bool frozen = frozen_;
+    // Half a heartbeat of slack: the ticks jitter, and a beat due a millisecond after a tick would wait
+    // for the next one.
+    const auto last = Clock::time_point(Clock::duration(last_beat_.load()));
+    const bool due = Clock::now() - last >= beat_period() - opt_.heartbeat / 2;
     lock.unlock();
     drain_probe();
     try {
-      if (!frozen) heartbeat();
+      if (!frozen && due) heartbeat();
       failing = false;
     } catch (const StoreError& e) {
       lost_store(e.what());
@@ -307,31 +332,73 @@ void Membership::check_store() {
 }
 
 // One read of the watched members' leases per round (watched_ranks: the next kWatchedPeers members
-// in ring order; whatever the job's size; one get_many), and while the communicator is being built also
-// its arrival key at the next round. A watched member is reported when its lease is gone (the store
-// expired or removed it), when it is silent by the beats we read (SilenceTracker: the store's own
-// expiry may lag, e.g. etcd's whole-second TTLs restarted by a leader change), or, while the
-// communicator is being built, when its liveness probe is refused (the process died) or when it
-// arrived at the next rendezvous instead of connecting. The report is an abort of the generation
-// (g<G>/abort + g<G>/event), which every member's watch thread is waiting on: each death is seen by
-// its watchers and, one store round trip later, by every member.
+// in ring order; whatever the job's size), and while the communicator is being built also their
+// arrival keys at the next round. The read is get_many_watched: on etcd the values come from watch
+// streams on those keys (no request per heartbeat: at 256 workers a read per worker per heartbeat
+// was 512 requests a second, as many as the beats); a member that looks failed there is judged again
+// from a linearizable get_many (a stream may lag), so a lagging stream costs a read, never a false
+// report. A watched member is reported when its lease is gone (the store expired or removed it),
+// when it is silent by the beats we read (SilenceTracker: the store's own expiry may lag, e.g.
+// etcd's whole-second TTLs restarted by a leader change), or, while the communicator is being built,
+// when its liveness probe is refused (the process died) or when it arrived at the next rendezvous
+// instead of connecting. The report is an abort of the generation (g<G>/abort + g<G>/event), which
+// every member's watch thread is waiting on: each death is seen by its watchers and, one store round
+// trip later, by every member.
 void Membership::check_peers(const Watch& w) {
   std::vector<int> ranks = watched_ranks(w.view.rank, static_cast<int>(w.view.members.size()));
-  std::vector<std::string> wanted;
-  for (int r : ranks) wanted.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
-  // While the communicator is being built, their arrival keys at the next round too (see moved_on).
+  std::vector<std::string> leases, arrivals;
+  for (int r : ranks) leases.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
+  // While the communicator is being built, their arrival keys at the next round too (see moved_on):
+  // read, not watched (a stream per key and generation would cost more than the reads of a build).
   if (w.building)
-    for (int r : ranks) wanted.push_back(keys_.in(w.view.id + 1, w.view.members[static_cast<size_t>(r)].id));
-  // One request for them all (get_many: one round trip on tcp://, one txn on etcd://): at 256
-  // workers on etcd, a get per watched lease was 1,024 reads a second, more than the beats, and so
-  // was a get per arrival key during a rebuild.
-  const std::vector<std::optional<std::string>> read = store_->get_many(wanted);
+    for (int r : ranks) arrivals.push_back(keys_.in(w.view.id + 1, w.view.members[static_cast<size_t>(r)].id));
+  auto read = store_->get_many_watched(leases);
+  if (!arrivals.empty()) {
+    auto more = store_->get_many(arrivals);
+    read.insert(read.end(), more.begin(), more.end());
+  }
+  auto failed = peer_failures(w, ranks, read);
+  if (!failed.empty()) {  // confirmed by a read: a stream may lag
+    std::vector<std::string> wanted = leases;
+    wanted.insert(wanted.end(), arrivals.begin(), arrivals.end());
+    failed = peer_failures(w, ranks, store_->get_many(wanted));
+  }
+  for (const auto& [r, why] : failed) {
+    const auto& m = w.view.members[static_cast<size_t>(r)];
+    if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
+    if (store_->get(keys_.finished())) return;               // the job is over; leases go away
+    std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
+                         std::to_string(w.view.id) + ") " + why;
+    announce_abort(w.view.id, reason);
+    report_failure(w.epoch, reason);
+    return;
+  }
+}
+
+// check_peers' verdict on one read of the watched members' keys (`read`: their leases, then while
+// building their arrival keys at the next round): the rank of each member that looks failed, and why.
+std::vector<std::pair<int, std::string>> Membership::peer_failures(const Watch& w, const std::vector<int>& ranks,
+                                                                   const std::vector<std::optional<std::string>>& read) {
+  std::vector<std::pair<int, std::string>> out;
   const std::vector<std::optional<std::string>> leases(read.begin(), read.begin() + static_cast<std::ptrdiff_t>(ranks.size()));
   std::map<std::string, std::string> beats;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const auto& m = w.view.members[static_cast<size_t>(ranks[i])];
     if (leases[i] && m.id != opt_.worker_id) beats[m.id] = *leases[i];
   }
+  // Our own beats are this observer's view of the store's health: reads served from watch streams
+  // are never late, but a store too busy to take our beats is too busy to take our peers' (at 256
+  // workers on etcd a healthy member's beats were 3.6 s late): a beat that has not reached the store
+  // for two beat periods, or that took more than a heartbeat to get through, is an interruption of
+  // our view (SilenceTracker), as a late round is: every member gets the recovery time after it.
+  milliseconds period;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    period = beat_period();
+  }
+  const auto now = Clock::now();
+  const bool beats_late = now - Clock::time_point(Clock::duration(last_beat_.load())) > 2 * period;
+  const auto slow_beat = Clock::time_point(Clock::duration(last_slow_beat_.load()));
   std::map<std::string, milliseconds> silent;
   {
     std::lock_guard<std::mutex> lock(silence_mu_);
@@ -339,7 +406,9 @@ void Membership::check_peers(const Watch& w) {
       silence_.reset();  // a new generation: its members are judged afresh
       silence_epoch_ = w.epoch;
     }
-    for (auto& [id, quiet] : silence_.observe(beats, Clock::now())) silent[id] = quiet;
+    if (beats_late) silence_.interrupted(now);
+    if (slow_beat != Clock::time_point{}) silence_.interrupted(slow_beat);
+    for (auto& [id, quiet] : silence_.observe(beats, now)) silent[id] = quiet;
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const int r = ranks[i];
@@ -357,20 +426,15 @@ void Membership::check_peers(const Watch& w) {
       if (!moved_on) continue;
     }
     if (lease && !refused && !quiet && !moved_on) continue;
-    if (store_->get(keys_.left(w.view.id, m.id))) continue;  // graceful leave in progress
-    if (store_->get(keys_.finished())) return;               // the job is over; leases go away
-    std::string why = moved_on  ? "arrived at the rendezvous of generation " + std::to_string(w.view.id + 1) +
-                                      " instead of connecting"
-                      : refused ? "died: its liveness probe was refused"
-                      : !lease ? "stopped heartbeating: its lease expired"
-                               : "stopped heartbeating: its lease expired (no new beat for " +
-                                     std::to_string(silent[m.id].count()) + " ms as seen by worker " + opt_.worker_id + ")";
-    std::string reason = "worker " + m.id + " (rank " + std::to_string(r) + " of generation " +
-                         std::to_string(w.view.id) + ") " + why;
-    announce_abort(w.view.id, reason);
-    report_failure(w.epoch, reason);
-    return;
+    out.emplace_back(r, moved_on  ? "arrived at the rendezvous of generation " + std::to_string(w.view.id + 1) +
+                                             " instead of connecting"
+                             : refused ? std::string("died: its liveness probe was refused")
+                             : !lease  ? std::string("stopped heartbeating: its lease expired")
+                                       : "stopped heartbeating: its lease expired (no new beat for " +
+                                             std::to_string(silent[m.id].count()) + " ms as seen by worker " +
+                                             opt_.worker_id + ")");
   }
+  return out;
 }
 
 // The progress deadline, judged by this worker's own monotonic clock: in a synchronous job a rank

@@ -229,8 +229,9 @@ class EDL_API Membership {
   std::optional<std::string> wait_decision(uint64_t round, bool member, const Arrived& arrived);
   // The first try of wait_decision: the election (or its result, prepared) and the decision when it is ours.
   void try_to_decide(uint64_t round, bool member, const Arrived& arrived);
-  // Whether <job>/gen reached `round`; then *decision = g<round>/members if `round` is current.
-  bool round_over(uint64_t round, std::optional<std::string>* decision);
+  // Whether <job>/gen (`latest`, read after the slice) reached `round`; then *decision =
+  // g<round>/members if `round` is current.
+  bool round_over(uint64_t round, uint64_t latest, std::optional<std::string>* decision);
   bool eligible(uint64_t round, bool member);
   void decide(uint64_t round, bool member);
   void decide_first(uint64_t round);
@@ -258,9 +259,12 @@ class EDL_API Membership {
   void beat_loop();      // the beat thread
   void heartbeat();      // caller holds mu_ or runs on the beat thread
   void heartbeat_now();
+  std::chrono::milliseconds beat_period() const;
   void lost_store(const std::string& what);  // a StoreError of a background thread: escalate it
   void write_pending(std::unique_lock<std::mutex>& lock);
   void check_peers(const Watch& w);
+  std::vector<std::pair<int, std::string>> peer_failures(const Watch& w, const std::vector<int>& ranks,
+                                                         const std::vector<std::optional<std::string>>& read);
   void handle_event(const Watch& w);
   void report_failure(uint64_t epoch, const std::string& reason);
   void cleanup(uint64_t from, uint64_t to);
@@ -284,6 +288,8 @@ class EDL_API Membership {
   bool frozen_ = false;
   bool stopped_ = false;
   std::atomic<uint64_t> beat_{0};
+  std::atomic<std::chrono::steady_clock::rep> last_beat_{0};  // when the last beat that reached the store was sent
+  std::atomic<std::chrono::steady_clock::rep> last_slow_beat_{0};  // when the last beat that took over a heartbeat got through
   std::mutex probe_mu_;
   int probe_fd_ = -1;           // liveness probe: listening socket, refused once this process is gone
   std::string probe_ = "-";     // "addr:port" published in the lease

@@ -231,12 +231,16 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
                                         : std::max<milliseconds>(2 * opt_.heartbeat, opt_.lease);
     auto v = store_->wait_change(keys_.members(round), std::nullopt, slice);
     if (v) return v;
-    check_finished();
-    check_failed();
+    // One read (get_many: one round trip, one txn on etcd) for every check after an empty slice: a
+    // thousand waiters of a slow rendezvous each made four requests per slice, and on etcd those
+    // made the rendezvous slower still.
+    const auto now = store_->get_many({keys_.finished(), keys_.failed(), keys_.gen(), keys_.decider(round)});
+    if (now[0]) throw JobFinished();
+    if (now[1]) throw JobFailed(*now[1]);
     if (!staying && leave_requested_.load()) throw LeftBeforeAdmission();
     std::optional<std::string> decision;
-    if (round_over(round, &decision)) return decision;
-    auto d = store_->get(keys_.decider(round));
+    if (round_over(round, static_cast<uint64_t>(parse_store_int(now[2])), &decision)) return decision;
+    const auto& d = now[3];
     if (!d) {
       tried = false;
       continue;
@@ -250,15 +254,14 @@ std::optional<std::string> Membership::wait_decision(uint64_t round, bool member
   }
 }
 
-// After an empty slice: has <job>/gen reached `round`? Then the round is over for this waiter, and
+// After an empty slice: has <job>/gen (read after the slice: `latest`) reached `round`? Then the round is over for this waiter, and
 // *decision is the round's decision (which may well list us) when `round` is the current generation,
 // nullopt when a newer one exists (the round is stale; its keys may be cleaned). The decision can
 // land between the end of the empty slice and the read of <job>/gen (publish() sets g<round>/members,
 // then <job>/gen), so it is read again here, after <job>/gen: a worker the decider admitted is never
 // lost in that gap (it would wait as a newcomer for the next round while the generation's other
 // members wait for it to connect, up to the connect timeout; docs/elastic.md, "Rendezvous").
-bool Membership::round_over(uint64_t round, std::optional<std::string>* decision) {
-  const uint64_t latest = latest_generation();
+bool Membership::round_over(uint64_t round, uint64_t latest, std::optional<std::string>* decision) {
   if (latest < round) return false;  // not over: keep waiting
   *decision = latest == round ? store_->get(keys_.members(round)) : std::nullopt;
   if (*decision) {

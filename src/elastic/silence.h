@@ -16,6 +16,7 @@
 // Thread-safety: none (its owner serializes the calls).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -48,6 +49,11 @@ class EDL_API SilenceTracker {
   // saw another value last): lets a rendezvous decider judge a missing member by what its lease
   // thread already watched instead of starting to watch it only then.
   std::optional<Clock::time_point> first_seen(const std::string& id, const std::string& value) const;
+
+  // The observer's view of the store is interrupted at `at` although its rounds were not late (they
+  // were served from watch streams, while its own beats could not get through): the recovery count
+  // restarts as after a late round.
+  void interrupted(Clock::time_point at) { recovered_ = std::max(recovered_, at); }
 
   // Forgets every member (a new generation is watched: its members are judged afresh).
   void reset();

@@ -114,6 +114,18 @@ TEST_CASE("silence: after an interruption of the observer's own rounds every mem
   CHECK(ids(s) == std::vector<std::string>{"a"});
 }
 
+// Rounds served from watch streams are never late; the observer's own late beats say the store was
+// too busy for everyone's (Membership calls interrupted()): the same recovery time as a late round.
+TEST_CASE("silence: an interruption reported by the observer restarts the recovery time", "[liveness][silence]") {
+  SilenceTracker t(SilenceOptions{1000ms, 500ms, 700ms});
+  auto t0 = Clock::now();
+  for (int i = 0; i <= 3; ++i) CHECK(t.observe({{"a", "1"}}, t0 + i * 250ms).empty());
+  t.interrupted(t0 + 800ms);  // our own beats were late
+  CHECK(t.observe({{"a", "1"}}, t0 + 1000ms).empty());  // unchanged for the lease, 200 ms after it
+  CHECK(t.observe({{"a", "1"}}, t0 + 1250ms).empty());
+  CHECK(ids(t.observe({{"a", "1"}}, t0 + 1500ms)) == std::vector<std::string>{"a"});  // 700 ms after it
+}
+
 TEST_CASE("silence: a member that leaves the read set and comes back is judged afresh, and reset forgets", "[liveness][silence]") {
   SilenceTracker t(SilenceOptions{1000ms, 500ms, 700ms});
   auto t0 = Clock::now();

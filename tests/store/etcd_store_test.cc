@@ -400,19 +400,8 @@ TEST_CASE("etcd store: leases revoked behind the client's back are granted again
 
 namespace {
 
-// Messages of one gRPC method the whole cluster received so far (grpc_server_msg_received_total: the
-// JSON gateway forwards every HTTP request, and every watch or keepalive stream's messages, to it).
-double served(const EtcdCluster& c, const std::string& method) {
-  double n = 0;
-  for (int i = 0; i < c.size(); ++i) {
-    std::istringstream m(c.metrics(i));
-    for (std::string line; std::getline(m, line);)
-      if (line.rfind("grpc_server_msg_received_total{", 0) == 0 &&
-          line.find("grpc_method=\"" + method + "\"") != std::string::npos)
-        n += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return n;
-}
+// Messages of one gRPC method the whole cluster received so far.
+double served(const EtcdCluster& c, const std::string& method) { return c.received(method); }
 
 }  // namespace
 
@@ -477,14 +466,15 @@ TEST_CASE("etcd store: a lease refreshed every 100 ms is kept alive at most ever
   const double sent = served(c, "LeaseKeepAlive") - keepalives;
   CHECK(sent >= 1);  // 2.5 s or more of refreshes
   CHECK(sent <= 1 + elapsed_s / 2);
-  // The lease is granted twice its TTL: a refresh 2 s after the last keepalive still leaves 4 s.
+  // A lease of 3 s is granted its TTL + max(TTL, 10 s): a refresh 2 s after the last keepalive still
+  // leaves 11 s.
   httplib::Client h("127.0.0.1", c.client_port(1));
   auto r = h.Post("/v3/kv/range", nlohmann::json{{"key", "YmVhdA=="}}.dump(), "application/json");  // "beat"
   REQUIRE(r);
   auto kv = nlohmann::json::parse(r->body)["kvs"][0];
   auto t = h.Post("/v3/lease/timetolive", nlohmann::json{{"ID", kv["lease"]}}.dump(), "application/json");
   REQUIRE(t);
-  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 6);
+  CHECK(std::stoll(nlohmann::json::parse(t->body).value("grantedTTL", std::string("0"))) == 13);
   s->del("beat");
 }
 
@@ -707,4 +697,51 @@ TEST_CASE("etcd store: attempts that all time out make the client wait longer, n
   // (and the 50, 100, 200, ... ms backoff between rounds) it would have been 6.
   CHECK(silent.unanswered() >= 2);
   CHECK(silent.unanswered() <= 4);
+}
+
+// get_many_watched (what a worker reads its watched peers' leases with, every heartbeat): the first
+// read opens a watch stream per key and reads them; later reads cost etcd no request and still see
+// every change (a put, a delete, a lease that expires), never a value older than one a get_many read.
+TEST_CASE("etcd store: get_many_watched reads from watch streams: no request per read, changes and expiry seen",
+          "[store][etcd]") {
+  EtcdCluster& c = EtcdCluster::shared();
+  if (!has_etcd(c)) return;
+  c.clear();
+  auto s = edl::connect_store(c.url(0), opts(20s));
+  auto other = edl::connect_store(c.url(1), opts(20s));
+  other->set("watched/a", "1");
+  other->set_lease("watched/b", "beat 1", 1000ms);
+  const std::vector<std::string> keys = {"watched/a", "watched/b", "watched/none"};
+  auto expect = [&](const std::vector<std::optional<std::string>>& want) {
+    for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
+      auto got = s->get_many_watched(keys);
+      if (got == want || std::chrono::steady_clock::now() > deadline) return got == want;
+      std::this_thread::sleep_for(10ms);
+    }
+  };
+  CHECK(expect({"1", "beat 1", std::nullopt}));
+  auto requests = [&] { return served(c, "Txn") + served(c, "Range") + served(c, "Watch"); };
+  // Until the streams are in sync (opened and read: a busy machine may take a while), a read of a key
+  // without one costs a request.
+  for (auto deadline = std::chrono::steady_clock::now() + 15s; std::chrono::steady_clock::now() < deadline;) {
+    const double before = requests();
+    s->get_many_watched(keys);
+    if (requests() == before) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  const double before = requests();
+  for (int i = 0; i < 50; ++i) CHECK(s->get_many_watched(keys) == std::vector<std::optional<std::string>>{"1", "beat 1", std::nullopt});
+  CHECK(requests() - before == 0);
+
+  other->set("watched/a", "2");
+  other->set("watched/none", "now");
+  CHECK(expect({"2", "beat 1", "now"}));
+  // A read moves a lagging stream forward: nothing older than it is returned afterwards.
+  other->set("watched/a", "3");
+  CHECK(s->get_many({"watched/a", "watched/b"}) == std::vector<std::optional<std::string>>{"3", "beat 1"});
+  CHECK(s->get_many_watched(keys)[0] == std::optional<std::string>("3"));
+  // The lease (TTL 1 s, granted 2 s) expires: the stream sees the deletion.
+  CHECK(expect({"3", std::nullopt, "now"}));
+  other->del("watched/none");
+  CHECK(expect({"3", std::nullopt, std::nullopt}));
 }

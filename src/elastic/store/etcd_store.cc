@@ -124,11 +124,38 @@ class EtcdStore final : public Store {
       Json ops = Json::array();
       for (size_t j = i; j < std::min(keys.size(), i + kMaxTxnOps); ++j) ops.push_back(range_op(keys[j]));
       Json r = client_.call_ok("/v3/kv/txn", Json{{"success", ops}}, "read of " + std::to_string(keys.size()) + " keys");
-      for (const auto& resp : r["responses"]) out.push_back(first_kv(resp["response_range"]).value);
+      const int64_t revision = etcd_int(r.value("header", Json::object()), "revision");
+      for (const auto& resp : r["responses"]) {
+        out.push_back(first_kv(resp["response_range"]).value);
+        if (out.size() <= keys.size()) watches_.observed(keys[out.size() - 1], out.back(), revision);
+      }
     }
     EDL_CHECK(out.size() == keys.size(), StoreError,
               "store " + client_.url() + ": etcd answered a read of " + std::to_string(keys.size()) + " keys with " +
                   std::to_string(out.size()) + " values");
+    return out;
+  }
+
+  // From the watch streams of EtcdWatchCache::peek (opened on a key's first read here, kept while it
+  // is read at least every EtcdWatchCache::kIdlePeek): a worker reading its watched peers' leases
+  // every heartbeat costs etcd no request once the streams are open (a watch and a read per key, and
+  // again every kRenew). Keys without a stream in sync are read (one get_many).
+  std::vector<std::optional<std::string>> get_many_watched(const std::vector<std::string>& keys) override {
+    std::vector<std::optional<std::string>> out(keys.size());
+    std::vector<std::string> unread;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (auto v = watches_.peek(keys[i])) {
+        out[i] = std::move(*v);
+      } else {
+        unread.push_back(keys[i]);
+        at.push_back(i);
+      }
+    }
+    if (!unread.empty()) {
+      auto read = get_many(unread);
+      for (size_t j = 0; j < at.size(); ++j) out[at[j]] = std::move(read[j]);
+    }
     return out;
   }
 
@@ -409,17 +436,23 @@ class EtcdStore final : public Store {
 
   struct KeyLease {
     int64_t id = 0;
-    int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted twice that
+    int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted granted_s(ttl_s)
     Clock::time_point renewed;     // when the last grant or keepalive was sent
   };
-  // A key lease is granted twice the TTL and kept alive only when keepalive_s (half the TTL, at least
-  // a second) has passed since its last keepalive: every set_lease still leaves the key at least its
-  // ttl to live (at most twice that), a worker beating every 500 ms with a 3 s lease sends a keepalive
-  // every fourth beat (every other beat before: 256 keepalives a second at 256 workers, a fifth of
-  // what a 3-member etcd serves on this machine), and a beat thread held up for 4 s (a busy machine,
-  // an etcd election) still finds its key. The workers judge each other by probes and by their beats
-  // within the lease (docs/elastic.md, "Failure detection"): the key's own expiry is only a backstop,
-  // and a key that expired under a live worker is what must not happen.
+  // A key lease of 3 s or more (a worker's lease: EDL_LEASE_MS) is granted the TTL plus
+  // max(TTL, kBackstopSlackS), a shorter one twice the TTL, and either is kept alive only when
+  // keepalive_s (half the TTL, at least a second) has passed since its last keepalive: every
+  // set_lease still leaves the key at least its ttl to live, a worker beating every 500 ms with a 3 s
+  // lease sends a keepalive every fourth beat (every other beat before: 256 keepalives a second at
+  // 256 workers, a fifth of what a 3-member etcd serves on this machine), and keepalives held up for
+  // 11 s (a busy machine, an etcd election, an etcd leader starved of CPU) still find the key. With
+  // twice the TTL (4 s of slack) the keys of healthy workers expired at 256 workers on a saturated
+  // etcd — several times per scale_bench run, each an aborted generation. The workers judge each
+  // other by probes and by their beats within the lease (docs/elastic.md, "Failure detection"): the
+  // key's own expiry is only a backstop, and a key that expired under a live worker is what must not
+  // happen.
+  static constexpr int64_t kBackstopSlackS = 10;
+  static int64_t granted_s(int64_t ttl_s) { return ttl_s >= 3 ? ttl_s + std::max(ttl_s, kBackstopSlackS) : 2 * ttl_s; }
   static int64_t keepalive_s(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
 
   std::string new_marker() {
@@ -461,7 +494,7 @@ class EtcdStore final : public Store {
 
   int64_t new_key_lease(const std::string& key, int64_t ttl_s) {
     const auto sent = Clock::now();
-    KeyLease kl{grant(2 * ttl_s, "lease of key '" + key + "'"), ttl_s, sent};
+    KeyLease kl{grant(granted_s(ttl_s), "lease of key '" + key + "'"), ttl_s, sent};
     std::lock_guard<std::mutex> lock(mu_);
     key_leases_[key] = kl;
     return kl.id;

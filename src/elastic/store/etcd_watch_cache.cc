@@ -22,7 +22,36 @@ std::pair<std::optional<std::string>, int64_t> EtcdWatchCache::read(const std::s
   Json r = client_->call_ok("/v3/kv/range", Json{{"key", b64(key)}}, "get of key '" + key + "'");
   std::optional<std::string> value;
   if (r.contains("kvs") && !r["kvs"].empty()) value = unb64(r["kvs"][0].value("value", std::string()));
-  return {std::move(value), etcd_int(r.value("header", Json::object()), "revision")};
+  const int64_t revision = etcd_int(r.value("header", Json::object()), "revision");
+  observed(key, value, revision);
+  return {std::move(value), revision};
+}
+
+void EtcdWatchCache::observed(const std::string& key, const std::optional<std::string>& value, int64_t revision) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) update(*it->second, value, revision);
+}
+
+std::optional<std::optional<std::string>> EtcdWatchCache::peek(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && !it->second->done && !it->second->error) {
+      Entry& e = *it->second;
+      e.last_wait = Clock::now();
+      e.idle = std::max<std::chrono::milliseconds>(e.idle, kIdlePeek);
+      if (e.synced) return e.value;
+      return std::nullopt;  // renewing, or not yet in sync: read
+    }
+  }
+  std::shared_ptr<Entry> e = acquire(key);  // opens the stream (and closes idle ones)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    e->idle = std::max<std::chrono::milliseconds>(e->idle, kIdlePeek);
+  }
+  release(e);
+  return std::nullopt;
 }
 
 void EtcdWatchCache::update(Entry& e, std::optional<std::string> value, int64_t revision) {
@@ -61,7 +90,7 @@ void EtcdWatchCache::stream(const std::string& key, const std::shared_ptr<Entry>
         std::lock_guard<std::mutex> lock(mu_);
         e->synced = false;  // until the renewed stream's read
         // Decided under the same lock as a waiter's acquire(): no waiter ever holds an ended stream.
-        if (e->stop.stopped() || (e->waiters == 0 && Clock::now() - e->last_wait >= kIdle)) {
+        if (e->stop.stopped() || idle(*e, Clock::now())) {
           e->done = true;
           cv_.notify_all();
           return;
@@ -92,8 +121,7 @@ std::shared_ptr<EtcdWatchCache::Entry> EtcdWatchCache::acquire(const std::string
     const auto now = Clock::now();
     for (auto it = entries_.begin(); it != entries_.end();) {
       const Entry& x = *it->second;
-      const bool idle = x.waiters == 0 && now - x.last_wait >= kIdle;
-      if (x.done || (idle && it->first != key)) {
+      if (x.done || (idle(x, now) && it->first != key)) {
         stopping.push_back(it->second);
         retired_.push_back(it->second);
         it = entries_.erase(it);

@@ -50,11 +50,22 @@ class EtcdWatchCache {
   // Whether a stream on key is open (a wait on it costs etcd nothing until the key changes).
   bool watching(const std::string& key);
 
-  // The value of key by a linearizable read, and the revision of the store it reflects.
+  // The value of key by a linearizable read, and the revision of the store it reflects (an open
+  // stream on key takes it too: observed()).
   std::pair<std::optional<std::string>, int64_t> read(const std::string& key);
+
+  // Store::get_many_watched of one key: its value as the key's stream last saw it (no request), or
+  // nullopt while no stream on it is in sync (one is opened now: the caller reads the key). A key
+  // peeked at keeps its stream for kIdlePeek after the last peek (a worker peeks at its watched peers'
+  // leases every heartbeat, and the same peers usually stay watched across a rendezvous).
+  std::optional<std::optional<std::string>> peek(const std::string& key);
+  // A read of key (get, get_many) returned `value` at store revision `revision`: a stream on key
+  // that lags behind it moves forward to it, so that a peek never returns a value older than a read.
+  void observed(const std::string& key, const std::optional<std::string>& value, int64_t revision);
 
   static constexpr std::chrono::seconds kRenew{15};
   static constexpr std::chrono::seconds kIdle{2};
+  static constexpr std::chrono::seconds kIdlePeek{10};
 
  private:
   struct Entry {
@@ -66,11 +77,13 @@ class EtcdWatchCache {
     bool done = false;             // the stream thread has ended
     int waiters = 0;
     Clock::time_point last_wait;
+    std::chrono::milliseconds idle{kIdle};  // closed after nobody waited (or peeked) this long
     EtcdWatchStop stop;
     std::thread thread;
   };
 
   std::shared_ptr<Entry> acquire(const std::string& key);
+  static bool idle(const Entry& e, Clock::time_point now) { return e.waiters == 0 && now - e.last_wait >= e.idle; }
   void release(const std::shared_ptr<Entry>& e);
   // Newer value of key at `revision` (ignored unless newer than what the entry holds). Caller holds mu_.
   void update(Entry& e, std::optional<std::string> value, int64_t revision);

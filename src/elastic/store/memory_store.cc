@@ -19,6 +19,10 @@ std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::s
   return out;
 }
 
+std::vector<std::optional<std::string>> Store::get_many_watched(const std::vector<std::string>& keys) {
+  return get_many(keys);
+}
+
 std::string Store::get_wait(const std::string& key, std::chrono::milliseconds timeout) {
   if (!wait({key}, timeout)) throw StoreError("store: timed out after " + std::to_string(timeout.count()) +
                                               " ms waiting for key '" + key + "'");
@@ -177,16 +181,19 @@ class PrefixStore final : public Store {
 
   void set(const std::string& k, const std::string& v) override { base_->set(prefix_ + k, v); }
   std::optional<std::string> get(const std::string& k) override { return base_->get(prefix_ + k); }
+  std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys) override {
+    return base_->get_many(prefixed(keys));
+  }
+  std::vector<std::optional<std::string>> get_many_watched(const std::vector<std::string>& keys) override {
+    return base_->get_many_watched(prefixed(keys));
+  }
   int64_t add(const std::string& k, int64_t d) override { return base_->add(prefix_ + k, d); }
   bool compare_set(const std::string& k, const std::optional<std::string>& e, const std::string& d,
                    std::optional<std::string>* c) override {
     return base_->compare_set(prefix_ + k, e, d, c);
   }
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) override {
-    std::vector<std::string> full;
-    full.reserve(keys.size());
-    for (const auto& k : keys) full.push_back(prefix_ + k);
-    return base_->wait(full, t);
+    return base_->wait(prefixed(keys), t);
   }
   std::optional<std::string> wait_change(const std::string& k, const std::optional<std::string>& known,
                                          std::chrono::milliseconds t) override {
@@ -203,6 +210,13 @@ class PrefixStore final : public Store {
   }
 
  private:
+  std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    return full;
+  }
+
   std::shared_ptr<Store> base_;
   std::string prefix_;
 };
