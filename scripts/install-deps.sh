@@ -10,7 +10,6 @@ PACKAGES=(
   libgloo-dev libeigen3-dev libcxxopts-dev catch2 zlib1g-dev libhiredis-dev nlohmann-json3-dev
   libssl-dev            # libcrypto: SHA-256 / HMAC-SHA256 / RAND_bytes (src/common/crypto.cc)
   redis-server          # real external store for the Redis backend tests
-  redis-tools           # redis-cli: store_bench reads the request count of the server
   etcd-server etcd-client  # real 3-member etcd clusters for the etcd backend tests (etcdctl: member/health checks)
   libcpp-httplib-dev libssl-dev  # etcd backend: HTTP/JSON gateway client, base64 (libcrypto)
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist (main job, convergence bench)
