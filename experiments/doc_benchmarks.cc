@@ -43,13 +43,7 @@ void allreduce_targets(std::ostream& md, const Rows& rows) {
     reps.insert(r.value("repeat", 0));
     if (r.value("hosts", 1) == 1) sizes.insert(num(r, "bytes"));
   }
-  auto summary = [](std::vector<double> v) {
-    v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
-    if (v.empty()) return std::string("no rows");
-    std::sort(v.begin(), v.end());
-    return fixed(median(v), 2) + " (" + fixed(v.front(), 2) + "-" + fixed(v.back(), 2) + ", " +
-           std::to_string(v.size()) + " runs)";
-  };
+  auto summary = [](std::vector<double> v) { return median_range(std::move(v), 2, "runs"); };
   // Median over 1-64 MiB of a field per repetition, as a ratio of two implementations.
   auto busbw_ratio = [&](const std::string& a, const std::string& b, int n) {
     std::vector<double> out;

@@ -11,10 +11,7 @@ namespace edl::docs {
 namespace {
 
 std::string spread(std::vector<double> v, int decimals) {
-  if (v.empty()) return "no rows";
-  std::sort(v.begin(), v.end());
-  return fixed(median(v), decimals) + " (" + fixed(v.front(), decimals) + "-" + fixed(v.back(), decimals) + ", " +
-         std::to_string(v.size()) + (v.size() == 1 ? " row)" : " rows)");
+  return median_range(v, decimals, v.size() == 1 ? "row" : "rows");
 }
 
 // edl_nccl / nccl_direct time at >= 1 MiB per rank count (2+: ranks of one GPU), the fusion kernels'

@@ -94,10 +94,8 @@ void allreduce_sparse_section(std::ostream& md, const DataSet& d, Plots&) {
     for (const auto& [k, ba] : reps)
       if (ba.first > 0 && ba.second > 0) ratio.push_back(ba.second / ba.first);
     if (ratio.empty()) continue;
-    std::sort(ratio.begin(), ratio.end());
     body.push_back({std::to_string(key.first), std::to_string(static_cast<long long>(key.second)),
-                    fixed(median(ratio), 2) + " (" + fixed(ratio.front(), 2) + "-" + fixed(ratio.back(), 2) + ", " +
-                        std::to_string(ratio.size()) + " rounds)"});
+                    median_range(ratio, 2, "rounds")});
   }
   md << "\n";
   table(md, {"ranks", "bytes", "after / before time"}, body);

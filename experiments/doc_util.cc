@@ -194,6 +194,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+std::string median_range(std::vector<double> v, int decimals, const std::string& unit) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  if (v.empty()) return "no rows";
+  std::sort(v.begin(), v.end());
+  return fixed(median(v), decimals) + " (" + fixed(v.front(), decimals) + "-" + fixed(v.back(), decimals) + ", " +
+         std::to_string(v.size()) + " " + unit + ")";
+}
+
 Plots::Plots(std::string img_dir, std::string img_rel, std::string data_rel)
     : img_dir_(std::move(img_dir)), img_rel_(std::move(img_rel)), data_rel_(std::move(data_rel)) {}
 

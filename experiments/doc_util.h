@@ -66,6 +66,8 @@ Rows having(const Rows& rows, const std::string& key);
 Rows matching(const Rows& rows, const std::string& key, const Json& value);
 double num(const Json& row, const std::string& key, double fallback = 0);
 double median(std::vector<double> v);  // NaN when empty
+// "<median> (<min>-<max>, <count> <unit>)" of the values that are not NaN; "no rows" when none.
+std::string median_range(std::vector<double> v, int decimals, const std::string& unit);
 
 // gnuplot scripts, one per figure: <img_dir>/<name>.gp writes <img_rel>/<name>.png when gnuplot runs
 // in the document's directory. data_rel: the data set directory as seen from there (series files).

@@ -140,11 +140,9 @@ bool NcclComm::shrinkable(Clock::time_point deadline, std::string* why) {
 std::unique_ptr<NcclComm> NcclComm::start_shrink(const std::vector<int>& exclude, int new_rank, int new_size,
                                                  const std::string& name, Clock::time_point deadline,
                                                  const std::atomic<bool>* cancel) {
-  const NcclApi& api = nccl_api();
-  if (!api.can_shrink())
-    throw CommError("GPU path: NCCL " + api.version.text() + " has no ncclCommShrink / ncclCommRevoke");
-  std::string why;
+  std::string why;  // shrinkable() also checks that the loaded NCCL has Shrink and Revoke
   if (!shrinkable(deadline, &why)) throw CommError("GPU path: " + name_ + " cannot be shrunk: " + why);
+  const NcclApi& api = nccl_api();
   if (cancel && cancel->load())
     throw AbortedError("GPU path: ncclCommShrink into " + name + ": given up (the generation failed while it was being built)");
   DevicePin pin(device_);
