@@ -97,6 +97,16 @@ struct CommunicatorOptions {
   // the mesh handshake instead (docs/collectives.md, "Sparse mesh"). Every rank must pass the same
   // value (a neighbour that differs fails construction with CommError). Default false.
   bool one_host_known = false;
+  // Every rank's listening address ("host:port", in rank order) when the caller already knows them
+  // (the elastic runtime: from its decision's member list). The mesh then dials its linked peers at
+  // once, without publishing or reading addresses through the store, and accepts on listen_fd.
+  // Default empty: each rank listens on a port of its own and the addresses go through the store
+  // (docs/collectives.md, "Mesh bootstrap").
+  std::vector<std::string> addresses;
+  // With `addresses`: a listening socket at addresses[rank] that the caller owns and keeps open (one
+  // per process, for every generation: peers may dial it before this rank starts its build). The
+  // communicator accepts on it while its mesh is built and never closes it. Default -1 (none).
+  int listen_fd = -1;
 };
 
 class EDL_API Communicator {

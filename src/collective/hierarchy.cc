@@ -85,11 +85,13 @@ std::unique_ptr<Hierarchy> Hierarchy::build(const std::shared_ptr<Store>& store,
                                             const CommunicatorOptions& options, const HostLayout& layout) {
   std::unique_ptr<Hierarchy> h(new Hierarchy(layout, size));
   CommunicatorOptions lo = options;
+  lo.addresses.clear();  // the children meet through the store, each on a listener of its own
+  lo.listen_fd = -1;
   lo.transport = Transport::kAuto;  // one host: shared memory (TCP if the segment cannot be shared)
   lo.hierarchical = Hierarchical::kOff;
   h->local_ = TcpCommunicator::connect(store, prefix + "hier/local/" + std::to_string(layout.host_index) + "/",
                                        layout.local_rank, layout.local_size, lo);
-  CommunicatorOptions co = options;
+  CommunicatorOptions co = lo;
   co.transport = Transport::kTcp;
   co.hierarchical = Hierarchical::kOff;
   h->cross_ = TcpCommunicator::connect(store, prefix + "hier/cross/" + std::to_string(layout.local_rank) + "/",

@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "collective/fd_limit.h"
+#include "collective/mesh_addresses.h"
 #include "collective/mesh_handshake.h"
 #include "collective/tcp_communicator.h"
 #include "common/crypto.h"
@@ -41,7 +42,6 @@ using std::chrono::milliseconds;
 constexpr size_t kMaxPendingAccepts = 256;  // half-open strangers beyond this: the oldest is closed
 constexpr size_t kRememberedRejections = 4;  // quoted in the timeout error
 constexpr int kAcceptsPerTurn = 64;
-constexpr std::chrono::milliseconds kDialWait{20};  // store wait per turn while serving the listener
 
 long long ms_left(Clock::time_point deadline) {
   return std::max<long long>(0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
@@ -70,7 +70,7 @@ class MeshBuilder {
     peers_ = static_cast<int>(c.topo_.peers().size());
   }
   ~MeshBuilder() {
-    if (lfd_ >= 0) close(lfd_);
+    if (lfd_ >= 0 && own_listener_) close(lfd_);
     for (auto& a : accepted_) close(a.fd);
   }
 
@@ -80,16 +80,27 @@ class MeshBuilder {
     timespec c0{};
     if (t0) clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     int64_t all_dialled_us = -1, handshakes_us = -1;
-    listen_and_publish();
+    if (c_.options_.addresses.empty()) {
+      listen_and_publish();
+      std::vector<int> peers = c_.topo_.peers();
+      std::vector<std::string> keys;
+      for (int p : peers) keys.push_back(key_of(p));
+      addrs_ = std::make_unique<MeshAddresses>(store_, std::move(peers), std::move(keys), deadline_);
+    } else {  // the caller's listener, and every address known: dial them all now
+      lfd_ = c_.options_.listen_fd;
+      own_listener_ = false;
+      for (int p : c_.topo_.peers()) dial(p, c_.options_.addresses[static_cast<size_t>(p)]);
+      dial_count_ = peers_;
+    }
     while (accepted_ok_ < peers_ || dialled_ok_ < peers_) {
       if (c_.aborted_.load()) c_.throw_aborted();
       if (c_.options_.cancel && c_.options_.cancel->load())
         throw AbortedError(setup() + ": cancelled while the mesh was being built (a member of generation " +
                            std::to_string(c_.options_.generation) + " failed)");
       if (ms_left(deadline_) <= 0) timeout();
-      const bool dialling = dial_next();
+      const bool dialling = dial_found();
       if (!dialling && all_dialled_us < 0 && t0) all_dialled_us = timeline::now_us() - t0;
-      wait_readable(dialling ? 0 : 100);
+      wait_readable(100);
       accept_new();
       step_accepted();
       step_dialled();
@@ -99,7 +110,7 @@ class MeshBuilder {
     timespec c1{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     span.arg("peers", peers_).arg("dialled_us", all_dialled_us).arg("done_us", handshakes_us);
-    span.arg("store_reads", store_reads_).arg("cpu_us", (c1.tv_sec - c0.tv_sec) * 1000000 + (c1.tv_nsec - c0.tv_nsec) / 1000);
+    span.arg("store_reads", addrs_ ? addrs_->reads() : 0).arg("cpu_us", (c1.tv_sec - c0.tv_sec) * 1000000 + (c1.tv_nsec - c0.tv_nsec) / 1000);
   }
 
  private:
@@ -122,30 +133,16 @@ class MeshBuilder {
     store_.set(key_of(c_.rank_), c_.options_.bind_address + ":" + std::to_string(port));
   }
 
-  // Dials every linked peer whose address is published: one read of all the addresses still
-  // missing (Store::get_many: one round trip on the tcp:// store, not one per peer), then a connect
-  // and our hello (96 bytes fit in an empty socket buffer) to each one found. When none was found it
-  // waits at most kDialWait for the first missing one, so that the listener is served meanwhile.
-  // Returns whether peers remain to be dialled.
-  bool dial_next() {
-    std::vector<int> missing;
-    std::vector<std::string> keys;
-    for (int p : c_.topo_.peers())
-      if (!dialled_[p].hs) {
-        missing.push_back(p);
-        keys.push_back(key_of(p));
-      }
-    if (missing.empty()) return false;
-    const auto addrs = store_.get_many(keys);
-    ++store_reads_;
-    bool any = false;
-    for (size_t i = 0; i < missing.size(); ++i) {
-      if (!addrs[i]) continue;
-      dial(missing[i], *addrs[i]);
-      any = true;
+  // Dials every linked peer whose address the reader (mesh_addresses.h) found since the last turn:
+  // a connect and our hello (96 bytes fit in an empty socket buffer) to each. Returns whether peers
+  // remain to be dialled.
+  bool dial_found() {
+    if (!addrs_) return false;
+    for (const auto& [p, addr] : addrs_->take()) {
+      dial(p, addr);
+      ++dial_count_;
     }
-    if (!any) store_.wait({keys.front()}, std::min(kDialWait, milliseconds(ms_left(deadline_))));
-    return true;
+    return dial_count_ < peers_;
   }
 
   void dial(int p, const std::string& addr) {
@@ -184,6 +181,7 @@ class MeshBuilder {
     };
     const bool watch = c_.topo_.is_sparse();
     add(lfd_, POLLIN, -1);
+    if (addrs_) add(addrs_->fd(), POLLIN, -1);
     for (auto& a : accepted_) add(a.fd, POLLIN, -1);
     for (int p : c_.topo_.peers()) {
       if (dialled_[p].hs && dialled_[p].hs->wanted() > 0) add(c_.send_fd_[p], POLLIN, -1);
@@ -212,7 +210,8 @@ class MeshBuilder {
 
   void reject(std::list<Accepted>::iterator it, const std::string& why) {
     std::string line = "connection from " + it->addr + " rejected: " + why;
-    EDL_LOG(1) << setup() << ": " << line << " (still waiting for the genuine peers)";
+    if (it->hs.stale()) EDL_LOG(3) << setup() << ": " << line << " (a dial of a failed build of an older generation)";
+    else EDL_LOG(1) << setup() << ": " << line << " (still waiting for the genuine peers)";
     rejections_.push_back(line);
     if (rejections_.size() > kRememberedRejections) rejections_.pop_front();
     close(it->fd);
@@ -315,13 +314,15 @@ class MeshBuilder {
   const Clock::time_point deadline_;
   mesh::Identity id_;
   int lfd_ = -1;
+  bool own_listener_ = true;  // false: the caller's (CommunicatorOptions::listen_fd), left open
   std::list<Accepted> accepted_;
   std::vector<Dialled> dialled_;
   std::deque<std::string> rejections_;
   int peers_ = 0;  // linked peers: connections to accept and to dial
   int accepted_ok_ = 0;
   int dialled_ok_ = 0;
-  int64_t store_reads_ = 0;  // get_many calls for addresses (timeline)
+  int dial_count_ = 0;  // peers dialled (handshake under way or done)
+  std::unique_ptr<MeshAddresses> addrs_;  // the peers' addresses, read on a thread of its own
 };
 
 void TcpCommunicator::build_mesh(Store& store, const std::string& prefix) {

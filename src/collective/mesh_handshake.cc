@@ -120,6 +120,7 @@ std::string AcceptSide::on_hello() {
     why = "rank " + std::to_string(h.rank) + " is not another rank of this generation";
   if (!why.empty()) {
     state_ = State::kRejected;
+    stale_ = h.magic == kHelloMagic && h.prefix_tag == id_.prefix_tag && h.generation < id_.generation;
     reason_ = "its hello (" + describe(h) + ") was refused: " + why;
     return "";
   }

@@ -80,6 +80,9 @@ class EDL_API AcceptSide {
   std::string feed(const uint8_t* p, size_t n);
   State state() const { return state_; }
   const std::string& reason() const { return reason_; }
+  // Rejected for a hello of an older generation of this job: routine on a listener kept across
+  // generations (CommunicatorOptions::listen_fd), where a failed build's dials may wait.
+  bool stale() const { return stale_; }
   int peer_rank() const { return peer_; }  // valid from kWantProof on
   // The connector's setup word from its Hello; authenticated once kDone.
   uint64_t peer_setup() const { return peer_setup_; }
@@ -97,6 +100,7 @@ class EDL_API AcceptSide {
   int peer_ = -1;
   uint64_t peer_setup_ = 0;
   std::string reason_;
+  bool stale_ = false;
 };
 
 // Connector side of one connection this rank dialled to `peer`. hello() is sent first; then feed()

@@ -1,8 +1,13 @@
 // The process-wide runtime state (collective/runtime_state.h); edl::init() is in src/runtime/.
 #include "collective/runtime_state.h"
 
+#include <unistd.h>
+
+#include <utility>
+
 #include "collective/device.h"
 #include "collective/engine.h"
+#include "collective/socket.h"
 #include "collective/tcp_communicator.h"
 #include "edl/error.h"
 
@@ -42,7 +47,8 @@ void Runtime::set_generation(std::shared_ptr<Generation> next) {
 std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::string& prefix, int rank, int size,
                                                      int local_rank, int local_size,
                                                      std::chrono::milliseconds connect_timeout,
-                                                     std::shared_ptr<const std::atomic<bool>> cancel) const {
+                                                     std::shared_ptr<const std::atomic<bool>> cancel,
+                                                     const std::vector<std::string>& addresses) {
   auto g = std::make_shared<Generation>();
   g->id = id;
   g->rank = rank;
@@ -64,8 +70,24 @@ std::shared_ptr<Generation> Runtime::make_generation(uint64_t id, const std::str
   // Every rank counts the same ranks on its host (the elastic decision's hosts, or edl-run's
   // EDL_LOCAL_SIZE): the sparse mesh then skips its transport exchange.
   co.one_host_known = size > 1 && local_size == size;
+  uint64_t mesh_calls = 0;
+  if (!addresses.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mesh_fd_ < 0) throw InvalidArgument("make_generation: mesh addresses given, but no mesh listener is open");
+    co.addresses = addresses;
+    co.listen_fd = mesh_fd_;
+    mesh_calls = mesh_calls_;
+  }
   std::shared_ptr<Store> store = store_ ? store_ : make_memory_store();
   g->comm = Communicator::create(store, prefix, rank, size, co);
+  if (!addresses.empty()) {  // built: the listener is needed again only by the next arrival
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mesh_calls_ == mesh_calls && mesh_fd_ == co.listen_fd) {
+      close(mesh_fd_);
+      mesh_fd_ = -1;
+      mesh_address_.clear();
+    }
+  }
   if (auto plugin = collective::device_plugin()) {
     collective::DeviceGenerationContext dc;
     dc.id = id;
@@ -119,15 +141,30 @@ void Runtime::mark_initialized() {
 
 bool Runtime::finish() {
   std::shared_ptr<Generation> gen;
+  int mesh_fd = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!initialized_) return false;
     initialized_ = false;
     gen = std::move(gen_);
     store_.reset();
+    mesh_fd = std::exchange(mesh_fd_, -1);
+    mesh_address_.clear();
   }
   if (gen && gen->engine) gen->engine->stop();
+  if (mesh_fd >= 0) close(mesh_fd);
   return true;
+}
+
+std::string Runtime::mesh_address() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++mesh_calls_;
+  if (mesh_fd_ < 0) {
+    int port = 0;
+    mesh_fd_ = collective::listen_any_port(config_.bind_address, &port);
+    mesh_address_ = config_.bind_address + ":" + std::to_string(port);
+  }
+  return mesh_address_;
 }
 
 }  // namespace edl::detail

@@ -18,6 +18,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "edl/communicator.h"
@@ -75,10 +77,21 @@ class EDL_API Runtime {  // exported for libedl_cuda (src/cuda/), which adds the
   // current generation's (collective/device.h): a failure there fails the build like the mesh's.
   // connect_timeout: deadline for the mesh (0 = EDL_CONNECT_TIMEOUT_MS); the elastic runtime passes a
   // shorter one so a member that died right after the rendezvous costs seconds, not 30 s.
+  // addresses: every rank's mesh_address() when the caller knows them (the elastic decision); the
+  // mesh is then dialled at once and accepted on this process's mesh listener
+  // (CommunicatorOptions::addresses). Empty: the addresses go through the store.
   std::shared_ptr<Generation> make_generation(uint64_t id, const std::string& prefix, int rank, int size,
                                               int local_rank, int local_size,
                                               std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(0),
-                                              std::shared_ptr<const std::atomic<bool>> cancel = nullptr) const;
+                                              std::shared_ptr<const std::atomic<bool>> cancel = nullptr,
+                                              const std::vector<std::string>& addresses = {});
+  // "host:port" of this process's mesh listener (on config().bind_address), opened when none is: the
+  // elastic runtime publishes it with every arrival, so that the peers of the decided generation can
+  // dial it before this process starts building. make_generation(..., addresses) accepts on it and
+  // closes it once the mesh is built (unless mesh_address() was called meanwhile); a failed build
+  // leaves it open for the next arrival (a dial of the failed generation is then refused by the
+  // handshake as stale); finish() closes it.
+  std::string mesh_address();
 
  private:
   Runtime() = default;
@@ -87,6 +100,9 @@ class EDL_API Runtime {  // exported for libedl_cuda (src/cuda/), which adds the
   Config config_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<Generation> gen_;
+  int mesh_fd_ = -1;  // mesh_address()'s listener
+  std::string mesh_address_;
+  uint64_t mesh_calls_ = 0;  // mesh_address() calls: a build closes the listener only when none came since it began
 };
 
 }  // namespace edl::detail

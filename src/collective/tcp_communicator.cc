@@ -60,6 +60,11 @@ std::shared_ptr<TcpCommunicator> TcpCommunicator::connect(std::shared_ptr<Store>
   if (rank < 0 || rank >= size)
     throw InvalidArgument("communicator rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
   if (options.timeout.count() <= 0) throw InvalidArgument("communicator timeout must be positive");
+  if (!options.addresses.empty() && static_cast<int>(options.addresses.size()) != size)
+    throw InvalidArgument("communicator of " + std::to_string(size) + " ranks given " +
+                          std::to_string(options.addresses.size()) + " addresses (want one per rank, or none)");
+  if (!options.addresses.empty() && options.listen_fd < 0)
+    throw InvalidArgument("communicator given its ranks' addresses but no listen_fd (the listener at its own address)");
   auto c = std::make_shared<TcpCommunicator>(rank, size, options);
   if (size > 1) {
     if (!store) throw InvalidArgument("Communicator::create needs a store for size > 1");

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -168,12 +169,21 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   auto connect = std::chrono::milliseconds(config.lease_ms + config.rendezvous_grace_ms + 2000);
   auto factory = [connect](const GenerationView& v, const std::string& prefix) -> std::shared_ptr<Group> {
     auto& rt = edl::detail::Runtime::instance();
-    auto gen = rt.make_generation(v.id, prefix, v.rank, v.size, v.local_rank, v.local_size, connect, v.cancel);
+    // Every member published its mesh listener with its arrival: the mesh is dialled from the
+    // decision at once (the same member list everywhere, so every rank takes the same path).
+    std::vector<std::string> addresses;
+    for (const auto& m : v.members) addresses.push_back(m.mesh);
+    if (static_cast<int>(addresses.size()) != v.size ||
+        std::any_of(addresses.begin(), addresses.end(), [](const std::string& a) { return a.empty(); }))
+      addresses.clear();
+    auto gen =
+        rt.make_generation(v.id, prefix, v.rank, v.size, v.local_rank, v.local_size, connect, v.cancel, addresses);
     rt.set_generation(gen);
     return std::make_shared<RuntimeGroup>(gen);
   };
   if (!config.metrics_addr.empty()) store = metrics::make_timed_store(std::move(store));  // store latency
   WorkerOptions options = worker_options_from(config);
+  options.membership.mesh_address = [] { return edl::detail::Runtime::instance().mesh_address(); };
   // The beats on a connection of their own where the client serialises its requests (redis://, whose
   // commands share a mutex; etcd://): no request of the training or the watch thread can then queue
   // before a beat. The tcp:// client multiplexes every request on its connection (an io thread routes

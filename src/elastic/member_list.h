@@ -1,6 +1,7 @@
 // The value of <job>/g<G>/members (docs/elastic.md, keys.h), in one place for the workers'
-// membership and edl-run's store watcher: the decided members in rank order, "id host probe" per
-// line (probe: the member's liveness probe "addr:port", "-" for none; older lists have "id host"),
+// membership and edl-run's store watcher: the decided members in rank order, "id host probe [note]
+// [mesh=addr:port]" per line (probe: the member's liveness probe "addr:port", "-" for none; older
+// lists have "id host"; note and mesh: Member),
 // then the decider's record of the change, "#change <reason> <previous size>" (GenerationChange);
 // or kJobErrorTag + reason when the job cannot go on. Also the decimal values (<job>/gen, <job>/seq,
 // arrival sequence numbers): parse_store_int.
@@ -26,7 +27,21 @@ struct Member {
   // What it reported with its arrival beside its address: the elastic runtime's record of its
   // state's commit (state_sync_note, "State: commit, restore, sync"); "" when none. No spaces.
   std::string note = "";
+  // "host:port" of its mesh listener from its arrival (MembershipOptions::mesh_address): the members
+  // of the generation dial it directly (CommunicatorOptions::addresses); "" when it published none.
+  std::string mesh = "";
 };
+
+// The word that carries Member::mesh on a member line and in an arrival: "mesh=<host:port>".
+inline constexpr char kMeshTag[] = "mesh=";
+
+// The optional words after the probe of a member line or an arrival: "[<note>] [mesh=<host:port>]".
+inline void read_note_and_mesh(std::istream& words, std::string* note, std::string* mesh) {
+  for (std::string w; words >> w;) {
+    if (w.rfind(kMeshTag, 0) == 0) *mesh = w.substr(sizeof(kMeshTag) - 1);
+    else if (note->empty()) *note = w;
+  }
+}
 
 // Prefix of a members value that carries a job error instead of a member list.
 inline constexpr char kJobErrorTag[] = "!job-error ";
@@ -65,7 +80,8 @@ inline std::string format_members(const std::vector<Member>& members,
                                   const std::optional<GenerationChange>& change = std::nullopt) {
   std::string out;
   for (const auto& m : members)
-    out += m.id + " " + m.host + " " + (m.probe.empty() ? "-" : m.probe) + (m.note.empty() ? "" : " " + m.note) + "\n";
+    out += m.id + " " + m.host + " " + (m.probe.empty() ? "-" : m.probe) + (m.note.empty() ? "" : " " + m.note) +
+           (m.mesh.empty() ? "" : " " + std::string(kMeshTag) + m.mesh) + "\n";
   if (change) out += kChangeTag + std::string(reason_name(change->reason)) + " " + std::to_string(change->previous_size) + "\n";
   return out;
 }
@@ -101,7 +117,8 @@ inline std::vector<Member> parse_members(const std::string& text) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream words(line);
     Member m;
-    words >> m.id >> m.host >> m.probe >> m.note;
+    words >> m.id >> m.host >> m.probe;
+    read_note_and_mesh(words, &m.note, &m.mesh);
     if (m.probe == "-") m.probe.clear();
     out.push_back(std::move(m));
   }

@@ -48,6 +48,12 @@ struct MembershipOptions {
   std::string worker_id;                    // EDL_WORKER_ID: required, [A-Za-z0-9._:@-]+
   std::string hostname = "localhost";       // EDL_HOSTNAME: local ranks are computed per host
   std::string bind_address = "127.0.0.1";   // EDL_BIND_ADDR: address of the liveness probe socket
+  // Called at every arrival for the "host:port" of this process's mesh listener (Runtime::mesh_address:
+  // open from the arrival until the generation's mesh is built), published with the arrival: the
+  // members of a generation then dial each other's meshes at once from the decision
+  // (CommunicatorOptions::addresses). Unset (default) or "" = none: the communicators meet through
+  // the store.
+  std::function<std::string()> mesh_address;
   int min_np = 1;                           // EDL_MIN_NP
   int max_np = 0;                           // EDL_MAX_NP (0 = unbounded)
   std::chrono::milliseconds heartbeat{500};            // EDL_HEARTBEAT_MS: lease refresh period
@@ -191,6 +197,7 @@ class EDL_API Membership {
     std::string host;
     std::string probe;  // its liveness probe, from the arrival value
     std::string note;   // set_arrival_note() of the arriving worker ("" when none)
+    std::string mesh;   // its mesh listener (MembershipOptions::mesh_address; "" when none)
     int64_t seq = 0;
   };
   struct Watch {

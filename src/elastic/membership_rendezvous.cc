@@ -40,8 +40,10 @@ int64_t Membership::arrive(uint64_t round, const std::string& note) {
     std::lock_guard<std::mutex> lock(mu_);
     probe = probe_;
   }
+  const std::string mesh = opt_.mesh_address ? opt_.mesh_address() : "";
   store_->set(keys_.in(round, opt_.worker_id),
-              std::to_string(seq) + " " + opt_.hostname + " " + probe + (note.empty() ? "" : " " + note));
+              std::to_string(seq) + " " + opt_.hostname + " " + probe + (note.empty() ? "" : " " + note) +
+                  (mesh.empty() ? "" : " " + std::string(kMeshTag) + mesh));
   return store_->add(keys_.count(round), 1);
 }
 
@@ -293,9 +295,10 @@ std::vector<Membership::Arrival> Membership::arrivals(uint64_t round) {
     if (!v) continue;
     Arrival a;
     a.id = ks[i].substr(prefix.size());
-    std::istringstream words(*v);  // "<seq> <host> <probe> [<note>]"
+    std::istringstream words(*v);  // "<seq> <host> <probe> [<note>] [mesh=<host:port>]"
     std::string seq;
-    words >> seq >> a.host >> a.probe >> a.note;
+    words >> seq >> a.host >> a.probe;
+    read_note_and_mesh(words, &a.note, &a.mesh);
     a.seq = parse_store_int(seq);
     if (a.probe == "-") a.probe.clear();
     out.push_back(std::move(a));
@@ -323,7 +326,7 @@ void Membership::decide_first(uint64_t round) {
       // arrived, then died before the decision (its lease may still run: its probe is refused)
       if (!alive.count(a.id) || probe_refused(a.host, a.probe, opt_.hostname)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host, a.probe, a.note});
+      members.push_back(Member{a.id, a.host, a.probe, a.note, a.mesh});
     }
     if (publish_if_decided(round, members, deadline, "joined within")) return;
     cur = store_->wait_change(keys_.count(round), cur, std::min(left_until(deadline), opt_.lease));
@@ -479,19 +482,20 @@ void Membership::decide_next(uint64_t round, const std::string& previous_members
       dead.insert(a.id);
       store_->set(keys_.dropped(round, a.id), "dead: arrived, then its liveness probe was refused");
     }
-    std::map<std::string, std::string> note;
-    for (const auto& a : arr) note[a.id] = a.note;
+    std::map<std::string, const Arrival*> arrival;
+    for (const auto& a : arr) arrival[a.id] = &a;
     for (const auto& m : prev)  // arrived, still leased (not left since), not dead
       if (expected.count(m.id) && in.count(m.id) && alive.count(m.id) && !dead.count(m.id)) {
         members.push_back(m);
-        members.back().note = note[m.id];  // this round's note, not the previous one's
+        members.back().note = arrival[m.id]->note;  // this round's note and mesh, not the previous one's
+        members.back().mesh = arrival[m.id]->mesh;
       }
     std::set<std::string> placed;
     for (const auto& m : members) placed.insert(m.id);
     for (const auto& a : arr) {  // newcomers (and stuck members that arrived since) in arrival order
       if (placed.count(a.id) || left.count(a.id) || !alive.count(a.id) || dead.count(a.id)) continue;
       if (opt_.max_np != 0 && static_cast<int>(members.size()) >= opt_.max_np) break;
-      members.push_back(Member{a.id, a.host, a.probe, a.note});
+      members.push_back(Member{a.id, a.host, a.probe, a.note, a.mesh});
       placed.insert(a.id);
     }
     // Written before the decision, for the members it leaves out only: edl-run ends the processes

@@ -193,3 +193,17 @@ TEST_CASE("member lists carry the arrival notes, and lists without them still pa
   CHECK(old[0].note.empty());
   CHECK(old[1].probe.empty());
 }
+
+TEST_CASE("member lists carry each member's mesh listener beside its note", "[state][sync]") {
+  using edl::elastic::Member;
+  std::vector<Member> m = {Member{"a", "h1", "127.0.0.1:5", "c3.0.40", "127.0.0.1:7"},
+                           Member{"b", "h2", "127.0.0.1:6", "", "127.0.0.1:8"}, Member{"c", "h2", "", "", ""}};
+  const auto parsed = edl::elastic::parse_members(edl::elastic::format_members(m));
+  REQUIRE(parsed.size() == 3);
+  CHECK(parsed[0].note == "c3.0.40");
+  CHECK(parsed[0].mesh == "127.0.0.1:7");
+  CHECK(parsed[1].note.empty());  // the mesh word is never taken for a note
+  CHECK(parsed[1].mesh == "127.0.0.1:8");
+  CHECK(parsed[2].mesh.empty());
+  CHECK(edl::elastic::parse_members("a h1 127.0.0.1:5 mesh=127.0.0.1:9 c1.0.2\n")[0].note == "c1.0.2");
+}
