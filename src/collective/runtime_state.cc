@@ -161,7 +161,8 @@ std::string Runtime::mesh_address() {
   ++mesh_calls_;
   if (mesh_fd_ < 0) {
     int port = 0;
-    mesh_fd_ = collective::listen_any_port(config_.bind_address, &port);
+    mesh_fd_ = collective::listen_any_port(config_.bind_address, &port, mesh_port_ > 0 ? mesh_port_ : -1);
+    mesh_port_ = port;
     mesh_address_ = config_.bind_address + ":" + std::to_string(port);
   }
   return mesh_address_;

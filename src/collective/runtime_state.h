@@ -90,7 +90,10 @@ class EDL_API Runtime {  // exported for libedl_cuda (src/cuda/), which adds the
   // dial it before this process starts building. make_generation(..., addresses) accepts on it and
   // closes it once the mesh is built (unless mesh_address() was called meanwhile); a failed build
   // leaves it open for the next arrival (a dial of the failed generation is then refused by the
-  // handshake as stale); finish() closes it.
+  // handshake as stale); finish() closes it. A listener opened again takes the port of the last one
+  // when it is free: a port picked afresh at an arrival could be the liveness-probe port that a
+  // member killed a moment ago left free, and a decider probing that member would reach this
+  // listener instead of a refusal (the member then counts as alive until its lease runs out).
   std::string mesh_address();
 
  private:
@@ -101,6 +104,7 @@ class EDL_API Runtime {  // exported for libedl_cuda (src/cuda/), which adds the
   std::shared_ptr<Store> store_;
   std::shared_ptr<Generation> gen_;
   int mesh_fd_ = -1;  // mesh_address()'s listener
+  int mesh_port_ = 0;  // its port, taken again by the next listener (see mesh_address)
   std::string mesh_address_;
   uint64_t mesh_calls_ = 0;  // mesh_address() calls: a build closes the listener only when none came since it began
 };

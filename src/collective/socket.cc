@@ -77,14 +77,24 @@ bool resolve(const std::string& host, int port, sockaddr_storage* out, socklen_t
 
 }  // namespace
 
-int listen_any_port(const std::string& address, int* port) {
+int listen_any_port(const std::string& address, int* port, int prefer) {
   sockaddr_storage ss{};
   socklen_t len = 0;
-  if (!resolve(address, 0, &ss, &len)) throw CommError("cannot resolve bind address '" + address + "'");
+  if (!resolve(address, prefer > 0 ? prefer : 0, &ss, &len)) throw CommError("cannot resolve bind address '" + address + "'");
   int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 && (errno == EMFILE || errno == ENFILE)) throw_descriptor_limit("listening on " + address, errno);
   if (fd < 0) throw CommError("socket(): " + errno_text(errno));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, 256) != 0) {
+  if (prefer != 0) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  }
+  if (prefer > 0) {
+    if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {  // taken: any port
+      close(fd);
+      return listen_any_port(address, port, -1);
+    }
+  }
+  if ((prefer <= 0 && bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) || listen(fd, 256) != 0) {
     int e = errno;
     close(fd);
     throw CommError("cannot listen on " + address + ": " + errno_text(e));

@@ -26,7 +26,10 @@ EDL_API bool is_loopback_address(const std::string& host_port);
 EDL_API uint64_t fnv1a(const std::string& s);
 
 // Listens on address:0; returns the fd and puts the chosen port in *port. Throws CommError.
-EDL_API int listen_any_port(const std::string& address, int* port);
+// With `prefer` > 0 it listens on that port when it is free, else on any port; with `prefer` != 0
+// the socket has SO_REUSEADDR (as its accepted connections then), so that a later listener can take
+// its port again while those connections live (-1: any port, reusable later).
+EDL_API int listen_any_port(const std::string& address, int* port, int prefer = 0);
 // Connects to "host:port" before deadline (retrying refused connections). Returns fd or -1 when the
 // deadline passed; throws CommError for a malformed address, InvalidArgument when the process is out
 // of file descriptors. With `refused` given, a refused connection is not retried: -1 and *refused.

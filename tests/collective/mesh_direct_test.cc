@@ -134,6 +134,28 @@ TEST_CASE("mesh from known addresses: a rank whose listener is gone is a lost pe
   }
 }
 
+TEST_CASE("a listener opened again takes its predecessor's port while that one's connections live",
+          "[collective][mesh]") {
+  int port = 0, again = 0;
+  int lfd = collective::listen_any_port("127.0.0.1", &port, -1);
+  const int dialled = collective::connect_until("127.0.0.1:" + std::to_string(port),
+                                                collective::Clock::now() + std::chrono::seconds(5), nullptr);
+  REQUIRE(dialled >= 0);
+  int accepted = -1;
+  for (int i = 0; i < 500 && accepted < 0; ++i) {
+    accepted = accept(lfd, nullptr, nullptr);
+    if (accepted < 0) usleep(1000);
+  }
+  REQUIRE(accepted >= 0);
+  close(lfd);  // the mesh is built: the listener goes, its connection stays
+  lfd = collective::listen_any_port("127.0.0.1", &again, port);
+  CHECK(again == port);
+  int other = 0;
+  const int busy = collective::listen_any_port("127.0.0.1", &other, port);  // taken: another port
+  CHECK(other != port);
+  for (int fd : {lfd, busy, dialled, accepted}) close(fd);
+}
+
 TEST_CASE("mesh from known addresses: one address per rank and a listener, or InvalidArgument", "[collective][mesh]") {
   Listeners l(2);
   auto store = make_memory_store();
