@@ -627,6 +627,26 @@ TEST_CASE("a member slow to beat but alive is not dropped at a rendezvous", "[re
   CHECK(job.base->keys("j/g2/dropped/").empty());
 }
 
+// Before the first generation the job is at least EDL_MIN_NP workers: beats are stretched by that
+// size as in a generation of it (at the start of a 256-worker job on etcd, the unstretched beats were
+// two thirds of the store's raft writes).
+TEST_CASE("beats are stretched by the minimum job size before the first generation", "[rendezvous][scale][liveness]") {
+  auto base = edl::make_memory_store();
+  auto beats = std::make_shared<CountingStore>(base);
+  auto o = opts("j", "a", 512, 512);  // 100 ms heartbeat, stretched x4 by 512 members: 400 ms
+  o.lease = 3000ms;
+  o.rendezvous_timeout = 2000ms;
+  o.beat_store = beats;
+  Membership a(base, o);
+  beats->reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(a.rendezvous(nullptr), edl::JobError);  // the other 511 never come
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(beats->ops() << " beats in " << s << " s");
+  CHECK(beats->ops() >= 1);
+  CHECK(beats->ops() <= s / 0.4 + 2);  // unstretched: one per 100 ms heartbeat
+}
+
 // The decider reads the arrivals, then the arrival counter: a member that arrives between the two
 // reads is counted but not in the set read. The decider must read the arrivals again instead of
 // waiting for the counter to move (it never would: everyone is in) until EDL_RENDEZVOUS_GRACE_MS.
