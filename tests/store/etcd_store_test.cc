@@ -424,8 +424,20 @@ TEST_CASE("etcd store: waits on one key share one watch stream and never return 
     std::this_thread::sleep_for(100ms);
     other->set("ev", "1");
   });
+  const double ranges_before_change = served(c, "Range");
   CHECK(s->wait_change("ev", std::string("0"), 20s) == std::optional<std::string>("1"));
   setter.join();
+  // ... taken from the stream's event with no confirming read: the event is newer than anything this
+  // client read or wrote of the key (a survivor of a failure no longer reads the event key once more).
+  CHECK(served(c, "Range") - ranges_before_change == 0);
+  // A value this client wrote itself, newer than the stream's last event: the wait never returns the
+  // older value the stream may still hold (the stream is behind our write: a read confirms).
+  for (int i = 100; i < 130; ++i) {
+    s->set("ev", std::to_string(i));
+    CHECK(s->wait_change("ev", std::to_string(i), 5ms) == std::optional<std::string>(std::to_string(i)));
+  }
+  s->add("ev", 1);  // 130, by a ticket: the counter's publication may be another client's write
+  CHECK(s->wait_change("ev", std::string("130"), 5ms) == std::optional<std::string>("130"));
   // A value the caller read itself, newer than the stream's last event: the wait goes on with it and
   // never returns the older value the stream still held.
   for (int i = 2; i < 30; ++i) {

@@ -110,6 +110,7 @@ class EtcdStore final : public Store {
   void set(const std::string& key, const std::string& value) override {
     client_.call_ok("/v3/kv/txn", Json{{"success", {put_op(key, value), delete_op(ticket_key(key))}}},
                     "put of key '" + key + "'");
+    wrote(key);
   }
 
   std::optional<std::string> get(const std::string& key) override { return watches_.read(key).first; }
@@ -163,6 +164,7 @@ class EtcdStore final : public Store {
     // A retried delete whose first answer was lost reports false: the key did not exist any more.
     Json r = client_.call_ok("/v3/kv/txn", Json{{"success", {delete_op(key), delete_op(ticket_key(key))}}},
                              "delete of key '" + key + "'");
+    wrote(key);
     return etcd_int(r["responses"][0]["response_delete_range"], "deleted") > 0;
   }
 
@@ -193,9 +195,11 @@ class EtcdStore final : public Store {
   // to the key (set, del, compare_set, set_lease, an add of delta != 1) deletes T in the same txn,
   // ending the epoch; a ticket that it ended before its publication is added again.
   int64_t add(const std::string& key, int64_t delta) override {
-    if (delta != 1) return *add_cas(key, delta);
-    for (;;)
-      if (auto v = add_ticket(key)) return *v;
+    std::optional<int64_t> v;
+    if (delta != 1) v = *add_cas(key, delta);  // never nullopt for delta != 1
+    while (!v) v = add_ticket(key);
+    wrote(key);
+    return *v;
   }
 
   bool compare_set(const std::string& key, const std::optional<std::string>& expected, const std::string& desired,
@@ -207,6 +211,7 @@ class EtcdStore final : public Store {
                   {"success", {put_op(key, desired), put_op(marker, "1", lease), delete_op(ticket_key(key))}},
                   {"failure", {range_op(key), range_op(marker)}}};
     });
+    wrote(key);
     bool ok = r.value("succeeded", false) || first_kv(r["responses"][1]["response_range"]).value.has_value();
     if (current) *current = ok ? std::optional<std::string>(desired) : first_kv(r["responses"][0]["response_range"]).value;
     return ok;
@@ -260,7 +265,7 @@ class EtcdStore final : public Store {
     for (int tries = 0;; ++tries) {
       EtcdReply r = client_.call("/v3/kv/txn", Json{{"success", {put_op(key, value, lease), delete_op(ticket_key(key))}}},
                                  deadline);
-      if (r.kind == EtcdReply::kOk) return;
+      if (r.kind == EtcdReply::kOk) return wrote(key);
       if (tries == 0 && r.message().find("lease not found") != std::string::npos) {
         lease = new_key_lease(key, ttl_s);  // expired or revoked since the last keepalive
         continue;
@@ -278,6 +283,10 @@ class EtcdStore final : public Store {
     const int cap = 1 << std::min(races, 4);
     std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, cap)(rng)));
   }
+
+  // After a write of key: a value its watch stream reports from before the write is confirmed by a
+  // read before wait_change returns it (EtcdWatchCache::wrote).
+  void wrote(const std::string& key) { watches_.wrote(key, client_.revision_seen()); }
 
   // etcd's default limit of operations in one txn (--max-txn-ops).
   static constexpr size_t kMaxTxnOps = 128;
