@@ -205,17 +205,19 @@ void Membership::write_pending(std::unique_lock<std::mutex>& lock) {
 }
 
 // How often the lease is written: every heartbeat, stretched in generations of more than
-// kBeatStretchFrom members to at most a third of the lease. Before this worker is in a generation
-// (the first rendezvous, a newcomer's wait) the job's size is at least EDL_MIN_NP: at the start of
-// a 256-worker job on etcd the unstretched beats were two thirds of the store's raft writes. Each beat is a store write (on etcd a
-// raft write: at 256 workers, 512 a second with the 500 ms default, half of what a 3-member etcd
-// serves on a 2-core machine); a live member still shows a new beat at least twice per lease, so the
-// silence rule (no new beat for a lease) is unchanged, and a stopped member is seen within the lease
-// + one beat period. Caller holds mu_.
+// kBeatStretchFrom members to heartbeat x N / kBeatStretchFrom (not floored: 255 members beat as
+// 256), at most a third of the lease. Each beat is a store write (on etcd a request of ~0.5 ms of
+// the members' CPU: at 256 workers, 512 a second with the 500 ms default, half of what a 3-member
+// etcd serves on a 2-core machine); a live member still shows a new beat at least twice per lease,
+// so the silence rule (no new beat for a lease) is unchanged, and a stopped member is seen within
+// the lease + one beat period. Before this worker is in a generation (the first rendezvous, a
+// newcomer's wait) the job has at least EDL_MIN_NP members: its beats are stretched by that size
+// (at the start of a 256-worker etcd job the unstretched beats were two thirds of the raft
+// writes). Caller holds mu_.
 milliseconds Membership::beat_period() const {
   constexpr int kBeatStretchFrom = 128;
   const int size = std::max(watch_.view.size, opt_.min_np);  // a generation never has fewer
-  const auto stretched = opt_.heartbeat * std::max(1, size / kBeatStretchFrom);
+  const auto stretched = opt_.heartbeat * size / kBeatStretchFrom;
   return std::max(opt_.heartbeat, std::min<milliseconds>(stretched, opt_.lease / 3));
 }
 
