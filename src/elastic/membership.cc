@@ -354,9 +354,18 @@ void Membership::check_peers(const Watch& w) {
   std::vector<std::string> leases, arrivals;
   for (int r : ranks) leases.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
   // While the communicator is being built, their arrival keys at the next round too (see moved_on):
-  // read, not watched (a stream per key and generation would cost more than the reads of a build).
-  if (w.building)
+  // read, not watched (a stream per key and generation would cost more than the reads of a build),
+  // once per beat period (stretched as the beats above 128 members: at 256 workers these reads,
+  // every heartbeat, were as many requests as the beats while a generation was being built).
+  milliseconds period;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    period = beat_period();
+  }
+  if (w.building && Clock::now() - arrivals_read_ >= period - opt_.heartbeat / 2) {
+    arrivals_read_ = Clock::now();
     for (int r : ranks) arrivals.push_back(keys_.in(w.view.id + 1, w.view.members[static_cast<size_t>(r)].id));
+  }
   auto read = store_->get_many_watched(leases);
   if (!arrivals.empty()) {
     auto more = store_->get_many(arrivals);

@@ -648,6 +648,23 @@ TEST_CASE("beats are stretched by the minimum job size before the first generati
   CHECK(beats->ops() <= s / 0.15 + 1);
 }
 
+// <job>/seq orders newcomers only: the survivors of a generation keep its order and draw no seq (on
+// etcd an add is two txns: two per survivor per recovery).
+TEST_CASE("survivors arrive without drawing a seq, newcomers after them in seq order", "[rendezvous][cost]") {
+  Job job("j", 3);
+  auto g1 = job.rendezvous_all(nullptr);
+  const auto seq1 = job.base->get("j/seq");
+  REQUIRE(seq1 == std::optional<std::string>("3"));
+  auto g2 = job.rendezvous_all(&g1);
+  CHECK(job.base->get("j/seq") == seq1);
+  for (size_t i = 0; i < g2.size(); ++i) {
+    CHECK(g2[i].rank == g1[i].rank);
+    auto in = job.base->get("j/g2/in/w" + std::to_string(i));
+    REQUIRE(in);
+    CHECK(in->rfind("0 ", 0) == 0);
+  }
+}
+
 // The decider reads the arrivals, then the arrival counter: a member that arrives between the two
 // reads is counted but not in the set read. The decider must read the arrivals again instead of
 // waiting for the counter to move (it never would: everyone is in) until EDL_RENDEZVOUS_GRACE_MS.
