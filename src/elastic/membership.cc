@@ -432,8 +432,9 @@ std::vector<std::pair<int, std::string>> Membership::peer_failures(const Watch& 
     bool quiet = silent.count(m.id) > 0;
     // A member that arrived at the next round while we still connect will never connect to G (a
     // member gets there only after G failed, or after a batch boundary that all members passed).
+    // (The arrivals are read once per beat period: `read` holds them only then.)
     bool moved_on = lease && !refused && !quiet && w.building && m.id != opt_.worker_id &&
-                    read[ranks.size() + i].has_value();
+                    read.size() == 2 * ranks.size() && read[ranks.size() + i].has_value();
     if (moved_on) {  // still connecting now, after that read (`w` is a copy: built() may have come since)
       std::lock_guard<std::mutex> lock(mu_);
       moved_on = watch_.epoch == w.epoch && watch_.building;
