@@ -448,21 +448,27 @@ class EtcdStore final : public Store {
     int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted granted_s(ttl_s)
     Clock::time_point renewed;     // when the last grant or keepalive was sent
   };
-  // A key lease of 3 s or more (a worker's lease: EDL_LEASE_MS) is granted the TTL plus
-  // max(TTL, kBackstopSlackS), a shorter one twice the TTL, and either is kept alive only when
-  // keepalive_s (half the TTL, at least a second) has passed since its last keepalive: every
-  // set_lease still leaves the key at least its ttl to live, a worker beating every 500 ms with a 3 s
-  // lease sends a keepalive every fourth beat (every other beat before: 256 keepalives a second at
-  // 256 workers, a fifth of what a 3-member etcd serves on this machine), and keepalives held up for
-  // 11 s (a busy machine, an etcd election, an etcd leader starved of CPU) still find the key. With
-  // twice the TTL (4 s of slack) the keys of healthy workers expired at 256 workers on a saturated
-  // etcd — several times per scale_bench run, each an aborted generation. The workers judge each
-  // other by probes and by their beats within the lease (docs/elastic.md, "Failure detection"): the
-  // key's own expiry is only a backstop, and a key that expired under a live worker is what must not
-  // happen.
+  // A key lease of 3 s or more (a worker's lease: EDL_LEASE_MS) is kept alive when
+  // keepalive_s (half the TTL, at least kKeepaliveS) has passed since its last keepalive, and granted
+  // so that every set_lease leaves the key TTL + max(TTL, kBackstopSlackS) - half the TTL to live
+  // (11 s for 3 s): granted_s = that + keepalive_s. A shorter lease is granted twice the TTL and kept
+  // alive every half TTL (at least a second). A worker's keepalives held up for 11 s (a busy machine,
+  // an etcd election, an etcd leader starved of CPU) thus still find its key; with twice the TTL
+  // (4 s of slack) the keys of healthy workers expired at 256 workers on a saturated etcd — several
+  // times per scale_bench run, each an aborted generation. A keepalive costs etcd nearly what a put
+  // does (~0.4 ms of the members' CPU through the JSON gateway against ~0.6 ms on this machine):
+  // every 2 s it was an eighth of the requests of a 256-worker recovery; every 5 s, with the same
+  // 11 s of life after each refresh, the key of a dead worker that nobody removed lives 3 s longer.
+  // The workers judge each other by probes and by their beats within the lease (docs/elastic.md,
+  // "Failure detection"): the key's own expiry is only a backstop, and a key that expired under a
+  // live worker is what must not happen.
   static constexpr int64_t kBackstopSlackS = 10;
-  static int64_t granted_s(int64_t ttl_s) { return ttl_s >= 3 ? ttl_s + std::max(ttl_s, kBackstopSlackS) : 2 * ttl_s; }
-  static int64_t keepalive_s(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
+  static constexpr int64_t kKeepaliveS = 5;
+  static int64_t half(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
+  static int64_t keepalive_s(int64_t ttl_s) { return ttl_s >= 3 ? std::max(half(ttl_s), kKeepaliveS) : half(ttl_s); }
+  static int64_t granted_s(int64_t ttl_s) {
+    return ttl_s >= 3 ? ttl_s + std::max(ttl_s, kBackstopSlackS) - half(ttl_s) + keepalive_s(ttl_s) : 2 * ttl_s;
+  }
 
   std::string new_marker() {
     std::lock_guard<std::mutex> lock(mu_);
