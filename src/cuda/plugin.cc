@@ -210,7 +210,7 @@ std::unique_ptr<NcclComm> agreed_shrink(const collective::DeviceGenerationContex
 class CudaPlugin final : public collective::DevicePlugin {
  public:
   std::shared_ptr<collective::DeviceBackend> make(const collective::DeviceGenerationContext& ctx) override {
-    const auto deadline = Clock::now() + ctx.connect_timeout;
+    auto deadline = Clock::now() + ctx.connect_timeout;
     const RankRecord mine = my_record(ctx, deadline);
     const auto bytes = allgather_bytes(*ctx.host, encode_record(mine));
     std::vector<RankRecord> records;
@@ -228,10 +228,11 @@ class CudaPlugin final : public collective::DevicePlugin {
     std::unique_ptr<NcclComm> comm;
     if (plan.mode == PlanMode::kShrink) {
       comm = agreed_shrink(ctx, plan, deadline);
-      if (!comm) {  // a fresh communicator, with a connect deadline of its own
+      if (!comm) {  // a fresh communicator, with a connect deadline of its own (the warm-up's too)
         plan.mode = PlanMode::kInit;
         plan.reason = "the shrink failed";
-        comm = init_comm(ctx, device, ctx.prefix + "gpu/nccl-id-retry", Clock::now() + ctx.connect_timeout);
+        deadline = Clock::now() + ctx.connect_timeout;
+        comm = init_comm(ctx, device, ctx.prefix + "gpu/nccl-id-retry", deadline);
       }
     } else if (plan.mode == PlanMode::kInit) {
       comm = init_comm(ctx, device, ctx.prefix + "gpu/nccl-id", deadline);
