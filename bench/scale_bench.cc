@@ -90,6 +90,26 @@ class StoreUnderTest {
     }
     return {req, cpu};
   }
+  // etcd only: messages per gRPC method and raft proposals committed (the leader's count), so far.
+  std::map<std::string, double> by_method() const {
+    std::map<std::string, double> out;
+    if (!etcd_) return out;
+    double proposals = 0;
+    for (int i = 0; i < etcd_->size(); ++i) {
+      std::istringstream m(etcd_->metrics(i));
+      for (std::string line; std::getline(m, line);) {
+        if (line.rfind("etcd_server_proposals_committed_total ", 0) == 0)
+          proposals = std::max(proposals, std::stod(line.substr(line.rfind(' ') + 1)));
+        if (line.rfind("grpc_server_msg_received_total{", 0) != 0) continue;
+        auto at = line.find("grpc_method=\"");
+        if (at == std::string::npos) continue;
+        at += 13;
+        out[line.substr(at, line.find('"', at) - at)] += std::stod(line.substr(line.rfind(' ') + 1));
+      }
+    }
+    out["(raft proposals)"] = proposals;
+    return out;
+  }
 
  private:
   std::string kind_;
@@ -146,6 +166,7 @@ struct Event {
   double ms = 0, spawn_ms = -1, cpu_ms_per_rank = 0, store_ops_per_s = 0, store_cpu_ms = 0;
   int sockets = 0;
   uint64_t gen = 0;  // the generation the event ended in
+  std::map<std::string, double> ops_per_rank;  // etcd: messages per gRPC method / ranks
 };
 
 // CPU time of the workers, the store's counters and the time at the opening of a measuring window.
@@ -155,6 +176,7 @@ class Window {
     t0_ = now_ms();
     for (const auto& [w, pid] : job.log().pid) cpu0_[pid] = std::max(0.0, cpu_ms_of(pid));
     store0_ = store.counters();
+    methods0_ = store.by_method();
   }
   // Closes the window at `t_end` (ms, the event's end) with n ranks; fills the event's costs.
   void close(int n, Event* e) {
@@ -174,6 +196,8 @@ class Window {
     e->sockets = sockets.empty() ? 0 : *std::max_element(sockets.begin(), sockets.end());
     e->store_ops_per_s = (req - store0_.first) / secs;
     e->store_cpu_ms = store_cpu - store0_.second;
+    for (const auto& [m, count] : store_.by_method())
+      if (count > methods0_[m]) e->ops_per_rank[m] = (count - methods0_[m]) / n;
   }
 
  private:
@@ -182,6 +206,7 @@ class Window {
   double t0_ = 0;
   std::map<int, double> cpu0_;
   std::pair<double, double> store0_;
+  std::map<std::string, double> methods0_;
 };
 
 struct Settings {
@@ -406,6 +431,12 @@ int main(int argc, char** argv) {
         }
         const bool row_ok = ok && evictions == 0 && (!v.empty() || (std::string(phase) != "start" && s.kills == 0));
         const int target = 2 * static_cast<int>(std::ceil(std::log2(n))) + 4;
+        for (const auto& e : v) {  // etcd: what each event cost the store per rank, by gRPC method
+          if (e.ops_per_rank.empty()) continue;
+          std::string line;
+          for (const auto& [m, c] : e.ops_per_rank) line += " " + m + "=" + fmt(c, 1);
+          std::printf("# %s %d %s %.0f ms: etcd messages per rank:%s\n", kind.c_str(), n, phase, e.ms, line.c_str());
+        }
         t.row({kind, std::to_string(n), phase, fmt(pick(&Event::ms), 1), fmt(ms_max, 1), fmt(pick(&Event::cpu_ms_per_rank), 1),
                std::to_string(sockets), fmt(pick(&Event::store_ops_per_s), 0), std::to_string(evictions), row_ok ? "yes" : "NO"});
         if (v.empty() && row_ok) continue;

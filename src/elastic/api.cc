@@ -185,12 +185,14 @@ void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   WorkerOptions options = worker_options_from(config);
   options.membership.mesh_address = [] { return edl::detail::Runtime::instance().mesh_address(); };
   // The beats on a connection of their own where the client serialises its requests (redis://, whose
-  // commands share a mutex; etcd://): no request of the training or the watch thread can then queue
-  // before a beat. The tcp:// client multiplexes every request on its connection (an io thread routes
-  // the replies, so a blocked wait never holds a beat back, and the embedded store expires a lease
-  // only after serving every request that reached it): its beats share the worker's connection, one
-  // descriptor per worker and per worker in edl-run fewer (docs/elastic.md, "Beats").
-  if (config.store_url.rfind("tcp://", 0) != 0) options.membership.beat_store = connect_job_store(config);
+  // commands share a mutex): no request of the training or the watch thread can then queue before a
+  // beat. The tcp:// client multiplexes every request on its connection (an io thread routes the
+  // replies, so a blocked wait never holds a beat back, and the embedded store expires a lease only
+  // after serving every request that reached it), and the etcd:// client sends each concurrent
+  // request on a pooled HTTP connection of its own (a watch on another one): their beats share the
+  // worker's Store — one descriptor per worker fewer (and on etcd one status request, a watch cache
+  // and a pool of connections fewer) (docs/elastic.md, "Beats").
+  if (config.store_url.rfind("redis://", 0) == 0) options.membership.beat_store = connect_job_store(config);
   auto w = std::make_shared<Worker>(std::move(store), std::move(options), factory);
   w->set_local_batch_size(g_local_batch.load());
   {

@@ -205,14 +205,19 @@ void Membership::write_pending(std::unique_lock<std::mutex>& lock) {
 }
 
 // How often the lease is written: every heartbeat, stretched in generations of more than
-// kBeatStretchFrom members to at most a third of the lease. Each beat is a store write (on etcd a
-// raft write: at 256 workers, 512 a second with the 500 ms default, half of what a 3-member etcd
-// serves on a 2-core machine); a live member still shows a new beat at least twice per lease, so the
-// silence rule (no new beat for a lease) is unchanged, and a stopped member is seen within the lease
-// + one beat period. Caller holds mu_.
+// kBeatStretchFrom members to heartbeat x N / kBeatStretchFrom (not floored: 255 members beat as
+// 256), at most a third of the lease. Each beat is a store write (on etcd a request of ~0.5 ms of
+// the members' CPU: at 256 workers, 512 a second with the 500 ms default, half of what a 3-member
+// etcd serves on a 2-core machine); a live member still shows a new beat at least twice per lease,
+// so the silence rule (no new beat for a lease) is unchanged, and a stopped member is seen within
+// the lease + one beat period. Before this worker is in a generation (the first rendezvous, a
+// newcomer's wait) the job has at least EDL_MIN_NP members: its beats are stretched by that size
+// (at the start of a 256-worker etcd job the unstretched beats were two thirds of the raft
+// writes). Caller holds mu_.
 milliseconds Membership::beat_period() const {
   constexpr int kBeatStretchFrom = 128;
-  const auto stretched = opt_.heartbeat * std::max(1, watch_.view.size / kBeatStretchFrom);
+  const int size = std::max(watch_.view.size, opt_.min_np);  // a generation never has fewer
+  const auto stretched = opt_.heartbeat * size / kBeatStretchFrom;
   return std::max(opt_.heartbeat, std::min<milliseconds>(stretched, opt_.lease / 3));
 }
 
@@ -349,9 +354,18 @@ void Membership::check_peers(const Watch& w) {
   std::vector<std::string> leases, arrivals;
   for (int r : ranks) leases.push_back(keys_.lease(w.view.members[static_cast<size_t>(r)].id));
   // While the communicator is being built, their arrival keys at the next round too (see moved_on):
-  // read, not watched (a stream per key and generation would cost more than the reads of a build).
-  if (w.building)
+  // read, not watched (a stream per key and generation would cost more than the reads of a build),
+  // once per beat period (stretched as the beats above 128 members: at 256 workers these reads,
+  // every heartbeat, were as many requests as the beats while a generation was being built).
+  milliseconds period;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    period = beat_period();
+  }
+  if (w.building && Clock::now() - arrivals_read_ >= period - opt_.heartbeat / 2) {
+    arrivals_read_ = Clock::now();
     for (int r : ranks) arrivals.push_back(keys_.in(w.view.id + 1, w.view.members[static_cast<size_t>(r)].id));
+  }
   auto read = store_->get_many_watched(leases);
   if (!arrivals.empty()) {
     auto more = store_->get_many(arrivals);
@@ -418,8 +432,9 @@ std::vector<std::pair<int, std::string>> Membership::peer_failures(const Watch& 
     bool quiet = silent.count(m.id) > 0;
     // A member that arrived at the next round while we still connect will never connect to G (a
     // member gets there only after G failed, or after a batch boundary that all members passed).
+    // (The arrivals are read once per beat period: `read` holds them only then.)
     bool moved_on = lease && !refused && !quiet && w.building && m.id != opt_.worker_id &&
-                    read[ranks.size() + i].has_value();
+                    read.size() == 2 * ranks.size() && read[ranks.size() + i].has_value();
     if (moved_on) {  // still connecting now, after that read (`w` is a copy: built() may have come since)
       std::lock_guard<std::mutex> lock(mu_);
       moved_on = watch_.epoch == w.epoch && watch_.building;

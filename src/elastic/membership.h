@@ -229,7 +229,8 @@ class EDL_API Membership {
 
   void fault(const std::string& point);
   // Arrives at `round`; returns the arrival's place in the round (1 = first). `note`: the arrival's.
-  int64_t arrive(uint64_t round, const std::string& note);
+  // A `member` of the previous generation draws no <job>/seq (it keeps its rank order; seq 0).
+  int64_t arrive(uint64_t round, const std::string& note, bool member);
   // This worker's prepared arrival at `round` when it stands with `note` (place 0 = none: arrive).
   Arrived take_prepared(uint64_t round, const std::string& note);
   // The decided member list of `round`, or nullopt when the round went stale (a newer generation).
@@ -307,6 +308,8 @@ class EDL_API Membership {
   // The decision this worker's publish() just wrote (rendezvous thread only): its wait_decision
   // returns it instead of reading it back.
   std::optional<std::string> published_;
+  // check_peers()' last read of the watched members' arrivals at the next round (watch thread only).
+  std::chrono::steady_clock::time_point arrivals_read_{};
   uint64_t cleanup_below_ = 0;  // generations below this may be deleted (rank 0 only)
   uint64_t cleaned_below_ = 1;
   Watch watch_;

@@ -33,8 +33,10 @@ constexpr int64_t kBackupDeciders = 3;
 
 }  // namespace
 
-int64_t Membership::arrive(uint64_t round, const std::string& note) {
-  int64_t seq = store_->add(keys_.seq(), 1);
+// The global order (<job>/seq) only orders newcomers: a member of the previous generation keeps its
+// order from it, so it arrives with seq 0 and no add (on etcd two txns per survivor per recovery).
+int64_t Membership::arrive(uint64_t round, const std::string& note, bool member) {
+  const int64_t seq = member ? 0 : store_->add(keys_.seq(), 1);
   std::string probe;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -69,7 +71,7 @@ void Membership::prepare_arrival(uint64_t round) {
     int64_t place = 0;
     bool decider = false;
     try {
-      place = arrive(round, note);
+      place = arrive(round, note, true);
       timeline::instant(timeline::Lane::kElastic, "arrived");
       // The election too (as wait_decision's first try: a read first); the decision waits for the boundary.
       const std::string key = keys_.decider(round);
@@ -139,7 +141,7 @@ GenerationView Membership::rendezvous(const GenerationView* previous) {
     }
     fault("rendezvous:arrive");
     if (!arrived.prepared) {
-      arrived.place = arrive(round, note);
+      arrived.place = arrive(round, note, member);
       if (!member && round > 1) store_->add(keys_.event(round - 1), 1);  // wake the running members
       timeline::instant(timeline::Lane::kElastic, "arrived");
     }

@@ -627,6 +627,44 @@ TEST_CASE("a member slow to beat but alive is not dropped at a rendezvous", "[re
   CHECK(job.base->keys("j/g2/dropped/").empty());
 }
 
+// Before the first generation the job is at least EDL_MIN_NP workers: beats are stretched by that
+// size as in a generation of it (at the start of a 256-worker job on etcd, the unstretched beats were
+// two thirds of the store's raft writes).
+TEST_CASE("beats are stretched by the minimum job size before the first generation", "[rendezvous][scale][liveness]") {
+  auto base = edl::make_memory_store();
+  auto beats = std::make_shared<CountingStore>(base);
+  auto o = opts("j", "a", 255, 512);  // 100 ms heartbeat, stretched by 255 / 128 members: 199 ms
+  o.lease = 3000ms;
+  o.rendezvous_timeout = 2000ms;
+  o.beat_store = beats;
+  Membership a(base, o);
+  beats->reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(a.rendezvous(nullptr), edl::JobError);  // the other 254 never come
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(beats->ops() << " beats in " << s << " s");
+  CHECK(beats->ops() >= 1);
+  // ~one per 200 ms (the beat thread ticks every heartbeat); unstretched (or floored to x1): one per 100 ms
+  CHECK(beats->ops() <= s / 0.15 + 1);
+}
+
+// <job>/seq orders newcomers only: the survivors of a generation keep its order and draw no seq (on
+// etcd an add is two txns: two per survivor per recovery).
+TEST_CASE("survivors arrive without drawing a seq, newcomers after them in seq order", "[rendezvous][cost]") {
+  Job job("j", 3);
+  auto g1 = job.rendezvous_all(nullptr);
+  const auto seq1 = job.base->get("j/seq");
+  REQUIRE(seq1 == std::optional<std::string>("3"));
+  auto g2 = job.rendezvous_all(&g1);
+  CHECK(job.base->get("j/seq") == seq1);
+  for (size_t i = 0; i < g2.size(); ++i) {
+    CHECK(g2[i].rank == g1[i].rank);
+    auto in = job.base->get("j/g2/in/w" + std::to_string(i));
+    REQUIRE(in);
+    CHECK(in->rfind("0 ", 0) == 0);
+  }
+}
+
 // The decider reads the arrivals, then the arrival counter: a member that arrives between the two
 // reads is counted but not in the set read. The decider must read the arrivals again instead of
 // waiting for the counter to move (it never would: everyone is in) until EDL_RENDEZVOUS_GRACE_MS.

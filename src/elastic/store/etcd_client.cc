@@ -237,6 +237,11 @@ EtcdReply EtcdClient::try_call(const std::string& path, const Json& body, Clock:
   for (int p = patience_.load(); p > 1 && !patience_.compare_exchange_weak(p, p / 2);) {
   }
   if (status == 200 && !answer.contains("error")) {
+    if (auto h = answer.find("header"); h != answer.end() && h->is_object()) {
+      const int64_t revision = etcd_int(*h, "revision");
+      for (int64_t seen = revision_seen_.load(); revision > seen && !revision_seen_.compare_exchange_weak(seen, revision);) {
+      }
+    }
     reply.kind = EtcdReply::kOk;
     reply.body = std::move(answer);
     return reply;

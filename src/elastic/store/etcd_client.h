@@ -113,6 +113,10 @@ class EtcdClient {
   // call() that also throws StoreError on an etcd error (`what` names the operation).
   Json call_ok(const std::string& path, const Json& body, const std::string& what);
 
+  // The newest store revision of any answer this client has received (header.revision): every write
+  // it made and every value it read is at or below it.
+  int64_t revision_seen() const { return revision_seen_.load(); }
+
   // Sleeps before the next attempt after `failures` consecutive lost answers (no sleep while there are
   // members left to try in this round); throws StoreError if the deadline would pass.
   void backoff(int failures, Clock::time_point deadline, const std::string& last_why);
@@ -154,6 +158,7 @@ class EtcdClient {
   const std::chrono::milliseconds connect_timeout_;
   const std::chrono::milliseconds request_timeout_;
   std::atomic<int> patience_{1};
+  std::atomic<int64_t> revision_seen_{0};
   const std::chrono::milliseconds reconnect_timeout_;
   const std::string user_, password_;
   mutable std::mutex mu_;

@@ -110,6 +110,7 @@ class EtcdStore final : public Store {
   void set(const std::string& key, const std::string& value) override {
     client_.call_ok("/v3/kv/txn", Json{{"success", {put_op(key, value), delete_op(ticket_key(key))}}},
                     "put of key '" + key + "'");
+    wrote(key);
   }
 
   std::optional<std::string> get(const std::string& key) override { return watches_.read(key).first; }
@@ -163,6 +164,7 @@ class EtcdStore final : public Store {
     // A retried delete whose first answer was lost reports false: the key did not exist any more.
     Json r = client_.call_ok("/v3/kv/txn", Json{{"success", {delete_op(key), delete_op(ticket_key(key))}}},
                              "delete of key '" + key + "'");
+    wrote(key);
     return etcd_int(r["responses"][0]["response_delete_range"], "deleted") > 0;
   }
 
@@ -193,9 +195,11 @@ class EtcdStore final : public Store {
   // to the key (set, del, compare_set, set_lease, an add of delta != 1) deletes T in the same txn,
   // ending the epoch; a ticket that it ended before its publication is added again.
   int64_t add(const std::string& key, int64_t delta) override {
-    if (delta != 1) return *add_cas(key, delta);
-    for (;;)
-      if (auto v = add_ticket(key)) return *v;
+    std::optional<int64_t> v;
+    if (delta != 1) v = *add_cas(key, delta);  // never nullopt for delta != 1
+    while (!v) v = add_ticket(key);
+    wrote(key);
+    return *v;
   }
 
   bool compare_set(const std::string& key, const std::optional<std::string>& expected, const std::string& desired,
@@ -207,6 +211,7 @@ class EtcdStore final : public Store {
                   {"success", {put_op(key, desired), put_op(marker, "1", lease), delete_op(ticket_key(key))}},
                   {"failure", {range_op(key), range_op(marker)}}};
     });
+    wrote(key);
     bool ok = r.value("succeeded", false) || first_kv(r["responses"][1]["response_range"]).value.has_value();
     if (current) *current = ok ? std::optional<std::string>(desired) : first_kv(r["responses"][0]["response_range"]).value;
     return ok;
@@ -260,7 +265,7 @@ class EtcdStore final : public Store {
     for (int tries = 0;; ++tries) {
       EtcdReply r = client_.call("/v3/kv/txn", Json{{"success", {put_op(key, value, lease), delete_op(ticket_key(key))}}},
                                  deadline);
-      if (r.kind == EtcdReply::kOk) return;
+      if (r.kind == EtcdReply::kOk) return wrote(key);
       if (tries == 0 && r.message().find("lease not found") != std::string::npos) {
         lease = new_key_lease(key, ttl_s);  // expired or revoked since the last keepalive
         continue;
@@ -278,6 +283,10 @@ class EtcdStore final : public Store {
     const int cap = 1 << std::min(races, 4);
     std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, cap)(rng)));
   }
+
+  // After a write of key: a value its watch stream reports from before the write is confirmed by a
+  // read before wait_change returns it (EtcdWatchCache::wrote).
+  void wrote(const std::string& key) { watches_.wrote(key, client_.revision_seen()); }
 
   // etcd's default limit of operations in one txn (--max-txn-ops).
   static constexpr size_t kMaxTxnOps = 128;
@@ -439,21 +448,27 @@ class EtcdStore final : public Store {
     int64_t ttl_s = 0;             // as asked (rounded up); the lease is granted granted_s(ttl_s)
     Clock::time_point renewed;     // when the last grant or keepalive was sent
   };
-  // A key lease of 3 s or more (a worker's lease: EDL_LEASE_MS) is granted the TTL plus
-  // max(TTL, kBackstopSlackS), a shorter one twice the TTL, and either is kept alive only when
-  // keepalive_s (half the TTL, at least a second) has passed since its last keepalive: every
-  // set_lease still leaves the key at least its ttl to live, a worker beating every 500 ms with a 3 s
-  // lease sends a keepalive every fourth beat (every other beat before: 256 keepalives a second at
-  // 256 workers, a fifth of what a 3-member etcd serves on this machine), and keepalives held up for
-  // 11 s (a busy machine, an etcd election, an etcd leader starved of CPU) still find the key. With
-  // twice the TTL (4 s of slack) the keys of healthy workers expired at 256 workers on a saturated
-  // etcd — several times per scale_bench run, each an aborted generation. The workers judge each
-  // other by probes and by their beats within the lease (docs/elastic.md, "Failure detection"): the
-  // key's own expiry is only a backstop, and a key that expired under a live worker is what must not
-  // happen.
+  // A key lease of 3 s or more (a worker's lease: EDL_LEASE_MS) is kept alive when
+  // keepalive_s (half the TTL, at least kKeepaliveS) has passed since its last keepalive, and granted
+  // so that every set_lease leaves the key TTL + max(TTL, kBackstopSlackS) - half the TTL to live
+  // (11 s for 3 s): granted_s = that + keepalive_s. A shorter lease is granted twice the TTL and kept
+  // alive every half TTL (at least a second). A worker's keepalives held up for 11 s (a busy machine,
+  // an etcd election, an etcd leader starved of CPU) thus still find its key; with twice the TTL
+  // (4 s of slack) the keys of healthy workers expired at 256 workers on a saturated etcd — several
+  // times per scale_bench run, each an aborted generation. A keepalive costs etcd nearly what a put
+  // does (~0.4 ms of the members' CPU through the JSON gateway against ~0.6 ms on this machine):
+  // every 2 s it was an eighth of the requests of a 256-worker recovery; every 5 s, with the same
+  // 11 s of life after each refresh, the key of a dead worker that nobody removed lives 3 s longer.
+  // The workers judge each other by probes and by their beats within the lease (docs/elastic.md,
+  // "Failure detection"): the key's own expiry is only a backstop, and a key that expired under a
+  // live worker is what must not happen.
   static constexpr int64_t kBackstopSlackS = 10;
-  static int64_t granted_s(int64_t ttl_s) { return ttl_s >= 3 ? ttl_s + std::max(ttl_s, kBackstopSlackS) : 2 * ttl_s; }
-  static int64_t keepalive_s(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
+  static constexpr int64_t kKeepaliveS = 5;
+  static int64_t half(int64_t ttl_s) { return std::max<int64_t>(1, (ttl_s + 1) / 2); }
+  static int64_t keepalive_s(int64_t ttl_s) { return ttl_s >= 3 ? std::max(half(ttl_s), kKeepaliveS) : half(ttl_s); }
+  static int64_t granted_s(int64_t ttl_s) {
+    return ttl_s >= 3 ? ttl_s + std::max(ttl_s, kBackstopSlackS) - half(ttl_s) + keepalive_s(ttl_s) : 2 * ttl_s;
+  }
 
   std::string new_marker() {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,5 +1,7 @@
 #include "elastic/store/etcd_watch_cache.h"
 
+#include <algorithm>
+
 #include "edl/error.h"
 
 namespace edl::store {
@@ -31,6 +33,12 @@ void EtcdWatchCache::observed(const std::string& key, const std::optional<std::s
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   if (it != entries_.end()) update(*it->second, value, revision);
+}
+
+void EtcdWatchCache::wrote(const std::string& key, int64_t revision) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) it->second->written = std::max(it->second->written, revision);
 }
 
 std::optional<std::optional<std::string>> EtcdWatchCache::peek(const std::string& key) {
@@ -185,7 +193,8 @@ std::optional<std::string> EtcdWatchCache::wait_change(const std::string& key, c
     if (e->error) throw StoreError(*e->error);
     if (e->synced && e->value != known) {
       if (e->synced_since >= called) return e->value;  // the stream's read was sent after the wait began
-      // Changed by the stream: confirmed by a read (the stream may lag behind what the caller read).
+      if (e->revision >= e->written) return e->value;   // not older than anything this Store read or wrote
+      // Changed by the stream, behind our own write of the key: confirmed by a read.
       lock.unlock();
       auto [value, revision] = read(key);
       lock.lock();

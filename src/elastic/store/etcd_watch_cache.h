@@ -6,12 +6,15 @@
 // a rendezvous waiter on the round's decision in slices). Opening a watch per wait would cost etcd
 // a new HTTP connection, a new watch stream and two reads per slice per worker; here the first wait on
 // a key opens a stream (watch, then one read once etcd confirms it) and keeps the key's value up to
-// date from its events; later waits cost etcd nothing until the value changes. A value the stream
-// reports as changed is read once more (a linearizable range) before it is returned, so a waiter
-// never gets a value older than one it has read itself — unless the stream was opened (and read)
-// after the wait began: then its value is the store's at some moment of the wait, which is what a
-// read would prove (a one-shot wait on a new key, such as a round's decision, costs a watch and a
-// read, not a third request). A stream moves to the next member when a
+// date from its events; later waits cost etcd nothing until the value changes. A waiter never gets
+// a value older than one this Store read or wrote itself: a read of the key moves its stream forward
+// (observed()), and a value the stream reports as changed is returned as it is when the stream has
+// passed this Store's last write of the key (wrote()) — else it is read once more (a linearizable
+// range) first. (Every survivor of a failure used to read its generation's event key once more after
+// the abort's bump: a request per worker per recovery that proved nothing the stream had not.) A
+// stream opened (and read) after the wait began holds the store's value at some moment of the wait,
+// which is what a read would prove (a one-shot wait on a new key, such as a round's decision, costs
+// a watch and a read, not a third request). A stream moves to the next member when a
 // unary call of the client finds its member without a leader or its connection broken
 // (EtcdClient::failed; not after a timeout), and is renewed (a new watch and read) every kRenew, which moves it off a member
 // that stopped answering without closing the connection; a stream nobody waited on for kIdle is
@@ -62,6 +65,9 @@ class EtcdWatchCache {
   // A read of key (get, get_many) returned `value` at store revision `revision`: a stream on key
   // that lags behind it moves forward to it, so that a peek never returns a value older than a read.
   void observed(const std::string& key, const std::optional<std::string>& value, int64_t revision);
+  // This Store wrote key (set, add, compare_set, del, set_lease) at store revision `revision` or
+  // below: a changed value that a stream reports from an older revision is confirmed by a read.
+  void wrote(const std::string& key, int64_t revision);
 
   static constexpr std::chrono::seconds kRenew{15};
   static constexpr std::chrono::seconds kIdle{2};
@@ -73,6 +79,7 @@ class EtcdWatchCache {
     Clock::time_point synced_since;  // when that read was sent: value reflects the store no earlier
     std::optional<std::string> value;
     int64_t revision = 0;          // store revision `value` reflects (events at or below it are old)
+    int64_t written = 0;           // wrote(): a value of an older revision may predate our write
     std::optional<std::string> error;  // the stream gave up (StoreError text)
     bool done = false;             // the stream thread has ended
     int waiters = 0;
