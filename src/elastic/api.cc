@@ -165,10 +165,15 @@ std::shared_ptr<Store> connect_job_store(const Config& config) {
 void start_elastic(const Config& config, std::shared_ptr<Store> store) {
   g_commit_every = config.commit_every;
   // Members of a fresh generation connect within seconds; one that died right after the decision
-  // must not hold the others for the full EDL_CONNECT_TIMEOUT_MS.
-  auto connect = std::chrono::milliseconds(config.lease_ms + config.rendezvous_grace_ms + 2000);
-  auto factory = [connect](const GenerationView& v, const std::string& prefix) -> std::shared_ptr<Group> {
+  // must not hold the others for the full EDL_CONNECT_TIMEOUT_MS (its watchers' abort cancels the
+  // build sooner; this is the backstop). The store serves the decision to every member, so the last
+  // one starts building later as the job grows: 20 ms more per member (at 512 workers on a saturated
+  // etcd, members started up to ~8 s apart and a bound of lease + grace + 2 s aborted every
+  // generation). Never above EDL_CONNECT_TIMEOUT_MS.
+  const auto backstop = config.lease_ms + config.rendezvous_grace_ms + 2000;
+  auto factory = [backstop](const GenerationView& v, const std::string& prefix) -> std::shared_ptr<Group> {
     auto& rt = edl::detail::Runtime::instance();
+    const auto connect = std::chrono::milliseconds(backstop + 20 * static_cast<int64_t>(v.size));
     // Every member published its mesh listener with its arrival: the mesh is dialled from the
     // decision at once (the same member list everywhere, so every rank takes the same path).
     std::vector<std::string> addresses;

@@ -176,6 +176,8 @@ void Worker::join() {
       return;
     } catch (const CommError& e) {
       if (crashed_) throw;
+      EDL_LOG(2) << "edl: worker " << opt_.membership.worker_id << ": building generation " << v.id
+                 << " failed here: " << e.what();
       membership_.announce_abort(v.id, e.what());
       count_reset(e.what());
       membership_.unwatch();
@@ -302,6 +304,7 @@ void Worker::check_lineage() {
 // fail fast if the job failed for good meanwhile (another member's final error).
 void Worker::on_comm_failure(const std::string& why) {
   membership_.discard_prepared();  // the rendezvous after a failure arrives afresh
+  EDL_LOG(2) << "edl: worker " << opt_.membership.worker_id << ": generation " << view_.id << " failed here: " << why;
   membership_.announce_abort(view_.id, why);
   on_failure(why);
   membership_.check_failed();
